@@ -1,0 +1,235 @@
+// Golden tests against the reference `tokenizers` library: expected data in
+// tests/data/tokenizer was produced by scripts/fixtures/tokenizer_fixtures.py.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "support.hpp"
+#include "text/tokenizer/tokenizer.hpp"
+
+using trlx::text::Tokenizer;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<json> read_jsonl(const fs::path& p) {
+  std::ifstream f(p);
+  REQUIRE(f.good());
+  std::vector<json> out;
+  std::string line;
+  while (std::getline(f, line))
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+std::string unhex(const std::string& h) {
+  std::string out;
+  for (size_t i = 0; i + 1 < h.size(); i += 2) out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+struct Tally {
+  size_t cases = 0, ids = 0, offsets = 0, plain = 0, dec = 0, dec_skip = 0;
+  std::vector<std::string> examples;
+  void note(const std::string& what, const json& c) {
+    if (examples.size() < 8) examples.push_back(what + ": " + c.dump().substr(0, 300));
+  }
+  size_t total() const { return ids + offsets + plain + dec + dec_skip; }
+};
+
+Tally check_cases(const Tokenizer& tok, const std::vector<json>& cases) {
+  Tally t;
+  for (const json& c : cases) {
+    if (c.contains("meta")) continue;
+    ++t.cases;
+    if (c.contains("decode")) {
+      const auto ids = c["decode"].get<std::vector<int32_t>>();
+      if (!c["dec"].is_null() && tok.decode(ids, false) != c["dec"].get<std::string>()) ++t.dec, t.note("decode", c);
+      if (!c["dec_skip"].is_null() && tok.decode(ids, true) != c["dec_skip"].get<std::string>()) ++t.dec_skip, t.note("decode skip", c);
+      continue;
+    }
+    const std::string text = c.contains("hex") ? unhex(c["hex"]) : c["text"].get<std::string>();
+    const auto enc = tok.encode(text);
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    if (enc.ids != ids) {
+      ++t.ids;
+      t.note("ids got " + json(enc.ids).dump(), c);
+      continue;
+    }
+    const auto offs = c["offsets"].get<std::vector<size_t>>();
+    std::vector<size_t> got;
+    for (auto [b, e] : enc.offsets) got.push_back(b), got.push_back(e);
+    if (got != offs) ++t.offsets, t.note("offsets got " + json(got).dump(), c);
+    const auto plain = c.contains("plain_ids") ? c["plain_ids"].get<std::vector<int32_t>>() : ids;
+    if (tok.encode_ids(text, false) != plain) ++t.plain, t.note("plain ids", c);
+    if (!c["dec"].is_null() && tok.decode(ids, false) != c["dec"].get<std::string>()) ++t.dec, t.note("dec got " + tok.decode(ids, false), c);
+    if (!c["dec_skip"].is_null() && tok.decode(ids, true) != c["dec_skip"].get<std::string>()) ++t.dec_skip, t.note("dec_skip", c);
+  }
+  return t;
+}
+
+void report(const std::string& name, const Tally& t) {
+  INFO(name << ": " << t.cases << " cases; mismatches: ids " << t.ids << ", offsets " << t.offsets << ", plain ids "
+            << t.plain << ", decode " << t.dec << ", decode(skip_special) " << t.dec_skip);
+  for (const auto& e : t.examples) UNSCOPED_INFO(e);
+  CHECK(t.cases > 0);
+  CHECK(t.total() == 0);
+  WARN(name << ": " << t.cases << " cases, " << t.total() << " mismatches");
+}
+
+void check_meta(const Tokenizer& tok, const json& m) {
+  CHECK(tok.vocab_size() == m["vocab_size"].get<size_t>());
+  auto opt_id = [](const json& v) { return v.is_null() ? std::optional<int32_t>() : std::optional<int32_t>(v.get<int32_t>()); };
+  CHECK(tok.bos_token_id() == opt_id(m["bos_id"]));
+  CHECK(tok.eos_token_id() == opt_id(m["eos_id"]));
+  CHECK(tok.pad_token_id() == opt_id(m["pad_id"]));
+  if (!m["eos"].is_null()) CHECK(tok.eos_token() == m["eos"].get<std::string>());
+  CHECK(!tok.chat_template().empty() == m["has_chat_template"].get<bool>());
+  if (m.contains("model_max_length")) {
+    REQUIRE(tok.model_max_length().has_value());
+    CHECK(std::min<int64_t>(*tok.model_max_length(), int64_t(1) << 62) == m["model_max_length"].get<int64_t>());
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const trlx::InputError& e) {
+    return e.what();
+  }
+  return "<no InputError>";
+}
+
+const char* kTinyModel =
+    R"("model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2,"<unk>":3},"merges":["a b"],"unk_token":"<unk>"})";
+
+}  // namespace
+
+TEST_CASE("real tokenizers match HF tokenizers on the golden corpus", "[tokenizer][shared]") {
+  TRLX_NEED_SHARED(shared);
+  for (const std::string name : {"llama2", "llama3", "qwen3"}) {
+    const Tokenizer tok = Tokenizer::from_dir(shared / "fixtures" / "tokenizers" / name);
+    const auto cases = read_jsonl(trlx::test::data_dir() / "tokenizer" / "real" / (name + ".jsonl"));
+    REQUIRE(cases.size() > 2000);
+    check_meta(tok, cases.front());
+    report(name, check_cases(tok, cases));
+  }
+}
+
+TEST_CASE("hand-made tokenizers match HF tokenizers", "[tokenizer]") {
+  const fs::path dir = trlx::test::data_dir() / "tokenizer" / "handmade";
+  size_t n = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const auto cases = read_jsonl(entry.path() / "expected.jsonl");
+    const std::string name = entry.path().filename().string();
+    if (fs::exists(entry.path() / "tokenizer_config.json")) {
+      // transformers' AutoTokenizer rules for tokenizer_config.json
+      const Tokenizer tok = Tokenizer::from_dir(entry.path());
+      check_meta(tok, cases.front());
+      size_t bad = 0, total = 0;
+      for (const json& c : cases) {
+        if (c.contains("meta")) continue;
+        ++total;
+        const std::string text = c["text"];
+        if (tok.encode_ids(text) != c["ids"].get<std::vector<int32_t>>() ||
+            tok.encode_ids(text, false) != c["plain_ids"].get<std::vector<int32_t>>()) {
+          ++bad;
+          UNSCOPED_INFO(name << ": " << c.dump());
+        }
+      }
+      CHECK(total > 10);
+      CHECK(bad == 0);
+    } else {
+      const Tokenizer tok = Tokenizer::from_files(entry.path() / "tokenizer.json");
+      report(name, check_cases(tok, cases));
+    }
+    ++n;
+  }
+  CHECK(n >= 10);
+}
+
+TEST_CASE("config: default chat template from a list, AddedToken dict tokens", "[tokenizer]") {
+  const fs::path d = trlx::test::data_dir() / "tokenizer" / "handmade" / "config_bos_eos";
+  const Tokenizer tok = Tokenizer::from_dir(d);
+  CHECK(tok.chat_template() == "{{ messages }}");
+  CHECK(tok.eos_token() == std::string("</s>"));
+  CHECK(tok.model_max_length() == 512);
+  const auto e = tok.encode("hello");
+  REQUIRE(e.ids.size() >= 3);
+  CHECK(e.ids.front() == *tok.bos_token_id());
+  CHECK(e.ids.back() == *tok.eos_token_id());
+  CHECK(e.offsets.front() == std::pair<size_t, size_t>(0, 0));
+  CHECK(e.special_mask.front() == 1);
+}
+
+TEST_CASE("invalid UTF-8 is read as U+FFFD and offsets index the given bytes", "[tokenizer]") {
+  const Tokenizer tok = Tokenizer::from_files(trlx::test::data_dir() / "tokenizer" / "handmade" / "bytelevel_trim" / "tokenizer.json");
+  const std::string bad = "ab\xff\xc3(cd";
+  const auto e = tok.encode(bad, false);
+  REQUIRE(!e.ids.empty());
+  for (auto [b, en] : e.offsets) {
+    CHECK(b <= en);
+    CHECK(en <= bad.size());
+  }
+  CHECK(tok.encode_ids(bad, false) == tok.encode_ids("ab\xEF\xBF\xBD\xEF\xBF\xBD(cd", false));
+}
+
+TEST_CASE("errors name the file, the JSON path and the offending value", "[tokenizer][errors]") {
+  auto load = [](const std::string& body) { return [body] { Tokenizer::from_json(body, "my/tokenizer.json"); }; };
+
+  SECTION("unknown pre-tokenizer type inside a sequence") {
+    const std::string msg = error_of(load(std::string("{") + kTinyModel +
+                                          R"(,"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Digits"},{"type":"FancySplit"}]}})"));
+    CHECK_THAT(msg, Catch::Contains("my/tokenizer.json"));
+    CHECK_THAT(msg, Catch::Contains("pre_tokenizer.pretokenizers[1].type"));
+    CHECK_THAT(msg, Catch::Contains("FancySplit"));
+  }
+  SECTION("unknown normalizer, decoder and post-processor types") {
+    CHECK_THAT(error_of(load(std::string("{") + kTinyModel + R"(,"normalizer":{"type":"Precompiled"}})")),
+               Catch::Contains("normalizer.type") && Catch::Contains("Precompiled"));
+    CHECK_THAT(error_of(load(std::string("{") + kTinyModel + R"(,"decoder":{"type":"CTC"}})")),
+               Catch::Contains("decoder.type") && Catch::Contains("CTC"));
+    CHECK_THAT(error_of(load(std::string("{") + kTinyModel + R"(,"post_processor":{"type":"BertProcessing"}})")),
+               Catch::Contains("post_processor.type") && Catch::Contains("BertProcessing"));
+  }
+  SECTION("unsupported model type") {
+    const std::string msg = error_of(load(R"({"model":{"type":"WordPiece","vocab":{}}})"));
+    CHECK_THAT(msg, Catch::Contains("model.type") && Catch::Contains("WordPiece"));
+  }
+  SECTION("truncated JSON names the file") {
+    const std::string full = std::string("{") + kTinyModel + "}";
+    const std::string msg = error_of(load(full.substr(0, full.size() / 2)));
+    CHECK_THAT(msg, Catch::Contains("my/tokenizer.json") && Catch::Contains("not valid JSON"));
+  }
+  SECTION("missing key") {
+    const std::string msg = error_of(load(R"({"model":{"type":"BPE","vocab":{"a":0}}})"));
+    CHECK_THAT(msg, Catch::Contains("model.merges") && Catch::Contains("missing"));
+  }
+  SECTION("wrong value type") {
+    const std::string msg = error_of(load(R"({"model":{"type":"BPE","vocab":{"a":"zero"},"merges":[]}})"));
+    CHECK_THAT(msg, Catch::Contains("model.vocab.a") && Catch::Contains("expected an integer") && Catch::Contains("a string"));
+  }
+  SECTION("merge of unknown tokens") {
+    const std::string msg = error_of(load(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":["a q"]}})"));
+    CHECK_THAT(msg, Catch::Contains("model.merges[0]") && Catch::Contains("\"q\""));
+  }
+  SECTION("bad regex") {
+    const std::string msg = error_of(load(std::string("{") + kTinyModel +
+                                          R"(,"pre_tokenizer":{"type":"Split","pattern":{"Regex":"(unclosed"},"behavior":"Isolated"}})"));
+    CHECK_THAT(msg, Catch::Contains("pre_tokenizer.pattern.Regex") && Catch::Contains("(unclosed"));
+  }
+  SECTION("config file errors name the config") {
+    const std::string msg = error_of([] {
+      Tokenizer::from_json(std::string("{") + kTinyModel + "}", "t.json", std::string(R"({"bos_token": 5})"), "my/tokenizer_config.json");
+    });
+    CHECK_THAT(msg, Catch::Contains("my/tokenizer_config.json") && Catch::Contains("bos_token"));
+  }
+  SECTION("missing file") {
+    CHECK_THAT(error_of([] { Tokenizer::from_dir("/nonexistent/dir"); }), Catch::Contains("/nonexistent/dir"));
+  }
+}
