@@ -1,0 +1,12 @@
+#pragma once
+#include <string>
+#include <vector>
+
+namespace trlx::cli {
+
+// The whole `trlx` command line; returns the process exit code.
+int run_cli(int argc, char** argv);
+int run_env(const std::vector<std::string>& args);
+std::string config_reference_markdown();
+
+}  // namespace trlx::cli

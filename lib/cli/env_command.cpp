@@ -1,0 +1,124 @@
+// `trlx env`: what users paste into bug reports.
+#include <dlfcn.h>
+#include <link.h>
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <sstream>
+
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#ifdef TRLX_WITH_MPI
+#include <mpi.h>
+#endif
+
+#include "cli/cli.hpp"
+#include "core/strings.hpp"
+#include "dist/env/launcher_env.hpp"
+
+namespace trlx::cli {
+
+namespace {
+
+// NCCL is loaded with LibTorch's CUDA libraries when they are present; ask the
+// library itself for its version.
+std::string nccl_version() {
+  void* lib = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_NOLOAD);
+  if (!lib) lib = dlopen("libnccl.so.2", RTLD_LAZY);
+  if (!lib) return "not found (libnccl.so.2 not loadable)";
+  using GetVersion = int (*)(int*);
+  auto fn = reinterpret_cast<GetVersion>(dlsym(lib, "ncclGetVersion"));
+  int v = 0;
+  if (!fn || fn(&v) != 0) return "found, version unknown";
+  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+  return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
+}
+
+std::string mpi_version() {
+#ifdef TRLX_WITH_MPI
+  char buf[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(buf, &len);
+  std::string s(buf, static_cast<size_t>(len));
+  s = s.substr(0, s.find_first_of("\n,"));
+  return trim(s);
+#else
+  return "not built (configure with -DTRLX_WITH_MPI=ON and libopenmpi-dev)";
+#endif
+}
+
+// The CUDA runtime LibTorch loaded, if any (a CPU-only LibTorch loads none).
+std::string cuda_runtime_version() {
+  std::string path;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const std::string name = info->dlpi_name ? info->dlpi_name : "";
+        if (name.find("libcudart.so") != std::string::npos) {
+          *static_cast<std::string*>(out) = name;
+          return 1;
+        }
+        return 0;
+      },
+      &path);
+  if (path.empty()) return "";
+  void* lib = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (!lib) return "";
+  using GetVersion = int (*)(int*);
+  auto fn = reinterpret_cast<GetVersion>(dlsym(lib, "cudaRuntimeGetVersion"));
+  int v = 0;
+  if (!fn || fn(&v) != 0) return "unknown version";
+  return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
+
+// Lines of LibTorch's build description that matter for a report.
+std::string torch_build_detail(const std::string& key) {
+  std::istringstream in(at::show_config());
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string t = trim(line);
+    if (starts_with(t, "- " + key)) return trim(t.substr(2 + key.size()));
+  }
+  return "";
+}
+
+}  // namespace
+
+int run_env(const std::vector<std::string>& args) {
+  for (const auto& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::cout << "Usage: trlx env\nPrints versions, devices, threads and the launcher environment.\n";
+      return 0;
+    }
+  }
+  if (!args.empty()) {
+    std::cerr << "trlx env takes no arguments\n";
+    return 2;
+  }
+  auto row = [](const std::string& k, const std::string& v) { std::cout << fmt::format("{:<18}{}\n", k, v); };
+  row("trlx", TRLX_VERSION);
+  row("LibTorch", TORCH_VERSION);
+  const std::string cuda_rt = cuda_runtime_version();
+  row("CUDA build", cuda_rt.empty() ? "no (CPU-only LibTorch)" : "yes, runtime " + cuda_rt);
+  const bool cuda = torch::cuda::is_available();
+  row("CUDA available", cuda ? fmt::format("yes, {} device(s)", torch::cuda::device_count()) : "no (training runs on the CPU)");
+  const std::string cudnn = torch_build_detail("CuDNN");
+  if (!cudnn.empty()) row("cuDNN", cudnn);
+  row("NCCL", cuda_rt.empty() ? "not used (CPU-only LibTorch)" : nccl_version());
+  row("MPI", mpi_version());
+  row("threads", fmt::format("{} intra-op, {} inter-op", at::get_num_threads(), at::get_num_interop_threads()));
+  const auto env = dist::detect_launcher();
+  row("launcher", dist::launcher_name(env.launcher));
+  row("rank", fmt::format("{} of world size {}", env.rank, env.world_size));
+  row("local rank", fmt::format("{} of {} on this node", env.local_rank, env.local_world_size));
+  row("nodes", fmt::format("{} (this is node {})", env.num_nodes, env.node_rank));
+  row("master", env.master_addr.empty()
+                    ? std::string("(not set)")
+                    : env.master_addr + (env.master_port ? fmt::format(":{}", *env.master_port) : std::string()));
+  if (env.torchelastic) row("torchelastic", "agent store available, run id " + env.run_id);
+  return 0;
+}
+
+}  // namespace trlx::cli

@@ -1,0 +1,42 @@
+#pragma once
+// The one place that reads what a launcher (torchrun, mpirun, srun, trlx
+// launch) tells a process about its place in the job.
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace trlx::dist {
+
+enum class Launcher { None, Torchrun, OpenMPI, MPICH, MVAPICH, Slurm };
+std::string launcher_name(Launcher l);
+
+struct LauncherEnv {
+  Launcher launcher = Launcher::None;
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int num_nodes = 1;
+  int node_rank = 0;
+  std::string master_addr;            // empty when unknown (MPI rendezvous needs none)
+  std::optional<int> master_port;
+  bool torchelastic = false;          // a torchrun agent store is available
+  std::string run_id;                 // TORCHELASTIC_RUN_ID, SLURM_JOB_ID
+  bool is_main() const { return rank == 0; }
+  bool distributed() const { return world_size > 1; }
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+// Reads the process environment.
+LauncherEnv detect_launcher();
+// Reads from `lookup` (tests pass a map). Throws InputError on contradictory
+// or malformed values.
+LauncherEnv detect_launcher(const EnvLookup& lookup);
+EnvLookup map_lookup(const std::map<std::string, std::string>& env);
+
+// First host of a Slurm node list: "gpu[003-010,020],cpu01" -> "gpu003".
+std::string first_slurm_host(const std::string& nodelist);
+
+}  // namespace trlx::dist

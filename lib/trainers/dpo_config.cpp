@@ -1,0 +1,60 @@
+#include "trainers/dpo_config.hpp"
+
+#include <fmt/format.h>
+
+namespace trlx::trainers {
+
+const std::vector<std::string>& dpo_loss_types() {
+  static const std::vector<std::string> types = {
+      "sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard",
+      "aot", "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm"};
+  return types;
+}
+
+const config::Schema& dpo_schema() {
+  static const config::Schema schema = [] {
+    config::Schema s("dpo", "Direct preference optimisation on prompt/chosen/rejected data");
+    config::SchemaBuilder<DPOConfig> b(s);
+    add_training_fields(b, {.learning_rate = 1e-6, .gradient_checkpointing = true, .disable_dropout = true});
+    using C = DPOConfig;
+    b.group("dpo");
+    b.field(&C::beta, "beta", 0.1, "Strength of the implicit KL penalty towards the reference model.").min(0);
+    b.field(&C::loss_type, "loss_type", std::vector<std::string>{"sigmoid"},
+            "Loss, or a list of losses summed with loss_weights.")
+        .one_of(dpo_loss_types());
+    b.field(&C::loss_weights, "loss_weights", std::nullopt, "Weight of each loss in loss_type (default 1 each).");
+    b.field(&C::label_smoothing, "label_smoothing", 0.0, "Assumed probability that a preference label is flipped (robust, sigmoid).")
+        .min(0).max(0.5);
+    b.field(&C::f_divergence_type, "f_divergence_type", "reverse_kl", "Divergence in the implicit reward.")
+        .one_of({"reverse_kl", "forward_kl", "js_divergence", "alpha_divergence"});
+    b.field(&C::f_alpha_divergence_coef, "f_alpha_divergence_coef", 0.5, "alpha of alpha_divergence.");
+    b.field(&C::ld_alpha, "ld_alpha", std::nullopt, "LD-DPO: weight of the verbose part of longer responses.").min(0).max(1);
+    b.field(&C::use_weighting, "use_weighting", false, "WPO-style weighting of pairs by their policy probability.");
+    b.field(&C::discopop_tau, "discopop_tau", 0.05, "Temperature of the discopop loss.");
+    b.field(&C::ref_model, "ref_model", std::nullopt,
+            "Reference model directory; null uses the starting policy (or the base with adapters off under use_peft).");
+    b.field(&C::precompute_ref_log_probs, "precompute_ref_log_probs", false,
+            "Compute reference log-probs once before training and cache them on disk.");
+    b.field(&C::precompute_ref_batch_size, "precompute_ref_batch_size", std::nullopt, "Batch size of the precompute pass.").min(1);
+    b.field(&C::sync_ref_model, "sync_ref_model", false, "TR-DPO: mix the policy into the reference every ref_model_sync_steps.");
+    b.field(&C::ref_model_mixup_alpha, "ref_model_mixup_alpha", 0.6, "TR-DPO mixing weight of the policy.").min(0).max(1);
+    b.field(&C::ref_model_sync_steps, "ref_model_sync_steps", 512, "TR-DPO: steps between reference updates.").min(1);
+    b.rule([](const DPOConfig& c, config::Conflicts& out) {
+      if (c.loss_weights && c.loss_weights->size() != c.loss_type.size())
+        out.conflict({"loss_type", "loss_weights"},
+                     fmt::format("give one weight per loss ({} losses, {} weights)", c.loss_type.size(), c.loss_weights->size()));
+      if (c.loss_type.empty()) out.invalid("loss_type", "name at least one loss");
+      if (c.precompute_ref_log_probs && c.sync_ref_model)
+        out.conflict({"precompute_ref_log_probs", "sync_ref_model"},
+                     "a synced reference changes during training, so its log-probs cannot be precomputed; turn one off");
+      if (c.label_smoothing > 0)
+        for (const auto& t : c.loss_type)
+          if (t != "sigmoid" && t != "robust" && t != "exo_pair" && t != "bco_pair" && t != "sft")
+            out.conflict({"label_smoothing", "loss_type"}, fmt::format("label_smoothing has no meaning for the {} loss", t));
+    });
+    return s;
+  }();
+  return schema;
+}
+
+}  // namespace trlx::trainers

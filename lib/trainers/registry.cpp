@@ -1,0 +1,33 @@
+#include "trainers/registry.hpp"
+
+#include "trainers/dpo_config.hpp"
+#include "trainers/rloo_config.hpp"
+#include "trainers/sft_config.hpp"
+
+namespace trlx::trainers {
+
+namespace {
+template <class C>
+std::shared_ptr<void> make() {
+  return std::make_shared<C>();
+}
+}  // namespace
+
+const std::vector<TrainerEntry>& trainer_table() {
+  // Rows are added as trainers are built; a row without `run` has its config
+  // table (validate, print-config, docs) but cannot train yet.
+  static const std::vector<TrainerEntry> table = {
+      {"sft", &sft_schema, &make<SFTConfig>, {}},
+      {"dpo", &dpo_schema, &make<DPOConfig>, {}},
+      {"rloo", &rloo_schema, &make<RLOOConfig>, {}},
+  };
+  return table;
+}
+
+const TrainerEntry* find_trainer(const std::string& name) {
+  for (const auto& t : trainer_table())
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+}  // namespace trlx::trainers

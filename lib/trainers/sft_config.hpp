@@ -1,0 +1,21 @@
+#pragma once
+#include "config/training.hpp"
+
+namespace trlx::trainers {
+
+struct SFTConfig : config::TrainingConfig {
+  std::string dataset_text_field;
+  bool packing = false;
+  std::string packing_strategy;
+  bool padding_free = false;
+  std::optional<bool> completion_only_loss;
+  bool assistant_only_loss = false;
+  std::string loss_type;
+  std::optional<std::string> eos_token, pad_token;
+  std::optional<std::string> chat_template_path;
+  bool shuffle_dataset = false;
+};
+
+const config::Schema& sft_schema();
+
+}  // namespace trlx::trainers
