@@ -973,14 +973,26 @@ struct Tok {
 
 struct PostProcessor {
   virtual ~PostProcessor() = default;
-  virtual void process(std::vector<Tok>& toks, bool add_special, const std::function<std::string(int32_t)>& token_of) const = 0;
+  virtual void process(std::vector<Tok>& toks, bool add_special, const std::function<std::string(int32_t)>& token_of, std::string_view input) const = 0;
 };
 
 struct ByteLevelPost : PostProcessor {
   bool trim_offsets, add_prefix_space;
   ByteLevelPost(bool t, bool a) : trim_offsets(t), add_prefix_space(a) {}
-  void process(std::vector<Tok>& toks, bool, const std::function<std::string(int32_t)>& token_of) const override {
+  void process(std::vector<Tok>& toks, bool, const std::function<std::string(int32_t)>& token_of,
+               std::string_view input) const override {
     if (!trim_offsets) return;
+    // The reference trims in characters of the input (its offsets are
+    // character offsets by then), so step over whole UTF-8 units.
+    std::vector<size_t> bounds;  // start of every unit, then the end
+    for (size_t i = 0; i < input.size();) {
+      bounds.push_back(i);
+      i += uni::decode(input, i).len;
+    }
+    bounds.push_back(input.size());
+    auto unit_index = [&](size_t pos) {
+      return static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), pos) - bounds.begin());
+    };
     for (size_t i = 0; i < toks.size(); ++i) {
       Tok& t = toks[i];
       const std::string s = token_of(t.id);
@@ -997,9 +1009,13 @@ struct ByteLevelPost : PostProcessor {
       if (lead > 0) {
         const bool is_first = i == 0 || t.b == 0;
         if (is_first && add_prefix_space && lead == 1) lead = 0;
-        t.b = std::min(t.b + lead, t.e);
+        const size_t bi = unit_index(t.b);
+        t.b = std::min(bounds[std::min(bi + lead, bounds.size() - 1)], t.e);
       }
-      if (trail > 0 && t.e >= trail) t.e = std::max(t.e - trail, t.b);
+      if (trail > 0) {
+        const size_t ei = unit_index(t.e);
+        if (ei >= trail) t.e = std::max(bounds[ei - trail], t.b);
+      }
     }
   }
 };
@@ -1040,7 +1056,8 @@ struct TemplatePost : PostProcessor {
       }
     }
   }
-  void process(std::vector<Tok>& toks, bool add_special, const std::function<std::string(int32_t)>&) const override {
+  void process(std::vector<Tok>& toks, bool add_special, const std::function<std::string(int32_t)>&,
+               std::string_view) const override {
     if (!add_special) return;
     std::vector<Tok> out;
     out.reserve(toks.size() + 4);
@@ -1055,8 +1072,9 @@ struct TemplatePost : PostProcessor {
 
 struct SeqPost : PostProcessor {
   std::vector<std::unique_ptr<PostProcessor>> items;
-  void process(std::vector<Tok>& toks, bool add_special, const std::function<std::string(int32_t)>& token_of) const override {
-    for (const auto& p : items) p->process(toks, add_special, token_of);
+  void process(std::vector<Tok>& toks, bool add_special, const std::function<std::string(int32_t)>& token_of,
+               std::string_view input) const override {
+    for (const auto& p : items) p->process(toks, add_special, token_of, input);
   }
 };
 
@@ -1267,7 +1285,7 @@ struct Tokenizer::Impl {
       post->process(toks, add_special, [this](int32_t id) {
         const std::string* s = id_to_token(id);
         return s ? *s : std::string();
-      });
+      }, text);
     }
     return toks;
   }
@@ -1420,11 +1438,17 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
       if (!m.j.is_number()) fail_input("{}: key `model_max_length`: expected a number, found {}", cname, Node::kind(m.j));
       const double v = m.j.get<double>();
       impl->max_length = v >= 9.2e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(v);
+    } else {
+      impl->max_length = std::numeric_limits<int64_t>::max();  // transformers: "very large"
     }
-    // transformers: add_bos_token/add_eos_token in the config replace the
-    // post-processor by "[bos] $A [eos]" (each only when its token is set).
+    // transformers: for model-specific tokenizer classes (LlamaTokenizer,
+    // Qwen2Tokenizer, ...) add_bos_token/add_eos_token in the config replace
+    // the post-processor by "[bos] $A [eos]" (each only when its token is
+    // set); the generic PreTrainedTokenizerFast keeps tokenizer.json's.
+    const std::string cls = c.has("tokenizer_class") ? c.at("tokenizer_class").str() : "";
+    const bool generic = cls.empty() || cls == "PreTrainedTokenizerFast" || cls == "TokenizersBackend";
     const bool has_bos_flag = c.has("add_bos_token"), has_eos_flag = c.has("add_eos_token");
-    if (has_bos_flag || has_eos_flag || !impl->post) {
+    if ((!generic && (has_bos_flag || has_eos_flag)) || !impl->post) {
       const bool add_bos = c.bool_or("add_bos_token", false) && impl->bos.has_value();
       const bool add_eos = c.bool_or("add_eos_token", false) && impl->eos.has_value();
       auto tp = std::make_unique<TemplatePost>();
