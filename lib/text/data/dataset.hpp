@@ -20,7 +20,9 @@
 //                known split, every file is "train".
 //   * A file path is read whole: the split only picks the list inside a JSON
 //     object file.
-//   * .parquet / .arrow are not read yet: an InputError says how to convert.
+//   * .parquet / .arrow (and .csv, compressed files) are not read yet: an
+//     InputError says how to convert. A directory split holding any of them
+//     is refused too, rather than silently reading only its JSON files.
 // Files must be UTF-8 (a leading byte-order mark is allowed). Errors name the
 // file and 1-based line (and, in JSON arrays, the element index).
 //
@@ -104,7 +106,11 @@ std::string describe(Task task);
 //        {from, value} is converted as TRL does);
 //   sft, prompt_completion: "prompt", "completion";
 //   preference: "prompt", "chosen", "rejected" (an implicit prompt is
-//        extracted from chosen/rejected as TRL's maybe_extract_prompt does);
+//        extracted from chosen/rejected as TRL's maybe_extract_prompt does:
+//        also when "prompt" is plain text beside conversations; a
+//        conversational prompt beside plain texts is an error). Rows are
+//        taken one by one: TRL decides from the first row whether to extract,
+//        here each row without a prompt gets one;
 //   unpaired_preference: "prompt", "completion", "label" (bool); paired rows
 //        are first given a prompt as above, then unpaired as TRL's
 //        unpair_preference_dataset does (chosen rows of each block of 1000,
@@ -142,8 +148,9 @@ bool py_equal(const Value& a, const Value& b);
 
 // TRL's is_conversational on a row: a supported column (prompt, chosen,
 // rejected, completion, messages) holding a list whose first element is an
-// object with "role". Unlike TRL, every supported column present is looked at
-// and they must agree; false when there is none.
+// object with "role". TRL looks at one such column, picked by Python set
+// order; this is true when any of them holds messages (shape_for separately
+// requires all of a row's text columns to have one form).
 bool is_conversational(const Value& row);
 
 struct PromptSplit {

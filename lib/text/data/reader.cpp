@@ -371,7 +371,7 @@ std::vector<fs::path> split_files(const fs::path& dir, const LoadOptions& option
   std::vector<fs::path> chosen;
   std::set<std::string> known_splits;  // splits that some file names
   for (const auto& p : candidates) {
-    const auto words = path_words(fs::relative(p, dir));
+    const auto words = path_words(p.lexically_relative(dir));
     bool mine = false;
     for (const auto& w : words) {
       if (std::find(aliases.begin(), aliases.end(), w) != aliases.end()) mine = true;
