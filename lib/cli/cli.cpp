@@ -73,8 +73,10 @@ void bind_schema_flags(CLI::App& app, const config::Schema& schema, FlagBinding&
     std::string help = f.help;
     const std::string c = f.constraint_text();
     if (!c.empty()) help += " [" + c + "]";
+    // The default goes into the text: CLI11 would also use a default string
+    // as the value of a bare boolean flag.
+    help += " (default: " + config::format_value(f.default_value) + ")";
     CLI::Option* opt = app.add_option("--" + f.name, binding.values[f.name], help);
-    opt->default_str(config::format_value(f.default_value));
     opt->group(f.group);
     switch (f.kind) {
       case config::Kind::Bool: opt->expected(0, 1)->type_name("BOOL"); break;
@@ -133,7 +135,10 @@ config::Sources collect_sources(const CLI::App& app, const std::string& config_p
 
 // Leftover arguments: unknown flags get a "did you mean", stray words an error.
 void report_unknown(const std::vector<std::string>& unknown, config::ConfigLoader& loader, const std::string& cmd) {
+  bool after_flag = false;  // words after an unknown flag are its values
   for (const auto& u : unknown) {
+    if (after_flag && !starts_with(u, "-")) continue;
+    after_flag = starts_with(u, "--");
     if (starts_with(u, "--")) {
       std::string name = u.substr(2);
       if (auto eq = name.find('='); eq != std::string::npos) name = name.substr(0, eq);
@@ -211,6 +216,13 @@ std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, co
   std::vector<std::string> unknown;
   config::Sources src = collect_sources(app, config_path, binding, unknown);
 
+  // A file written for another trainer fails on its first foreign key; say
+  // what is really wrong instead.
+  const std::string file_trainer = trainer_from_file(config_path);
+  if (!file_trainer.empty() && file_trainer != trainer.name)
+    throw InputError(fmt::format("{} says `trainer: {}` but the command is trlx {}; run trlx {} or change the file",
+                                 config_path, file_trainer, trainer.name, file_trainer));
+
   ResolvedRun out;
   out.trainer = &trainer;
   out.loader = std::make_shared<config::ConfigLoader>(schema);
@@ -230,9 +242,6 @@ std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, co
   out.loader->resolve(out.config.get());
 
   const auto* tc = static_cast<const config::TrainingConfig*>(out.config.get());
-  if (!tc->trainer.empty() && tc->trainer != trainer.name)
-    throw InputError(fmt::format("{} says `trainer: {}` but the command is trlx {}; run trlx {} or change the file",
-                                 config_path, tc->trainer, trainer.name, tc->trainer));
   if (tc->accelerate_config) out.dist = config::read_accelerate_config(*tc->accelerate_config);
   return out;
 }
@@ -291,7 +300,7 @@ int run_validate(const std::string& cmd, std::vector<std::string> args) {
   auto run = resolve_for_tool(cmd, args, &rc, &accel);
   if (accel) {
     std::cout << fmt::format("{}: valid accelerate config ({}{})\n", peek_config(args), accel->describe(),
-                             accel->num_processes ? fmt::format(", {} processes", *accel->num_processes) : "");
+                             accel->num_processes ? fmt::format(", {} process{}", *accel->num_processes, *accel->num_processes == 1 ? "" : "es") : "");
     return 0;
   }
   if (!run) return rc;

@@ -33,8 +33,13 @@ std::string format_double(double d) {
   if (std::isnan(d)) return ".nan";
   // Shortest text that reads back to the same double, with a dot or exponent
   // so that YAML reads it as a float again.
+  // YAML 1.1 readers (PyYAML) need a dot in the mantissa: 1.0e-06, not 1e-06.
   std::string s = fmt::format("{}", d);
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  const auto e = s.find_first_of("eE");
+  if (s.find('.') == std::string::npos) {
+    if (e == std::string::npos) s += ".0";
+    else s.insert(e, ".0");
+  }
   return s;
 }
 

@@ -326,10 +326,11 @@ Kind kind_of(const fs::path& p) {
   std::string builder = "csv";
   if (ends_with(name, ".parquet")) builder = "parquet";
   else if (ends_with(name, ".arrow")) builder = "arrow";
+  const bool tsv = ends_with(name, ".tsv");
   fail_input("{}: {} files are not supported yet; trlx reads JSON Lines (.jsonl) and JSON (.json). "
              "Convert it once with Python's datasets library:\n  python3 -c \"from datasets import "
-             "load_dataset; load_dataset('{}', data_files='{}', split='train').to_json('{}.jsonl')\"",
-             f, ends_with(name, ".tsv") ? "tsv" : builder, builder, f,
+             "load_dataset; load_dataset('{}', data_files='{}'{}, split='train').to_json('{}.jsonl')\"",
+             f, tsv ? "tsv" : builder, builder, f, tsv ? ", delimiter='\\t'" : "",
              (p.parent_path() / p.stem()).string());
 }
 

@@ -553,8 +553,9 @@ Value g_strftime_now(Interp&, Args& args) {
   return Value::string(std::string(buf.data(), n));
 }
 
-Value g_namespace(Interp&, Args& args) {
+Value g_namespace(Interp& in, Args& args) {
   auto d = std::make_shared<Dict>();
+  in.track(d);
   for (const Value& p : args.pos) {
     if (p.kind == Kind::Dict) {
       for (const auto& kv : p.dict->items) d->set(kv.first, kv.second);

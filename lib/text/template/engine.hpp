@@ -108,6 +108,10 @@ struct Object {
   virtual Value call(Interp& in, Args& args);
   // Attribute lookup; nullopt when the object has no such attribute.
   virtual std::optional<Value> getattr(const std::string& name) const;
+  // Drops references to other values; called when a render ends so that
+  // reference cycles (a macro stored in the scope it closes over, a namespace
+  // holding itself) do not leak.
+  virtual void release() {}
 };
 
 // ---- Python semantics shared by the interpreter and the filters ----

@@ -36,6 +36,10 @@ struct LoopObj : Object, std::enable_shared_from_this<LoopObj> {
     return "<LoopContext " + std::to_string(index0 + 1) + "/" + std::to_string(items->size()) + ">";
   }
   std::optional<Value> getattr(const std::string& name) const override;
+  void release() override {
+    items.reset();
+    last_changed.reset();
+  }
 };
 
 struct LoopMethod : Object {
@@ -93,8 +97,10 @@ struct MacroObj : Object {
   std::string type_name() const override { return "Macro"; }
   std::string repr() const override { return "<Macro '" + name + "'>"; }
   bool callable() const override { return true; }
+  void release() override { closure.reset(); }
   Value call(Interp& in, Args& args) override {
     if (in.call_depth_ >= 64) throw_error("macro calls nested too deeply (recursion?)");
+    if (!closure) throw_error("macro '" + name + "' called after its template finished rendering");
     auto scope = std::make_shared<Scope>();
     scope->parent = closure;
     const auto& params = node->strs;
@@ -245,6 +251,11 @@ void Scope::set(const std::string& name, Value v) {
 
 // ---------------------------------------------------------------- driver
 
+Interp::~Interp() {
+  for (auto& o : objects_) o->release();
+  for (auto& d : namespaces_) d->items.clear();
+}
+
 std::string Interp::render(const Nodes& body, std::shared_ptr<Scope> root,
                            std::vector<std::pair<size_t, size_t>>* spans) {
   scope_ = std::move(root);
@@ -317,6 +328,7 @@ void Interp::exec_one(const Node& n) {
       m->node = &n;
       m->closure = scope_;
       m->name = n.name;
+      track(m);
       scope_->set(n.name, Value::object(m));
       return;
     }
@@ -325,6 +337,7 @@ void Interp::exec_one(const Node& n) {
       caller->node = &n;
       caller->closure = scope_;
       caller->name = "caller";
+      track(caller);
       const Node& call = *n.a;
       Value callee = eval(*call.a);
       Args args = eval_args(call);
@@ -446,6 +459,7 @@ void Interp::exec_for(const Node& n) {
     return;
   }
   auto loop = std::make_shared<LoopObj>();
+  track(loop);
   loop->items = std::make_shared<const List>(std::move(items));
   Value loop_value = Value::object(loop);
   for (size_t k = 0; k < loop->items->size(); ++k) {

@@ -25,6 +25,13 @@ struct Limits {
 class Interp {
  public:
   explicit Interp(const Limits& limits) : limits_(limits) {}
+  ~Interp();
+  Interp(const Interp&) = delete;
+  Interp& operator=(const Interp&) = delete;
+  // Objects and namespaces that may be part of a reference cycle; released
+  // when the render ends.
+  void track(std::shared_ptr<Object> o) { objects_.push_back(std::move(o)); }
+  void track(std::shared_ptr<Dict> d) { namespaces_.push_back(std::move(d)); }
 
   // Renders `body` with `root` as the outermost scope. Throws RenderError
   // (line() tells where).
@@ -61,6 +68,8 @@ class Interp {
   int depth_ = 0;
   enum class Flow { Normal, Break, Continue } flow_ = Flow::Normal;
   const Value* block_input_ = nullptr;
+  std::vector<std::shared_ptr<Object>> objects_;
+  std::vector<std::shared_ptr<Dict>> namespaces_;
 
   void exec_one(const Node& n);
   void exec_for(const Node& n);

@@ -80,7 +80,7 @@ struct Node {
                family == "normalizer"       ? "NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace, Sequence"
                : family == "pre_tokenizer"  ? "ByteLevel, Split, Metaspace, Digits, Whitespace, WhitespaceSplit, "
                                               "Punctuation, Sequence"
-               : family == "post_processor" ? "TemplateProcessing, ByteLevel, Sequence"
+               : family == "post_processor" ? "TemplateProcessing, ByteLevel, BertProcessing, RobertaProcessing, Sequence"
                : family == "decoder"        ? "ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, Sequence"
                                             : "BPE");
   }
@@ -560,7 +560,18 @@ struct WordPiece {
 class Bpe {
  public:
   Vocab vocab;
-  std::vector<std::string> vocab_r;  // by id, "" where no token
+  // id -> token; dense table when ids are (nearly) dense, a map otherwise so
+  // that a file with one huge id cannot make us allocate gigabytes.
+  std::vector<const std::string*> vocab_r;
+  std::unordered_map<int32_t, const std::string*> vocab_r_sparse;
+  const std::string* token(int32_t id) const {
+    if (id < 0) return nullptr;
+    if (!vocab_r.empty() || vocab_r_sparse.empty()) {
+      return static_cast<size_t>(id) < vocab_r.size() ? vocab_r[static_cast<size_t>(id)] : nullptr;
+    }
+    auto it = vocab_r_sparse.find(id);
+    return it == vocab_r_sparse.end() ? nullptr : it->second;
+  }
   std::unordered_map<uint64_t, std::pair<uint32_t, int32_t>> merges;  // (a,b) -> (rank, new id)
   std::optional<std::string> unk;
   std::optional<int32_t> unk_id;
@@ -718,9 +729,12 @@ std::unique_ptr<Bpe> make_bpe(const Node& n) {
     m->vocab[it.key()] = static_cast<int32_t>(id);
     max_id = std::max(max_id, static_cast<int32_t>(id));
   }
-  if (max_id > 50'000'000) fail_input("{}: key `{}`: token id {} is implausibly large", n.file, v.path, max_id);
-  m->vocab_r.assign(static_cast<size_t>(max_id + 1), std::string());
-  for (const auto& [tok, id] : m->vocab) m->vocab_r[id] = tok;
+  if (static_cast<size_t>(max_id) <= 4 * m->vocab.size() + 65536) {
+    m->vocab_r.assign(static_cast<size_t>(max_id + 1), nullptr);
+    for (const auto& [tok, id] : m->vocab) m->vocab_r[static_cast<size_t>(id)] = &tok;
+  } else {
+    for (const auto& [tok, id] : m->vocab) m->vocab_r_sparse[id] = &tok;
+  }
   if (n.has("unk_token")) {
     m->unk = n.at("unk_token").str();
     auto it = m->vocab.find(*m->unk);
@@ -1082,6 +1096,22 @@ std::unique_ptr<PostProcessor> make_post(const Node& n) {
   const std::string t = n.type();
   if (t == "ByteLevel") return std::make_unique<ByteLevelPost>(n.bool_or("trim_offsets", true), n.bool_or("add_prefix_space", true));
   if (t == "TemplateProcessing") return std::make_unique<TemplatePost>(n);
+  if (t == "BertProcessing" || t == "RobertaProcessing") {
+    // [cls] $A [sep]; RoBERTa also trims offsets like ByteLevel first.
+    auto pair_id = [&](std::string_view key) {
+      const Node p = n.at(key);
+      if (!p.j.is_array() || p.j.size() != 2) fail_input("{}: key `{}`: expected [token, id]", n.file, p.path);
+      p.item(0).str();
+      return static_cast<int32_t>(p.item(1).integer());
+    };
+    auto tp = std::make_unique<TemplatePost>();
+    tp->single = {{false, {pair_id("cls")}}, {true, {}}, {false, {pair_id("sep")}}};
+    if (t == "BertProcessing") return tp;
+    auto seq = std::make_unique<SeqPost>();
+    seq->items.push_back(std::make_unique<ByteLevelPost>(n.bool_or("trim_offsets", true), n.bool_or("add_prefix_space", true)));
+    seq->items.push_back(std::move(tp));
+    return seq;
+  }
   if (t == "Sequence") {
     auto s = std::make_unique<SeqPost>();
     const Node list = n.at("processors");
@@ -1179,13 +1209,7 @@ struct Tokenizer::Impl {
   const std::string* id_to_token(int32_t id) const {
     auto it = added_by_id.find(id);
     if (it != added_by_id.end()) return &added[it->second].content;
-    if (id >= 0 && static_cast<size_t>(id) < model->vocab_r.size() && !model->vocab_r[id].empty()) return &model->vocab_r[id];
-    if (id >= 0 && static_cast<size_t>(id) < model->vocab_r.size()) {
-      // an empty-string token is legal in a vocab
-      auto m = model->vocab.find(std::string_view());
-      if (m != model->vocab.end() && m->second == id) return &model->vocab_r[id];
-    }
-    return nullptr;
+    return model->token(id);
   }
 
   // Split `n` around added tokens found with `trie`; pieces with a token get it.
@@ -1325,25 +1349,37 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir) {
+Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir, Compat compat) {
   const auto tj = dir / "tokenizer.json";
   const auto tc = dir / "tokenizer_config.json";
   if (!std::filesystem::exists(tj)) fail_input("{}: no tokenizer.json in this directory", dir.string());
-  return from_files(tj, std::filesystem::exists(tc) ? std::optional(tc) : std::nullopt);
+  return from_files(tj, std::filesystem::exists(tc) ? std::optional(tc) : std::nullopt, compat);
 }
 
 Tokenizer Tokenizer::from_files(const std::filesystem::path& tokenizer_json,
-                                const std::optional<std::filesystem::path>& tokenizer_config) {
+                                const std::optional<std::filesystem::path>& tokenizer_config, Compat compat) {
   const std::string t = read_file(tokenizer_json);
   if (tokenizer_config) {
     const std::string c = read_file(*tokenizer_config);
-    return from_json(t, tokenizer_json.string(), c, tokenizer_config->string());
+    return from_json(t, tokenizer_json.string(), c, tokenizer_config->string(), compat);
   }
-  return from_json(t, tokenizer_json.string());
+  return from_json(t, tokenizer_json.string(), std::nullopt, "tokenizer_config.json", compat);
 }
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view name,
-                               std::optional<std::string_view> tokenizer_config, std::string_view config_name) {
+                               std::optional<std::string_view> tokenizer_config, std::string_view config_name,
+                               Compat compat) {
+  try {
+    return load(tokenizer_json, name, tokenizer_config, config_name, compat);
+  } catch (const nlohmann::json::exception& e) {
+    // Every access is checked before; this is a safety net, not a code path.
+    fail_input("{}: unexpected JSON structure: {}", name, e.what());
+  }
+}
+
+Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view name,
+                          std::optional<std::string_view> tokenizer_config, std::string_view config_name,
+                          Compat compat) {
   auto impl = std::make_unique<Impl>();
   impl->file = std::string(name);
   const std::string& file = impl->file;
@@ -1357,6 +1393,33 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   if (r.has("pre_tokenizer")) impl->pre = make_pre_tokenizer(r.at("pre_tokenizer"));
   if (r.has("post_processor")) impl->post = make_post(r.at("post_processor"));
   if (r.has("decoder")) impl->decoder = make_decoder(r.at("decoder"));
+
+  const std::string cname(config_name);
+  json cfg = json::object();
+  if (tokenizer_config) {
+    cfg = parse_json(*tokenizer_config, cname);
+    if (!cfg.is_object()) fail_input("{}: expected a JSON object at the top level, found {}", cname, Node::kind(cfg));
+  }
+  const Node c{cfg, cname, ""};
+  const std::string cls = c.has("tokenizer_class") ? c.at("tokenizer_class").str() : "";
+  if (compat == Compat::kTransformersV5 && (cls == "LlamaTokenizer" || cls == "LlamaTokenizerFast")) {
+    // transformers 5 LlamaTokenizer.__init__ keeps only vocab, merges,
+    // added tokens and the post-processor of the file.
+    const bool add_prefix_space = c.bool_or("add_prefix_space", true);
+    const bool legacy = c.bool_or("legacy", false);
+    static const std::string builtin = "<transformers LlamaTokenizer>";
+    const json pre = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"split", false},
+                      {"prepend_scheme", add_prefix_space ? (legacy ? "always" : "first") : "never"}};
+    json dec = {{"type", "Sequence"},
+                {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                                          {{"type", "ByteFallback"}},
+                                          {{"type", "Fuse"}}})}};
+    if (add_prefix_space) dec["decoders"].push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    impl->normalizer.reset();
+    impl->pre = make_pre_tokenizer(Node{pre, builtin, "pre_tokenizer"});
+    impl->decoder = make_decoder(Node{dec, builtin, "decoder"});
+    impl->model->unk_id.reset();
+  }
 
   // Added tokens take the model's id when the model has the content, the
   // next free id otherwise (what the reference does on load).
@@ -1411,10 +1474,6 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   impl->vocab_size = model_size + extra;
 
   if (tokenizer_config) {
-    const std::string cname(config_name);
-    const json cfg = parse_json(*tokenizer_config, cname);
-    const Node c{cfg, cname, ""};
-    if (!cfg.is_object()) fail_input("{}: expected a JSON object at the top level, found {}", cname, Node::kind(cfg));
     impl->bos = config_token(c, "bos_token");
     impl->eos = config_token(c, "eos_token");
     impl->pad = config_token(c, "pad_token");
@@ -1445,7 +1504,6 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     // Qwen2Tokenizer, ...) add_bos_token/add_eos_token in the config replace
     // the post-processor by "[bos] $A [eos]" (each only when its token is
     // set); the generic PreTrainedTokenizerFast keeps tokenizer.json's.
-    const std::string cls = c.has("tokenizer_class") ? c.at("tokenizer_class").str() : "";
     const bool generic = cls.empty() || cls == "PreTrainedTokenizerFast" || cls == "TokenizersBackend";
     const bool has_bos_flag = c.has("add_bos_token"), has_eos_flag = c.has("add_eos_token");
     if ((!generic && (has_bos_flag || has_eos_flag)) || !impl->post) {

@@ -28,16 +28,31 @@ struct Encoding {
   std::vector<uint8_t> special_mask;
 };
 
+// Where transformers' AutoTokenizer does not simply read tokenizer.json.
+enum class Compat {
+  // tokenizer.json as written: what HF `tokenizers` does, and what
+  // transformers 4.x AutoTokenizer does for these files.
+  kTokenizerJson,
+  // transformers 5.x AutoTokenizer: tokenizer_class LlamaTokenizer[Fast]
+  // rebuilds the pipeline (no normalizer; Metaspace pre-tokenizer with
+  // prepend_scheme "always" when legacy, else "first"; split off). This
+  // differs from SentencePiece on text that starts with a space, also right
+  // after a special token.
+  kTransformersV5,
+};
+
 class Tokenizer {
  public:
   // dir/tokenizer.json, plus dir/tokenizer_config.json when present.
-  static Tokenizer from_dir(const std::filesystem::path& dir);
+  static Tokenizer from_dir(const std::filesystem::path& dir, Compat compat = Compat::kTokenizerJson);
   static Tokenizer from_files(const std::filesystem::path& tokenizer_json,
-                              const std::optional<std::filesystem::path>& tokenizer_config = std::nullopt);
+                              const std::optional<std::filesystem::path>& tokenizer_config = std::nullopt,
+                              Compat compat = Compat::kTokenizerJson);
   // From JSON text; `name` stands for the file in error messages.
   static Tokenizer from_json(std::string_view tokenizer_json, std::string_view name = "tokenizer.json",
                              std::optional<std::string_view> tokenizer_config = std::nullopt,
-                             std::string_view config_name = "tokenizer_config.json");
+                             std::string_view config_name = "tokenizer_config.json",
+                             Compat compat = Compat::kTokenizerJson);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -67,6 +82,8 @@ class Tokenizer {
  private:
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  static Tokenizer load(std::string_view tokenizer_json, std::string_view name,
+                        std::optional<std::string_view> tokenizer_config, std::string_view config_name, Compat compat);
   std::unique_ptr<Impl> impl_;
 };
 

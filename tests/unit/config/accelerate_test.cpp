@@ -1,0 +1,106 @@
+#include <catch2/catch.hpp>
+
+#include "config/accelerate.hpp"
+#include "core/error.hpp"
+#include "support.hpp"
+
+using namespace trlx;
+using namespace trlx::config;
+using Catch::Matchers::Contains;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  FAIL("expected an InputError");
+  return "";
+}
+}  // namespace
+
+TEST_CASE("bundled presets read into the right strategies without warnings", "[accelerate]") {
+  auto single = read_accelerate_config("single_gpu");
+  CHECK(single.strategy == Strategy::Single);
+  CHECK(single.num_processes == 1);
+  auto ddp = read_accelerate_config("multi_gpu");
+  CHECK(ddp.strategy == Strategy::DDP);
+  CHECK(ddp.mixed_precision == "bf16");
+  auto fsdp = read_accelerate_config("fsdp");
+  CHECK(fsdp.strategy == Strategy::FSDP);
+  CHECK(fsdp.fsdp_version == 2);
+  CHECK(fsdp.reshard_after_forward);
+  CHECK(fsdp.shards_parameters());
+  for (int stage = 1; stage <= 3; ++stage) {
+    auto z = read_accelerate_config("zero" + std::to_string(stage));
+    CHECK(z.strategy == Strategy::Zero);
+    CHECK(z.zero_stage == stage);
+    CHECK(z.shards_parameters() == (stage == 3));
+    CHECK(z.warnings.empty());
+  }
+  CHECK(read_accelerate_config("zero3").zero3_save_16bit_model);
+  for (const auto& name : preset_names()) CHECK(read_accelerate_config(name).warnings.empty());
+  // Names from other tools.
+  CHECK(read_accelerate_config("deepspeed_zero2").zero_stage == 2);
+  CHECK(read_accelerate_config("fsdp2").strategy == Strategy::FSDP);
+  CHECK(read_accelerate_config("zero1.yaml").zero_stage == 1);
+}
+
+TEST_CASE("a user's accelerate file is read unchanged; unused keys warn once each", "[accelerate]") {
+  const auto path = (test::data_dir() / "config" / "user_accelerate_zero3.yaml").string();
+  auto d = read_accelerate_config(path);
+  CHECK(d.strategy == Strategy::Zero);
+  CHECK(d.zero_stage == 3);
+  CHECK(d.offload_optimizer_device == "cpu");
+  CHECK(d.num_processes == 4);
+  CHECK(d.source == path);
+  REQUIRE(d.warnings.size() == 4);
+  std::string all;
+  for (const auto& w : d.warnings) all += w + "\n";
+  CHECK_THAT(all, Contains("deepspeed_config.gradient_accumulation_steps"));
+  CHECK_THAT(all, Contains("deepspeed_config.gradient_clipping` is not used: set max_grad_norm"));
+  CHECK_THAT(all, Contains("`dynamo_config`"));
+  CHECK_THAT(all, Contains("`gpu_ids`"));
+  CHECK_THAT(all, Contains(path + ":"));
+}
+
+TEST_CASE("FSDP1 sharding strategies map onto reshard_after_forward", "[accelerate]") {
+  auto d = parse_accelerate_config("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n  fsdp_version: 1\n", "f.yaml");
+  CHECK(d.strategy == Strategy::FSDP);
+  CHECK_FALSE(d.reshard_after_forward);
+  CHECK(d.fsdp_version == 1);
+  d = parse_accelerate_config("distributed_type: FSDP\nfsdp_config:\n  fsdp_reshard_after_forward: false\n  fsdp_offload_params: true\n", "f.yaml");
+  CHECK_FALSE(d.reshard_after_forward);
+  CHECK(d.offload_param_device == "cpu");
+}
+
+TEST_CASE("bad accelerate files say where and what", "[accelerate]") {
+  auto msg = error_of([] { parse_accelerate_config("distributed_type: TPU\n", "a.yaml"); });
+  CHECK_THAT(msg, Contains("a.yaml:1:19"));
+  CHECK_THAT(msg, Contains("`TPU` is not supported"));
+  msg = error_of([] { parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n", "a.yaml"); });
+  CHECK_THAT(msg, Contains("a.yaml:3:15"));
+  CHECK_THAT(msg, Contains("between 0 and 3, found 4"));
+  msg = error_of([] { parse_accelerate_config("distributed_type: DEEPSPEED\n", "a.yaml"); });
+  CHECK_THAT(msg, Contains("needs deepspeed_config.zero_stage"));
+  msg = error_of([] { parse_accelerate_config("num_processes: many\n", "a.yaml"); });
+  CHECK_THAT(msg, Contains("`num_processes` expects an integer, found `many`"));
+  msg = error_of([] {
+    parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  offload_param_device: cpu\n", "a.yaml");
+  });
+  CHECK_THAT(msg, Contains("needs zero_stage 3"));
+  msg = error_of([] { read_accelerate_config("zero4"); });
+  CHECK_THAT(msg, Contains("neither a bundled accelerate preset"));
+  CHECK_THAT(msg, Contains("did you mean `zero"));
+  msg = error_of([] { read_accelerate_config("configs/missing.yaml"); });
+  CHECK_THAT(msg, Contains("configs/missing.yaml does not exist"));
+  msg = error_of([] { parse_accelerate_config("distributed_type: [\n", "a.yaml"); });
+  CHECK_THAT(msg, Contains("YAML syntax error"));
+}
+
+TEST_CASE("accelerate files are told apart from training configs", "[accelerate]") {
+  CHECK(looks_like_accelerate_config("distributed_type: MULTI_GPU\n"));
+  CHECK_FALSE(looks_like_accelerate_config("beta: 0.1\n"));
+  CHECK_FALSE(looks_like_accelerate_config("[not yaml"));
+}

@@ -1,0 +1,213 @@
+#include <catch2/catch.hpp>
+
+#include "config/loader.hpp"
+#include "core/error.hpp"
+#include "core/strings.hpp"
+#include "trainers/dpo_config.hpp"
+#include "trainers/rloo_config.hpp"
+#include "trainers/sft_config.hpp"
+
+using namespace trlx;
+using trlx::trainers::DPOConfig;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct Flags : std::vector<std::pair<std::string, std::vector<std::string>>> {};
+
+// Loads `yaml` (named "dpo.yaml") and `flags` into a DPO config.
+config::Loaded<DPOConfig> load_dpo(const std::string& yaml, Flags flags = {}) {
+  config::Loaded<DPOConfig> out;
+  out.loader = std::make_shared<config::ConfigLoader>(trainers::dpo_schema());
+  out.loader->load_yaml_text(yaml, "dpo.yaml");
+  for (const auto& [k, v] : flags) out.loader->apply_flag(k, v);
+  out.loader->resolve(&out.config);
+  return out;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    REQUIRE(e.code() == ExitCode::kBadInput);
+    return e.what();
+  }
+  FAIL("expected an InputError");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("defaults < YAML < flags, with origins", "[config]") {
+  auto c = load_dpo("beta: 0.2\nlearning_rate: 5.0e-7\n", Flags{{{"beta", {"0.3"}}}});
+  CHECK(c.config.beta == Approx(0.3));
+  CHECK(c.config.learning_rate == Approx(5e-7));
+  CHECK(c.config.max_grad_norm == Approx(1.0));  // default
+  CHECK(c.loader->origin("beta").describe() == "--beta");
+  CHECK(c.loader->origin("learning_rate").describe() == "dpo.yaml:2:1");
+  CHECK(c.loader->origin("max_grad_norm").describe() == "default");
+  const std::string yaml = c.loader->to_yaml();
+  CHECK_THAT(yaml, Contains("beta: 0.3"));
+  CHECK_THAT(yaml, Contains("# from --beta"));
+  CHECK_THAT(yaml, Contains("# from dpo.yaml:2:1"));
+}
+
+TEST_CASE("unknown key names file, line, column and the closest key", "[config]") {
+  const auto msg = error_of([] { load_dpo("beta: 0.1\nlearning_rat: 1.0e-6\n"); });
+  CHECK_THAT(msg, Contains("dpo.yaml:2:1"));
+  CHECK_THAT(msg, Contains("unknown key `learning_rat`"));
+  CHECK_THAT(msg, Contains("did you mean `learning_rate`?"));
+}
+
+TEST_CASE("unknown flag suggests the closest flag", "[config]") {
+  const auto msg = error_of([] { load_dpo("", Flags{{{"betta", {"0.2"}}}}); });
+  CHECK_THAT(msg, Contains("unknown flag `--betta`"));
+  CHECK_THAT(msg, Contains("did you mean `--beta`?"));
+}
+
+TEST_CASE("wrong type names where, what was expected and what was found", "[config]") {
+  auto msg = error_of([] { load_dpo("\n\nbeta: abc\n"); });
+  CHECK_THAT(msg, Contains("dpo.yaml:3:7"));
+  CHECK_THAT(msg, Contains("`beta` expects a number, found `abc`"));
+  msg = error_of([] { load_dpo("per_device_train_batch_size: 2.5\n"); });
+  CHECK_THAT(msg, Contains("expects an integer, found `2.5`"));
+  msg = error_of([] { load_dpo("bf16: maybe\n"); });
+  CHECK_THAT(msg, Contains("expects a boolean"));
+  msg = error_of([] { load_dpo("beta: [1, 2]\n"); });
+  CHECK_THAT(msg, Contains("found a list"));
+  msg = error_of([] { load_dpo("", Flags{{{"learning_rate", {"fast"}}}}); });
+  CHECK_THAT(msg, Contains("--learning_rate: expects a number, found `fast`"));
+}
+
+TEST_CASE("out of range and not among the choices", "[config]") {
+  auto msg = error_of([] { load_dpo("beta: -1\n"); });
+  CHECK_THAT(msg, Contains("dpo.yaml:1:1"));
+  CHECK_THAT(msg, Contains("`beta` must be >= 0.0, found -1.0"));
+  msg = error_of([] { load_dpo("lr_scheduler_type: cosin\n"); });
+  CHECK_THAT(msg, Contains("must be one of linear, cosine"));
+  CHECK_THAT(msg, Contains("did you mean `cosine`?"));
+  msg = error_of([] { load_dpo("loss_type: [sigmoid, hingee]\n"); });
+  CHECK_THAT(msg, Contains("found `hingee`"));
+  CHECK_THAT(msg, Contains("did you mean `hinge`?"));
+}
+
+TEST_CASE("every problem is reported at once", "[config]") {
+  const auto msg = error_of([] { load_dpo("beta: x\nlerning_rate: 1\nmax_grad_norm: -2\n"); });
+  CHECK_THAT(msg, Contains("3 problems"));
+  CHECK_THAT(msg, Contains("beta"));
+  CHECK_THAT(msg, Contains("lerning_rate"));
+  CHECK_THAT(msg, Contains("max_grad_norm"));
+}
+
+TEST_CASE("conflicting fields are named together with what to change", "[config]") {
+  auto msg = error_of([] { load_dpo("bf16: true\n", Flags{{{"fp16", {}}}}); });
+  CHECK_THAT(msg, Contains("conflicting settings"));
+  CHECK_THAT(msg, Contains("`bf16: true` (dpo.yaml:1:1)"));
+  CHECK_THAT(msg, Contains("`fp16: true` (--fp16)"));
+  CHECK_THAT(msg, Contains("set the other to false"));
+  msg = error_of([] { load_dpo("loss_type: [sigmoid, sft]\nloss_weights: [1.0]\n"); });
+  CHECK_THAT(msg, Contains("`loss_type"));
+  CHECK_THAT(msg, Contains("`loss_weights"));
+  CHECK_THAT(msg, Contains("2 losses, 1 weights"));
+  msg = error_of([] { load_dpo("precompute_ref_log_probs: true\nsync_ref_model: true\n"); });
+  CHECK_THAT(msg, Contains("precompute_ref_log_probs"));
+  CHECK_THAT(msg, Contains("sync_ref_model"));
+  msg = error_of([] { load_dpo("lr_scheduler_type: cosine_with_min_lr\n"); });
+  CHECK_THAT(msg, Contains("lr_scheduler_kwargs.min_lr"));
+}
+
+TEST_CASE("lists: YAML lists, a scalar, several flag values, comma-separated", "[config]") {
+  CHECK(load_dpo("loss_type: [sigmoid, sft]\n").config.loss_type == std::vector<std::string>{"sigmoid", "sft"});
+  CHECK(load_dpo("loss_type:\n  - ipo\n").config.loss_type == std::vector<std::string>{"ipo"});
+  CHECK(load_dpo("loss_type: hinge\n").config.loss_type == std::vector<std::string>{"hinge"});
+  CHECK(load_dpo("", Flags{{{"loss_type", {"sigmoid", "sft"}}}}).config.loss_type ==
+        std::vector<std::string>{"sigmoid", "sft"});
+  auto c = load_dpo("", Flags{{{"loss_type", {"sigmoid,sft"}}, {"loss_weights", {"1.0,0.5"}}}});
+  CHECK(c.config.loss_type == std::vector<std::string>{"sigmoid", "sft"});
+  REQUIRE(c.config.loss_weights);
+  CHECK(*c.config.loss_weights == std::vector<double>{1.0, 0.5});
+}
+
+TEST_CASE("nested keys in YAML and as dotted flags", "[config]") {
+  auto c = load_dpo("gradient_checkpointing_kwargs:\n  use_reentrant: false\n");
+  REQUIRE(c.config.use_reentrant.has_value());
+  CHECK_FALSE(*c.config.use_reentrant);
+  CHECK(c.loader->origin("gradient_checkpointing_kwargs.use_reentrant").describe() == "dpo.yaml:2:3");
+  c = load_dpo("", Flags{{{"gradient_checkpointing_kwargs.use_reentrant", {"true"}}}});
+  CHECK(*c.config.use_reentrant);
+  CHECK_FALSE(load_dpo("").config.use_reentrant.has_value());
+  const auto msg = error_of([] { load_dpo("gradient_checkpointing_kwargs:\n  use_reentrat: true\n"); });
+  CHECK_THAT(msg, Contains("dpo.yaml:2:3"));
+  CHECK_THAT(msg, Contains("did you mean `gradient_checkpointing_kwargs.use_reentrant`?"));
+  CHECK_THAT(c.loader->to_yaml(), Contains("gradient_checkpointing_kwargs:\n  use_reentrant: true"));
+}
+
+TEST_CASE("null: allowed for optional fields, an error elsewhere", "[config]") {
+  auto c = load_dpo("max_length: null\n");
+  CHECK_FALSE(c.config.max_length.has_value());
+  CHECK(load_dpo("").config.max_length == 1024);
+  const auto msg = error_of([] { load_dpo("beta: null\n"); });
+  CHECK_THAT(msg, Contains("`beta` expects a number, found null"));
+  CHECK_FALSE(load_dpo("", Flags{{{"max_length", {"None"}}}}).config.max_length.has_value());
+}
+
+TEST_CASE("booleans as TRL users write them", "[config]") {
+  CHECK(load_dpo("use_peft: yes\n").config.use_peft);
+  CHECK_FALSE(load_dpo("use_peft: False\n").config.use_peft);
+  CHECK(load_dpo("", Flags{{{"use_peft", {}}}}).config.use_peft);
+  CHECK_FALSE(load_dpo("", Flags{{{"use_peft", {"false"}}}}).config.use_peft);
+  CHECK(load_dpo("").config.use_bf16());
+  CHECK_FALSE(load_dpo("fp16: true\n").config.use_bf16());
+}
+
+TEST_CASE("duplicate keys and YAML syntax errors name their lines", "[config]") {
+  auto msg = error_of([] { load_dpo("beta: 0.1\nseed: 1\nbeta: 0.2\n"); });
+  CHECK_THAT(msg, Contains("dpo.yaml:3:1"));
+  CHECK_THAT(msg, Contains("appears twice (first on line 1)"));
+  msg = error_of([] { load_dpo("beta: 0.1\nloss_type: [sigmoid\n"); });
+  CHECK_THAT(msg, Contains("dpo.yaml:"));
+  CHECK_THAT(msg, Contains("YAML syntax error"));
+  msg = error_of([] { load_dpo("- beta\n- 0.1\n"); });
+  CHECK_THAT(msg, Contains("mapping"));
+}
+
+TEST_CASE("renamed fields are accepted with a warning naming the new key", "[config]") {
+  config::ConfigLoader l(trainers::rloo_schema());
+  l.load_yaml_text("rloo_k: 4\nkl_coef: 0.02\ncliprange: 0.1\nnum_ppo_epochs: 2\n", "rloo.yaml");
+  l.apply_flag("num_mini_batches", {"3"});
+  trainers::RLOOConfig c;
+  l.resolve(&c);
+  CHECK(c.num_generations == 4);
+  CHECK(c.beta == Approx(0.02));
+  CHECK(c.epsilon == Approx(0.1));
+  CHECK(c.num_iterations == 2);
+  CHECK(c.steps_per_generation == 3);
+  REQUIRE(l.warnings().size() == 5);
+  CHECK_THAT(l.warnings()[0], Contains("rloo.yaml:1:1"));
+  CHECK_THAT(l.warnings()[0], Contains("`rloo_k` is the old name of `num_generations`"));
+  CHECK_THAT(l.warnings()[4], Contains("--num_mini_batches is the old name of --steps_per_generation"));
+  CHECK_THAT(l.origin("num_generations").describe(), Contains("as `rloo_k`"));
+}
+
+TEST_CASE("each trainer keeps TRL's per-trainer defaults", "[config]") {
+  trainers::SFTConfig sft;
+  config::ConfigLoader ls(trainers::sft_schema());
+  ls.resolve(&sft);
+  CHECK(sft.learning_rate == Approx(2e-5));
+  CHECK_FALSE(sft.disable_dropout);
+  CHECK(sft.dataset_text_field == "text");
+  DPOConfig dpo;
+  config::ConfigLoader ld(trainers::dpo_schema());
+  ld.resolve(&dpo);
+  CHECK(dpo.learning_rate == Approx(1e-6));
+  CHECK(dpo.disable_dropout);
+  CHECK(dpo.loss_type == std::vector<std::string>{"sigmoid"});
+}
+
+TEST_CASE("closest_match finds typos and leaves unrelated words alone", "[strings]") {
+  const std::vector<std::string> c = {"learning_rate", "beta", "max_length"};
+  CHECK(closest_match("learnig_rate", c) == "learning_rate");
+  CHECK(closest_match("Beta", c) == "beta");
+  CHECK(closest_match("zzzzzzzz", c).empty());
+  CHECK(edit_distance("abc", "acb") == 1);
+}

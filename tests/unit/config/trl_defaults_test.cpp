@@ -1,0 +1,77 @@
+// trlx's defaults must be TRL's: the fixture comes from TRL itself
+// (scripts/fixtures/config_fixtures.py).
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "config/loader.hpp"
+#include "support.hpp"
+#include "trainers/dpo_config.hpp"
+#include "trainers/rloo_config.hpp"
+#include "trainers/sft_config.hpp"
+
+using namespace trlx;
+
+namespace {
+
+// Fields trlx declares on purpose with another default, and why.
+bool deliberate_difference(const std::string& trainer, const std::string& field) {
+  // trlx's own fields, absent from TRL.
+  if (field == "trainer" || field == "accelerate_config" || field == "skip_bad_rows" || field == "ref_model") return false;
+  (void)trainer;
+  return false;
+}
+
+bool same(const config::Value& v, const nlohmann::json& j) {
+  if (std::holds_alternative<std::monostate>(v)) return j.is_null();
+  if (auto* b = std::get_if<bool>(&v)) return j.is_boolean() && j.get<bool>() == *b;
+  if (auto* i = std::get_if<int64_t>(&v)) return j.is_number() && j.get<double>() == static_cast<double>(*i);
+  if (auto* d = std::get_if<double>(&v)) return j.is_number() && std::abs(j.get<double>() - *d) <= 1e-12 * std::max(1.0, std::abs(*d));
+  if (auto* s = std::get_if<std::string>(&v)) return j.is_string() && j.get<std::string>() == *s;
+  if (auto* l = std::get_if<std::vector<std::string>>(&v)) {
+    if (j.is_string()) return l->size() == 1 && (*l)[0] == j.get<std::string>();
+    return j.is_array() && j.get<std::vector<std::string>>() == *l;
+  }
+  if (auto* l = std::get_if<std::vector<double>>(&v)) return j.is_array() && j.get<std::vector<double>>() == *l;
+  return false;
+}
+
+void compare(const config::Schema& schema, const nlohmann::json& trl, const nlohmann::json& model,
+             const nlohmann::json& script, size_t* compared) {
+  for (const auto& f : schema.fields()) {
+    // Nested trlx fields map to TRL dict fields (lr_scheduler_kwargs, gradient_checkpointing_kwargs) whose
+    // default is null: nothing set.
+    if (f.name.find('.') != std::string::npos) {
+      CHECK(std::holds_alternative<std::monostate>(f.default_value));
+      continue;
+    }
+    const nlohmann::json* src = nullptr;
+    for (const auto* j : {&trl, &model, &script})
+      if (j->at("declared").contains(f.name)) {
+        src = j;
+        break;
+      }
+    if (!src) continue;  // a trlx-only field
+    INFO(schema.name() << "." << f.name << " trlx default " << config::format_value(f.default_value) << ", TRL declared "
+                       << src->at("declared").at(f.name).dump() << ", constructed "
+                       << src->at("constructed").at(f.name).dump());
+    const bool ok = same(f.default_value, src->at("declared").at(f.name)) ||
+                    same(f.default_value, src->at("constructed").at(f.name)) ||
+                    deliberate_difference(schema.name(), f.name);
+    CHECK(ok);
+    ++*compared;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("defaults equal TRL's for every field trlx shares with it", "[config][golden]") {
+  std::ifstream in(test::data_dir() / "config" / "trl_defaults.json");
+  REQUIRE(in);
+  const auto j = nlohmann::json::parse(in);
+  size_t compared = 0;
+  compare(trainers::sft_schema(), j.at("sft"), j.at("model"), j.at("script"), &compared);
+  compare(trainers::dpo_schema(), j.at("dpo"), j.at("model"), j.at("script"), &compared);
+  compare(trainers::rloo_schema(), j.at("rloo"), j.at("model"), j.at("script"), &compared);
+  CHECK(compared > 150);  // most fields exist in TRL under the same name
+}
