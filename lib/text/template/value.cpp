@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cwctype>
+#include <locale.h>
 
 #include "text/template/engine.hpp"
 
@@ -82,11 +84,32 @@ bool py_isspace(char32_t c) {
          c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
-// Simple case mapping for the scripts chat data is mostly written in (Latin,
-// Greek, Cyrillic); other scripts are left as they are.
+// Non-ASCII case mapping comes from glibc's C.UTF-8 locale (Unicode simple
+// case mapping, as Python's); where that locale is missing, built-in tables
+// cover Latin-1, Latin Extended-A, Greek and Cyrillic.
+static locale_t utf8_locale() {
+  static locale_t loc = newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(0));
+  return loc;
+}
+
+static char32_t table_upper(char32_t c);
+static char32_t table_lower(char32_t c);
+
 char32_t py_upper1(char32_t c) {
   if (c >= 'a' && c <= 'z') return c - 32;
   if (c < 0x80) return c;
+  if (locale_t loc = utf8_locale()) return static_cast<char32_t>(towupper_l(static_cast<wint_t>(c), loc));
+  return table_upper(c);
+}
+
+char32_t py_lower1(char32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c < 0x80) return c;
+  if (locale_t loc = utf8_locale()) return static_cast<char32_t>(towlower_l(static_cast<wint_t>(c), loc));
+  return table_lower(c);
+}
+
+static char32_t table_upper(char32_t c) {
   if (c == 0xb5) return 0x39c;
   if ((c >= 0xe0 && c <= 0xfe && c != 0xf7)) return c - 32;
   if (c == 0xff) return 0x178;
@@ -108,9 +131,7 @@ char32_t py_upper1(char32_t c) {
   return c;
 }
 
-char32_t py_lower1(char32_t c) {
-  if (c >= 'A' && c <= 'Z') return c + 32;
-  if (c < 0x80) return c;
+static char32_t table_lower(char32_t c) {
   if ((c >= 0xc0 && c <= 0xde && c != 0xd7)) return c + 32;
   if (c == 0x178) return 0xff;
   if (c >= 0x100 && c <= 0x17f) {
