@@ -100,7 +100,11 @@ std::optional<Task> task_for_trainer(std::string_view trainer);
 // One paragraph for --help: the columns a task reads.
 std::string describe(Task task);
 
-// Normalised rows, per task (extra columns are always kept after these):
+// Normalised rows, per task. Rows are edited in place: keys keep the file's
+// order, a column that shaping adds (an extracted "prompt", "messages" from
+// "conversations", "text" from text_field) goes last as datasets.map puts it,
+// and extra columns are kept. Unpaired KTO rows are new: prompt, completion,
+// label, then the extra columns.
 //   sft, language_modeling: "text" (string; taken from options.text_field) or
 //        "messages" (list of messages; a ShareGPT "conversations" column of
 //        {from, value} is converted as TRL does);

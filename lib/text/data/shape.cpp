@@ -192,7 +192,7 @@ const char* const kSftHint = "SFT rows need \"text\", \"messages\", or \"prompt\
 
 // A row being shaped: its location prefixes every error.
 struct RowCtx {
-  const Row& row;
+  const Row& row;  // read only by the checks; the shaper edits its value after them
   std::string where;
 
   template <typename... Args>
@@ -282,16 +282,6 @@ void same_form(const RowCtx& ctx, const char* a, Form fa, const char* b, Form fb
              to_string(fa), b, to_string(fb));
 }
 
-// The task's columns first, in `order`, then the rest in file order.
-Value reorder(const Value& row, Value front, std::initializer_list<const char*> order) {
-  Value out = Value::object();
-  for (const char* k : order)
-    if (front.contains(k)) out[k] = std::move(front[k]);
-  for (auto it = row.begin(); it != row.end(); ++it)
-    if (!out.contains(it.key())) out[it.key()] = *it;
-  return out;
-}
-
 // What a shaped row tells about the dataset; the first good row sets it and
 // every other row must agree.
 struct Traits {
@@ -301,28 +291,24 @@ struct Traits {
   bool margin = false;   // reward
 };
 
+// Rows are shaped in place: keys keep the file's order and a column that
+// shaping adds goes last, as datasets.map does. Nothing is inserted before
+// every check has passed, as insertion moves the values the checks refer to.
 struct Shaper {
   Task task;
   const LoadOptions& options;
 
-  // Preference columns with the prompt made explicit.
-  Value preference(const RowCtx& ctx, Form& form, bool& extracted) const {
+  // Preference columns with the prompt made explicit; true if extracted.
+  bool preference(const RowCtx& ctx, Value& v, Form& form) const {
     constexpr const char* kNeeds = "preference rows need \"chosen\" and \"rejected\" (and "
                                    "optionally \"prompt\")";
     const Value& chosen = ctx.require("chosen", kNeeds);
     const Value& rejected = ctx.require("rejected", kNeeds);
     form = check_text(ctx, "chosen", chosen);
     same_form(ctx, "chosen", form, "rejected", check_text(ctx, "rejected", rejected));
-    Value front = Value::object();
-    extracted = false;
     if (const Value* prompt = ctx.get_set("prompt")) {
       const Form pf = check_text(ctx, "prompt", *prompt);
-      if (pf == form) {
-        front["prompt"] = *prompt;
-        front["chosen"] = chosen;
-        front["rejected"] = rejected;
-        return front;
-      }
+      if (pf == form) return false;
       // A plain prompt beside full conversations restates their first turn;
       // TRL's maybe_extract_prompt takes the prompt from the conversations then.
       if (pf == Form::conversational)
@@ -335,50 +321,42 @@ struct Shaper {
     } catch (const InputError& e) {
       ctx.fail("{} (the row has no \"prompt\" of the same form as chosen/rejected)", e.what());
     }
-    extracted = true;
-    front["prompt"] = std::move(split.prompt);
-    front["chosen"] = std::move(split.chosen);
-    front["rejected"] = std::move(split.rejected);
-    return front;
+    v["chosen"] = std::move(split.chosen);
+    v["rejected"] = std::move(split.rejected);
+    v["prompt"] = std::move(split.prompt);
+    return true;
   }
 
-  // Shapes one row; `traits` gets what this row says about the dataset.
-  Value row(const RowCtx& ctx, Traits& traits, size_t& extracted_count) const {
-    const Value& v = ctx.row.value;
+  // Shapes one row in place; `traits` gets what this row says about the
+  // dataset, `extracted` whether its prompt was implicit.
+  void row(const RowCtx& ctx, Value& v, Traits& traits, bool& extracted) const {
     switch (task) {
-      case Task::sft: return sft(ctx, traits);
-      case Task::preference: {
-        bool extracted = false;
-        Value front = preference(ctx, traits.form, extracted);
-        extracted_count += extracted;
-        return reorder(v, std::move(front), {"prompt", "chosen", "rejected"});
-      }
-      case Task::unpaired_preference: return kto(ctx, traits, extracted_count);
-      case Task::reward: return reward(ctx, traits);
-      case Task::prompt_only: {
-        const Value& prompt = ctx.require("prompt", "prompt-only rows (GRPO, RLOO, PPO, online DPO) need \"prompt\"");
-        traits.form = check_text(ctx, "prompt", prompt);
-        return reorder(v, Value{{"prompt", prompt}}, {"prompt"});
-      }
+      case Task::sft: return sft(ctx, v, traits);
+      case Task::preference: extracted = preference(ctx, v, traits.form); return;
+      case Task::unpaired_preference: return kto(ctx, v, traits, extracted);
+      case Task::reward: return reward(ctx, v, traits);
+      case Task::prompt_only:
+        traits.form = check_text(
+            ctx, "prompt",
+            ctx.require("prompt", "prompt-only rows (GRPO, RLOO, PPO, online DPO) need \"prompt\""));
+        return;
     }
-    return v;
   }
 
-  Value sft(const RowCtx& ctx, Traits& traits) const {
-    const Value& v = ctx.row.value;
+  void sft(const RowCtx& ctx, Value& v, Traits& traits) const {
     if (const Value* prompt = ctx.get_set("prompt")) {
       traits.layout = SftLayout::prompt_completion;
       const Value& completion =
           ctx.require("completion", "SFT prompt-completion rows need \"prompt\" and \"completion\"");
       traits.form = check_text(ctx, "prompt", *prompt);
       same_form(ctx, "prompt", traits.form, "completion", check_text(ctx, "completion", completion));
-      return reorder(v, Value{{"prompt", *prompt}, {"completion", completion}}, {"prompt", "completion"});
+      return;
     }
     traits.layout = SftLayout::language_modeling;
     if (const Value* messages = ctx.get_set("messages")) {
       check_messages(ctx, "messages", *messages);
       traits.form = Form::conversational;
-      return reorder(v, Value{{"messages", *messages}}, {"messages"});
+      return;
     }
     if (const Value* conv = ctx.get_set("conversations")) {
       // ShareGPT layout: {from, value} messages, renamed the way TRL's
@@ -398,9 +376,9 @@ struct Shaper {
       }
       check_messages(ctx, "conversations", messages);
       traits.form = Form::conversational;
-      Value out = reorder(v, Value{{"messages", std::move(messages)}}, {"messages"});
-      out.erase("conversations");
-      return out;
+      v.erase("conversations");
+      v["messages"] = std::move(messages);
+      return;
     }
     const std::string& field = options.text_field;
     auto it = v.find(field);
@@ -417,13 +395,14 @@ struct Shaper {
       ctx.fail("\"{}\": expected a string, found {}", field, describe_value(*it));
     }
     traits.form = Form::text;
-    Value out = reorder(v, Value{{"text", *it}}, {"text"});
-    if (field != "text") out.erase(field);
-    return out;
+    if (field != "text") {
+      Value text = std::move(*it);
+      v.erase(field);
+      v["text"] = std::move(text);
+    }
   }
 
-  Value kto(const RowCtx& ctx, Traits& traits, size_t& extracted_count) const {
-    const Value& v = ctx.row.value;
+  void kto(const RowCtx& ctx, Value& v, Traits& traits, bool& extracted) const {
     const bool paired = ctx.get("chosen") || ctx.get("rejected");
     traits.paired = paired;
     if (paired) {
@@ -432,10 +411,8 @@ struct Shaper {
           ctx.fail("has both paired columns (\"chosen\"/\"rejected\") and \"{}\"; a KTO row is "
                    "either prompt/chosen/rejected or prompt/completion/label",
                    k);
-      bool extracted = false;
-      Value front = preference(ctx, traits.form, extracted);
-      extracted_count += extracted;
-      return reorder(v, std::move(front), {"prompt", "chosen", "rejected"});
+      extracted = preference(ctx, v, traits.form);
+      return;
     }
     constexpr const char* kNeeds =
         "KTO rows need \"prompt\", \"completion\" and \"label\" (or \"chosen\" and \"rejected\")";
@@ -447,22 +424,17 @@ struct Shaper {
     if (!label.is_boolean())
       ctx.fail("\"label\": expected a bool (true: desirable completion), found {}",
                describe_value(label));
-    return reorder(v, Value{{"prompt", prompt}, {"completion", completion}, {"label", label}},
-                   {"prompt", "completion", "label"});
   }
 
-  Value reward(const RowCtx& ctx, Traits& traits) const {
+  void reward(const RowCtx& ctx, Value& v, Traits& traits) const {
     constexpr const char* kNeeds =
         "reward rows need \"chosen\" and \"rejected\" (optionally \"prompt\" and \"margin\")";
     const Value& chosen = ctx.require("chosen", kNeeds);
     const Value& rejected = ctx.require("rejected", kNeeds);
     traits.form = check_text(ctx, "chosen", chosen);
     same_form(ctx, "chosen", traits.form, "rejected", check_text(ctx, "rejected", rejected));
-    Value front = Value{{"chosen", chosen}, {"rejected", rejected}};
-    if (const Value* prompt = ctx.get_set("prompt")) {
+    if (const Value* prompt = ctx.get_set("prompt"))
       same_form(ctx, "prompt", check_text(ctx, "prompt", *prompt), "chosen", traits.form);
-      front["prompt"] = *prompt;
-    }
     traits.margin = false;
     if (const Value* margin = ctx.get_set("margin")) {
       if (!margin->is_number())
@@ -470,12 +442,12 @@ struct Shaper {
       if (!std::isfinite(margin->get<double>()))
         ctx.fail("\"margin\": expected a finite number, found {}", describe_value(*margin));
       traits.margin = true;
-      front["margin"] = *margin;
     }
-    Value out = reorder(ctx.row.value, std::move(front), {"prompt", "chosen", "rejected", "margin"});
-    if (!traits.margin) out.erase("margin");  // a null margin is no margin
-    if (!out.contains("prompt") || out["prompt"].is_null()) out.erase("prompt");
-    return out;
+    // null is how JSON writers fill an absent optional field
+    for (const char* k : {"prompt", "margin"}) {
+      auto it = v.find(k);
+      if (it != v.end() && it->is_null()) v.erase(k);
+    }
   }
 };
 
@@ -488,16 +460,18 @@ std::vector<Row> unpair(std::vector<Row> rows) {
   out.reserve(rows.size() * 2);
   for (size_t start = 0; start < rows.size(); start += kUnpairBatch) {
     const size_t end = std::min(rows.size(), start + kUnpairBatch);
-    for (const char* side : {"chosen", "rejected"}) {
+    for (const bool chosen : {true, false}) {
       for (size_t i = start; i < end; ++i) {
-        const Row& r = rows[i];
+        Row& r = rows[i];
+        // the rejected pass is the row's last use: it may take the values
+        const auto take = [&](Value& x) { return chosen ? Value(x) : std::move(x); };
         Value v = Value::object();
-        v["prompt"] = r.value.at("prompt");
-        v["completion"] = r.value.at(side);
-        v["label"] = std::string_view(side) == "chosen";
+        v["prompt"] = take(r.value.at("prompt"));
+        v["completion"] = take(r.value.at(chosen ? "chosen" : "rejected"));
+        v["label"] = chosen;
         for (auto it = r.value.begin(); it != r.value.end(); ++it)
-          if (!v.contains(it.key()) && it.key() != "chosen" && it.key() != "rejected")
-            v[it.key()] = *it;
+          if (it.key() != "prompt" && it.key() != "chosen" && it.key() != "rejected")
+            v[it.key()] = take(*it);
         out.push_back(Row{std::move(v), r.file, r.line, r.element});
       }
     }
@@ -526,8 +500,8 @@ Shaped shape_for(Task task, Dataset dataset, const LoadOptions& options) {
     RowCtx ctx{row, row.where()};
     try {
       Traits t;
-      size_t extracted = 0;
-      Value shaped = shaper.row(ctx, t, extracted);
+      bool extracted = false;
+      shaper.row(ctx, row.value, t, extracted);
       if (!first) {
         first = t;
         first_where = ctx.where;
@@ -553,7 +527,6 @@ Shaped shape_for(Task task, Dataset dataset, const LoadOptions& options) {
                    t.margin ? "has a" : "has no", first_where, first->margin ? "has one" : "has none");
       }
       out.prompts_extracted += extracted;
-      row.value = std::move(shaped);
       out.rows.push_back(std::move(row));
     } catch (const InputError& e) {
       if (!options.skip_bad_rows) throw;

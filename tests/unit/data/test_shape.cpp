@@ -43,14 +43,14 @@ TEST_CASE("sft: text rows", "[data][shape][sft]") {
   CHECK(s.form == Form::text);
   CHECK(s.sft_layout == SftLayout::language_modeling);
   REQUIRE(s.rows.size() == 2);
-  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"text", "id"});
+  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"id", "text"});  // file order
 }
 
 TEST_CASE("sft: text_field picks the column and becomes \"text\"", "[data][shape][sft]") {
   LoadOptions opt;
   opt.text_field = "content";
   const Shaped s = shape(Task::sft, "{\"content\": \"a\", \"x\": 1}\n", opt);
-  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"text", "x"});
+  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"x", "text"});
   CHECK(s.rows[0].value["text"] == "a");
   CHECK_THAT(shape_error(Task::sft, "{\"text\": \"a\"}\n", opt), Contains("missing column \"content\""));
 }
@@ -65,7 +65,7 @@ TEST_CASE("sft: prompt + completion, both forms", "[data][shape][sft]") {
   Shaped s = shape(Task::sft, "{\"completion\": \" c\", \"prompt\": \"p\"}\n");
   CHECK(s.sft_layout == SftLayout::prompt_completion);
   CHECK(s.form == Form::text);
-  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"prompt", "completion"});
+  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"completion", "prompt"});
   s = shape(Task::sft, "{\"prompt\": [" + kUser + "], \"completion\": [" + kAsst + "]}\n");
   CHECK(s.form == Form::conversational);
   const std::string msg = shape_error(Task::sft, "{\"prompt\": [" + kUser + "], \"completion\": \"x\"}\n");
@@ -139,12 +139,13 @@ TEST_CASE("sft: layout and form must not change between rows", "[data][shape][sf
 
 TEST_CASE("preference: explicit prompt kept, implicit extracted", "[data][shape][dpo]") {
   Shaped s = shape(Task::preference, "{\"chosen\": \" b\", \"prompt\": \"p\", \"rejected\": \" c\", \"x\": 0}\n");
-  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"prompt", "chosen", "rejected", "x"});
+  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"chosen", "prompt", "rejected", "x"});
   CHECK(s.prompts_extracted == 0);
   s = shape(Task::preference, "{\"chosen\": \"Sky is blue\", \"rejected\": \"Sky is red\"}\n");
   CHECK(s.prompts_extracted == 1);
   CHECK(s.rows[0].value["prompt"] == "Sky is");
   CHECK(s.rows[0].value["chosen"] == " blue");
+  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"chosen", "rejected", "prompt"});
   // a null prompt is no prompt
   s = shape(Task::preference, "{\"prompt\": null, \"chosen\": \"ab\", \"rejected\": \"ac\"}\n");
   CHECK(s.rows[0].value["prompt"] == "a");
@@ -174,7 +175,7 @@ TEST_CASE("kto: unpaired rows", "[data][shape][kto]") {
                          "{\"prompt\": \"p\", \"completion\": \"d\", \"label\": true}\n");
   CHECK(s.unpaired_from == 0);
   REQUIRE(s.rows.size() == 2);
-  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"prompt", "completion", "label"});
+  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"label", "prompt", "completion"});
 }
 
 TEST_CASE("kto: label must be a bool", "[data][shape][kto][errors]") {
@@ -216,7 +217,7 @@ TEST_CASE("reward: chosen/rejected, optional prompt and margin", "[data][shape][
   Shaped s = shape(Task::reward, "{\"chosen\": \"a\", \"rejected\": \"b\", \"margin\": 0.5}\n"
                                  "{\"chosen\": \"a\", \"rejected\": \"b\", \"margin\": 2, \"prompt\": \"q\"}\n");
   CHECK(s.has_margin);
-  CHECK(keys(s.rows[1].value) == std::vector<std::string>{"prompt", "chosen", "rejected", "margin"});
+  CHECK(keys(s.rows[1].value) == std::vector<std::string>{"chosen", "rejected", "margin", "prompt"});
   s = shape(Task::reward, "{\"chosen\": \"a\", \"rejected\": \"b\", \"prompt\": null, \"margin\": null}\n");
   CHECK_FALSE(s.has_margin);
   CHECK(keys(s.rows[0].value) == std::vector<std::string>{"chosen", "rejected"});
@@ -243,7 +244,7 @@ TEST_CASE("reward: errors", "[data][shape][reward][errors]") {
 TEST_CASE("prompt-only: prompt plus extra columns handed on", "[data][shape][grpo]") {
   const Shaped s = shape(Task::prompt_only, "{\"answer\": 4, \"prompt\": [" + kUser + "]}\n");
   CHECK(s.form == Form::conversational);
-  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"prompt", "answer"});
+  CHECK(keys(s.rows[0].value) == std::vector<std::string>{"answer", "prompt"});
   CHECK(s.rows[0].value["answer"] == 4);
   const std::string msg = shape_error(Task::prompt_only, "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n{\"question\": \"c\"}\n");
   CHECK_THAT(msg, Contains("mem.jsonl:3: missing column \"prompt\""));
