@@ -104,10 +104,17 @@ TEST_CASE("feature templates render byte-identically to jinja2", "[template]") {
     }
     try {
       ChatTemplate t(c["template"].get<std::string>(), name);
-      std::string got = t.render(c["context"]).text;
+      auto out = t.render(c["context"]);
       std::string want = c["expected"].get<std::string>();
-      if (got == want) ++tally.identical;
-      else FAIL_CHECK(first_difference(got, want));
+      bool spans_ok = true;
+      if (c.contains("spans")) {
+        std::vector<std::pair<size_t, size_t>> spans;
+        for (const auto& s : c["spans"]) spans.emplace_back(s[0].get<size_t>(), s[1].get<size_t>());
+        spans_ok = out.generation_spans == spans;
+        CHECK(out.generation_spans == spans);
+      }
+      if (out.text == want && spans_ok) ++tally.identical;
+      else if (out.text != want) FAIL_CHECK(first_difference(out.text, want));
     } catch (const std::exception& e) {
       FAIL_CHECK("error: " << e.what());
     }
