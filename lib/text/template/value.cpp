@@ -183,6 +183,24 @@ static std::string map_case(std::string_view s, bool upper) {
 std::string py_upper(std::string_view s) { return map_case(s, true); }
 std::string py_lower(std::string_view s) { return map_case(s, false); }
 
+// One code point at s[pos...]; sets its byte length (1 for a malformed byte).
+static char32_t decode_at(std::string_view s, size_t pos, size_t& len) {
+  unsigned char c = static_cast<unsigned char>(s[pos]);
+  len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+  if (len == 1 || pos + len > s.size()) {
+    len = 1;
+    return c < 0x80 ? c : 0xFFFD;
+  }
+  std::u32string u = utf8_decode(s.substr(pos, len));
+  if (u.size() != 1) {
+    len = 1;
+    return 0xFFFD;
+  }
+  return u[0];
+}
+
+// Strips from the ends only, decoding just the code points it looks at: chat
+// messages are long and templates strip them often.
 std::string py_strip(std::string_view s, const Value* chars, bool left, bool right) {
   std::u32string set;
   bool ws = !chars || chars->is_none();
@@ -190,16 +208,31 @@ std::string py_strip(std::string_view s, const Value* chars, bool left, bool rig
     if (!chars->is_string()) throw_error("strip arg must be None or str");
     set = utf8_decode(chars->s);
   }
-  std::u32string u = utf8_decode(s);
-  auto strip_it = [&](char32_t c) {
-    return ws ? py_isspace(c) : set.find(c) != std::u32string::npos;
-  };
-  size_t b = 0, e = u.size();
-  if (left)
-    while (b < e && strip_it(u[b])) ++b;
-  if (right)
-    while (e > b && strip_it(u[e - 1])) --e;
-  return utf8_encode(std::u32string_view(u).substr(b, e - b));
+  auto strip_it = [&](char32_t c) { return ws ? py_isspace(c) : set.find(c) != std::u32string::npos; };
+  size_t b = 0, e = s.size();
+  if (left) {
+    while (b < e) {
+      size_t len;
+      char32_t c = decode_at(s, b, len);
+      if (!strip_it(c)) break;
+      b += len;
+    }
+  }
+  if (right) {
+    while (e > b) {
+      size_t start = e - 1;
+      while (start > b && (static_cast<unsigned char>(s[start]) & 0xc0) == 0x80 && e - start < 4) --start;
+      size_t len;
+      char32_t c = decode_at(s, start, len);
+      if (start + len != e) {  // malformed tail byte: treat it alone
+        start = e - 1;
+        c = 0xFFFD;
+      }
+      if (!strip_it(c)) break;
+      e = start;
+    }
+  }
+  return std::string(s.substr(b, e - b));
 }
 
 // ---------------------------------------------------------------- Dict
