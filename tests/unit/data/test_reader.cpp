@@ -334,3 +334,31 @@ TEST_CASE("in-memory readers append to a dataset", "[data][reader]") {
   REQUIRE(ds.rows.size() == 3);
   CHECK(ds.rows[2].file == "mem.json");
 }
+
+TEST_CASE("directory: a split with JSON and Parquet files is refused, not half read", "[data][reader][dir][errors]") {
+  TempDir dir;
+  dir.write("train.jsonl", "{\"text\": \"t\"}\n");
+  dir.write("train.parquet", "PAR1");
+  CHECK_THAT(input_error([&] { load_dataset(dir.path()); }), Contains("train.parquet: parquet files are not supported yet"));
+  // a save_to_disk directory
+  TempDir saved;
+  saved.write("dataset_dict.json", "{\"splits\": [\"train\"]}");
+  saved.write("train/state.json", "{}");
+  saved.write("train/dataset_info.json", "{}");
+  saved.write("train/data-00000-of-00001.arrow", "");
+  CHECK_THAT(input_error([&] { load_dataset(saved.path()); }), Contains("arrow files are not supported yet"));
+}
+
+TEST_CASE("json: numbers past double's range are invalid JSON", "[data][reader][errors]") {
+  TempDir dir;
+  const auto p = dir.write("d.json", "[{\"margin\": 1e400}]");
+  const std::string msg = input_error([&] { load_dataset(p); });
+  CHECK_THAT(msg, Contains(p.string() + ": invalid JSON: number overflow"));
+}
+
+TEST_CASE("directory: errors name the file inside the directory", "[data][reader][dir][errors]") {
+  TempDir dir;
+  dir.write("train-0.jsonl", "{\"text\": \"a\"}\n");
+  const auto bad = dir.write("train-1.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"text\": \"\xC3\"}\n");
+  CHECK_THAT(input_error([&] { load_dataset(dir.path()); }), Contains(bad.string() + ":3: not valid UTF-8"));
+}
