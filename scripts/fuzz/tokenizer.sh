@@ -18,7 +18,10 @@ for f in "$ROOT"/tests/data/tokenizer/handmade/*/tokenizer.json; do
   n=$(basename "$(dirname "$f")")
   [ "$(stat -c %s "$f")" -lt 200000 ] && cp -n "$f" "$WORK/corpus/$n.json" || true
 done
+TRLX_FUZZ_WRITE_SEED="$WORK/corpus/all_components.json" "$WORK/fuzz_tokenizer" -runs=0 /dev/null >/dev/null 2>&1 || true
 printf 'Hello  world\n\t123 <s> \xff\xfe caf\xc3\xa9 e\xcc\x81' > "$WORK/corpus/text1"
 cd "$WORK"
 ./fuzz_tokenizer -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -rss_limit_mb=4096 -timeout=20 \
-  -artifact_prefix="$WORK/artifacts/" "$WORK/corpus" 2>&1 | tail -n 40
+  -artifact_prefix="$WORK/artifacts/" "$WORK/corpus" > "$WORK/fuzz.log" 2>&1 || status=$?
+grep -E "^#[0-9]+ +(INITED|DONE)|ERROR|SUMMARY|Done [0-9]+ runs|artifact" "$WORK/fuzz.log" | tail -n 20
+exit "${status:-0}"
