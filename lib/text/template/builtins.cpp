@@ -47,8 +47,8 @@ Value get_path(Interp& in, const Value& item, const std::string& path, const Val
 
 Value attr_key(Interp& in, const Value& item, const Value* attribute) {
   if (!attribute || attribute->is_none()) return item;
-  if (attribute->is_int_like()) return in.getitem(item, *attribute);
-  return get_path(in, item, need_str(attribute, "attribute"));
+  if (!attribute->is_string()) return in.getitem(item, *attribute);
+  return get_path(in, item, attribute->s);
 }
 
 Value fold_case(const Value& v, bool case_sensitive) {
@@ -310,10 +310,19 @@ std::string py_format(Interp& in, const std::string& fmt, const Args& args) {
 }
 
 Value parse_py_float(const std::string& text, bool& ok) {
-  std::string t;
-  for (char c : py_strip(text, nullptr, true, true))
-    if (c != '_') t.push_back(c);
   ok = false;
+  std::string raw = py_strip(text, nullptr, true, true);
+  std::string t;
+  for (size_t k = 0; k < raw.size(); ++k) {
+    if (raw[k] != '_') {
+      t.push_back(raw[k]);
+      continue;
+    }
+    // Python accepts an underscore only between two digits.
+    bool ok_us = k > 0 && k + 1 < raw.size() && std::isdigit(static_cast<unsigned char>(raw[k - 1])) &&
+                 std::isdigit(static_cast<unsigned char>(raw[k + 1]));
+    if (!ok_us) return {};
+  }
   std::string low = py_lower(t);
   std::string body = low;
   double sign = 1;
@@ -490,9 +499,10 @@ Value min_max(Interp& in, const Value& v, const Args& args, bool want_max) {
 Value select_impl(Interp& in, const Value& v, const Args& args, bool use_attr, bool keep) {
   size_t off = 0;
   std::string attr;
+  Value attr_value;
   if (use_attr) {
     if (args.pos.empty()) throw_error("Missing parameter for attribute name");
-    attr = need_str(&args.pos[0], "attribute");
+    attr_value = args.pos[0];
     off = 1;
   }
   std::string test;
@@ -506,7 +516,7 @@ Value select_impl(Interp& in, const Value& v, const Args& args, bool use_attr, b
   }
   List out;
   for (const Value& item : py_iterate(v)) {
-    Value x = use_attr ? get_path(in, item, attr) : item;
+    Value x = use_attr ? attr_key(in, item, &attr_value) : item;
     bool r = has_test ? in.apply_test(test, x, targs) : truthy(x);
     if (r == keep) out.push_back(item);
   }
@@ -612,6 +622,71 @@ struct BuiltinObj : Object {
   Value call(Interp& in, Args& args) override { return fn(in, args); }
 };
 
+// Parameter names after the value, for the filters with a fixed signature;
+// passing others is a TypeError in jinja2, so it is an error here too.
+struct Signature {
+  const char* name;
+  std::vector<const char*> params;
+};
+const std::vector<Signature>& signatures() {
+  static const std::vector<Signature> sigs = {
+      {"abs", {}}, {"attr", {"name"}}, {"batch", {"linecount", "fill_with"}}, {"capitalize", {}},
+      {"center", {"width"}}, {"count", {}}, {"length", {}}, {"d", {"default_value", "boolean"}},
+      {"default", {"default_value", "boolean"}}, {"dictsort", {"case_sensitive", "by", "reverse"}},
+      {"e", {}}, {"escape", {}}, {"forceescape", {}}, {"first", {}}, {"last", {}}, {"float", {"default"}},
+      {"indent", {"width", "first", "blank"}}, {"int", {"default", "base"}}, {"items", {}},
+      {"join", {"d", "attribute"}}, {"list", {}}, {"lower", {}}, {"upper", {}}, {"title", {}},
+      {"max", {"case_sensitive", "attribute"}}, {"min", {"case_sensitive", "attribute"}},
+      {"replace", {"old", "new", "count"}}, {"reverse", {}}, {"round", {"precision", "method"}},
+      {"safe", {}}, {"sort", {"reverse", "case_sensitive", "attribute"}}, {"string", {}},
+      {"sum", {"attribute", "start"}}, {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}},
+      {"trim", {"chars"}}, {"unique", {"case_sensitive", "attribute"}}, {"wordcount", {}},
+      // tests
+      {"t:divisibleby", {"num"}}, {"t:sameas", {"other"}}, {"t:in", {"seq"}},
+  };
+  return sigs;
+}
+
+void check_signature(const std::string& key, const Args& args, const char* what) {
+  for (const auto& sig : signatures()) {
+    if (key != sig.name) continue;
+    std::string name = key.rfind("t:", 0) == 0 ? key.substr(2) : key;
+    if (args.pos.size() > sig.params.size())
+      throw_error(std::string(what) + " '" + name + "' takes at most " + std::to_string(sig.params.size()) +
+                  " argument(s), got " + std::to_string(args.pos.size()));
+    for (const auto& [k, v] : args.kw) {
+      bool found = false;
+      for (size_t i = 0; i < sig.params.size(); ++i)
+        if (k == sig.params[i]) {
+          if (i < args.pos.size()) throw_error(std::string(what) + " '" + name + "' got multiple values for argument '" + k + "'");
+          found = true;
+        }
+      if (!found) throw_error(std::string(what) + " '" + name + "' got an unexpected keyword argument '" + k + "'");
+    }
+    return;
+  }
+}
+
+// jinja2's map/select/... are generators: their errors surface when the
+// result is consumed, not when the filter is applied.
+template <class F>
+Value lazily(F&& f) {
+  try {
+    return f();
+  } catch (const RenderError& e) {
+    Value v = Value::make_list({}, Kind::Iterator);
+    v.s = e.what();
+    if (v.s.empty()) v.s = "error";
+    return v;
+  }
+}
+
+bool need_reverse(const Value* v) {
+  if (!v) return false;
+  if (!v->is_int_like()) throw_error("'" + py_type_name(*v) + "' object cannot be interpreted as an integer");
+  return v->as_int() != 0;
+}
+
 const char* const kFilters[] = {
     "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
     "first", "float", "forceescape", "format", "indent", "int", "items", "join", "last", "length", "list",
@@ -677,7 +752,12 @@ std::shared_ptr<Scope> make_globals() {
 
 Value Interp::apply_filter(const std::string& name, const Value& v, Args& args) {
   step();
+  check_signature(name, args, "filter");
   const std::string& f = name;
+  if (f == "map" || f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr" || f == "unique" ||
+      f == "batch" || f == "items") {
+    return lazily([&] { return generator_filter(name, v, args); });
+  }
   auto s_of = [&]() { return v.is_string() ? v.s : py_str(v); };
   if (f == "trim") return str_value(py_strip(s_of(), args.get(0, "chars"), true, true));
   if (f == "tojson") {
@@ -767,18 +847,11 @@ Value Interp::apply_filter(const std::string& name, const Value& v, Args& args) 
     check_size(out.size());
     return str_value(std::move(out));
   }
-  if (f == "items") {
-    if (v.is_undefined()) return Value::make_list({}, Kind::Iterator);
-    if (!v.is_mapping()) throw_error("Can only get item pairs from a mapping.");
-    List out;
-    for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_list({k, x}, Kind::Tuple));
-    return Value::make_list(std::move(out), Kind::Iterator);
-  }
   if (f == "dictsort") {
     if (!v.is_mapping()) throw_error("dictsort: value must be a mapping");
     bool cs = opt_bool(args.get(0, "case_sensitive"), false);
     std::string by = args.get(1, "by") ? need_str(args.get(1, "by"), "by") : "key";
-    bool rev = opt_bool(args.get(2, "reverse"), false);
+    bool rev = need_reverse(args.get(2, "reverse"));
     if (by != "key" && by != "value") throw_error("You can only sort by either \"key\" or \"value\"");
     List pairs;
     for (const auto& [k, x] : v.dict->items) pairs.push_back(Value::make_list({k, x}, Kind::Tuple));
@@ -786,7 +859,7 @@ Value Interp::apply_filter(const std::string& name, const Value& v, Args& args) 
     return Value::make_list(sorted_by(*this, std::move(pairs), &idx, cs, rev));
   }
   if (f == "sort") {
-    bool rev = opt_bool(args.get(0, "reverse"), false);
+    bool rev = need_reverse(args.get(0, "reverse"));
     bool cs = opt_bool(args.get(1, "case_sensitive"), false);
     return Value::make_list(sorted_by(*this, py_iterate(v), args.get(2, "attribute"), cs, rev));
   }
@@ -800,6 +873,53 @@ Value Interp::apply_filter(const std::string& name, const Value& v, Args& args) 
     std::reverse(items.begin(), items.end());
     return Value::make_list(std::move(items), v.kind == Kind::Iterator ? Kind::List : Kind::Iterator);
   }
+  if (f == "sum") {
+    const Value* attribute = args.get(0, "attribute");
+    Value total = args.get(1, "start") ? *args.get(1, "start") : Value::integer(0);
+    for (const Value& item : py_iterate(v)) total = binop("+", total, attr_key(*this, item, attribute));
+    return total;
+  }
+  if (f == "min") return min_max(*this, v, args, false);
+  if (f == "max") return min_max(*this, v, args, true);
+  if (f == "indent") {
+    if (v.is_undefined()) throw_error(v.s.empty() ? "value is undefined" : v.s);
+    if (!v.is_string())
+      throw_error("unsupported operand type(s) for +=: '" + py_type_name(v) + "' and 'str'");
+    return str_value(indent_filter(s_of(), args.get(0, "width"), opt_bool(args.get(1, "first"), false),
+                                   opt_bool(args.get(2, "blank"), false)));
+  }
+  if (f == "wordcount") return Value::integer(wordcount(s_of()));
+  if (f == "center") {
+    Args a;
+    a.pos.push_back(args.get(0, "width") ? *args.get(0, "width") : Value::integer(80));
+    return call_method(Value::string(s_of()), "center", a);
+  }
+  if (f == "format") {
+    Value t = args.pos.size() == 1 ? args.pos[0] : Value::make_list(args.pos, Kind::Tuple);
+    if (!args.kw.empty()) throw_error("format filter with keyword arguments is not supported");
+    return binop("%", Value::string(s_of()), t);
+  }
+  if (f == "attr") {
+    std::string n = need_str(args.get(0, "name"), "name");
+    if (v.is_undefined()) throw_error(v.s.empty() ? "value is undefined" : v.s);
+    if (v.kind == Kind::Dict) {
+      Value m = getattr(v, n);
+      if (m.kind == Kind::Object) return m;
+      return Value::undefined("'dict object' has no attribute '" + n + "'");
+    }
+    return getattr(v, n);
+  }
+  throw_error("No filter named '" + name + "'.");
+}
+
+Value Interp::generator_filter(const std::string& f, const Value& v, Args& args) {
+  if (f == "items") {
+    if (v.is_undefined()) return Value::make_list({}, Kind::Iterator);
+    if (!v.is_mapping()) throw_error("Can only get item pairs from a mapping.");
+    List out;
+    for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_list({k, x}, Kind::Tuple));
+    return Value::make_list(std::move(out), Kind::Iterator);
+  }
   if (f == "map") {
     List out;
     const Value* attribute = nullptr;
@@ -811,8 +931,8 @@ Value Interp::apply_filter(const std::string& name, const Value& v, Args& args) 
         if (k == "default") dflt = &x;
       if (dflt && dflt->is_none()) dflt = nullptr;
       for (const Value& item : py_iterate(v)) {
-        if (attribute->is_int_like()) out.push_back(getitem(item, *attribute));
-        else out.push_back(get_path(*this, item, need_str(attribute, "attribute"), dflt));
+        if (!attribute->is_string()) out.push_back(getitem(item, *attribute));
+        else out.push_back(get_path(*this, item, attribute->s, dflt));
       }
     } else {
       if (args.pos.empty()) throw_error("map requires a filter argument");
@@ -848,39 +968,6 @@ Value Interp::apply_filter(const std::string& name, const Value& v, Args& args) 
     }
     return Value::make_list(std::move(out), Kind::Iterator);
   }
-  if (f == "sum") {
-    const Value* attribute = args.get(0, "attribute");
-    Value total = args.get(1, "start") ? *args.get(1, "start") : Value::integer(0);
-    for (const Value& item : py_iterate(v)) total = binop("+", total, attr_key(*this, item, attribute));
-    return total;
-  }
-  if (f == "min") return min_max(*this, v, args, false);
-  if (f == "max") return min_max(*this, v, args, true);
-  if (f == "indent") {
-    return str_value(indent_filter(s_of(), args.get(0, "width"), opt_bool(args.get(1, "first"), false),
-                                   opt_bool(args.get(2, "blank"), false)));
-  }
-  if (f == "wordcount") return Value::integer(wordcount(s_of()));
-  if (f == "center") {
-    Args a;
-    a.pos.push_back(args.get(0, "width") ? *args.get(0, "width") : Value::integer(80));
-    return call_method(Value::string(s_of()), "center", a);
-  }
-  if (f == "format") {
-    Value t = args.pos.size() == 1 ? args.pos[0] : Value::make_list(args.pos, Kind::Tuple);
-    if (!args.kw.empty()) throw_error("format filter with keyword arguments is not supported");
-    return binop("%", Value::string(s_of()), t);
-  }
-  if (f == "attr") {
-    std::string n = need_str(args.get(0, "name"), "name");
-    if (v.is_undefined()) throw_error(v.s.empty() ? "value is undefined" : v.s);
-    if (v.kind == Kind::Dict) {
-      Value m = getattr(v, n);
-      if (m.kind == Kind::Object) return m;
-      return Value::undefined("'dict object' has no attribute '" + n + "'");
-    }
-    return getattr(v, n);
-  }
   if (f == "batch") {
     int64_t count = need_int(args.get(0, "linecount"), "linecount", 1);
     if (count <= 0) throw_error("batch size must be positive");
@@ -900,14 +987,21 @@ Value Interp::apply_filter(const std::string& name, const Value& v, Args& args) 
     }
     return Value::make_list(std::move(out), Kind::Iterator);
   }
-  throw_error("No filter named '" + name + "'.");
+  throw_error("No filter named '" + f + "'.");
 }
 
 // ---------------------------------------------------------------- tests
 
 bool Interp::apply_test(const std::string& t, const Value& v, Args& args) {
   step();
-  const Value* arg = args.get(0, "value");
+  static const char* kOneArg[] = {"divisibleby", "eq", "equalto", "==", "ne", "!=", "lt", "lessthan", "<",
+                                  "gt", "greaterthan", ">", "le", "<=", "ge", ">=", "sameas", "in"};
+  bool one = false;
+  for (const char* n : kOneArg) one |= t == n;
+  if (args.pos.size() + args.kw.size() > (one ? 1u : 0u))
+    throw_error("test '" + t + "' takes " + (one ? "one argument" : "no arguments"));
+  check_signature("t:" + t, args, "test");
+  const Value* arg = !args.pos.empty() ? &args.pos[0] : (!args.kw.empty() ? &args.kw[0].second : nullptr);
   auto need_arg = [&]() -> const Value& {
     if (!arg) throw_error("test '" + t + "' needs an argument");
     return *arg;
@@ -926,7 +1020,7 @@ bool Interp::apply_test(const std::string& t, const Value& v, Args& args) {
   if (t == "iterable")
     return v.is_undefined() || v.is_string() || v.is_listish() || v.is_mapping();
   if (t == "sequence") return v.is_undefined() || v.is_string() || v.kind == Kind::List || v.kind == Kind::Tuple || v.is_mapping();
-  if (t == "callable") return v.kind == Kind::Object && v.obj->callable();
+  if (t == "callable") return v.is_undefined() || (v.kind == Kind::Object && v.obj->callable());
   if (t == "even" || t == "odd") {
     Value r = binop("%", v, Value::integer(2));
     bool even = py_equal(r, Value::integer(0));

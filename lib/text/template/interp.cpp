@@ -105,29 +105,51 @@ struct MacroObj : Object {
     scope->parent = closure;
     const auto& params = node->strs;
     size_t np = params.size();
+    // Which of varargs / kwargs / caller the body uses decides, as in jinja2,
+    // whether extra arguments are accepted.
+    int64_t uses = node->value.i;
+    bool catch_varargs = uses & 1, catch_kwargs = uses & 2, uses_caller = uses & 4;
     std::vector<bool> bound(np, false);
-    List varargs;
-    for (size_t k = 0; k < args.pos.size(); ++k) {
-      if (k < np) {
-        scope->set(params[k], args.pos[k]);
-        bound[k] = true;
-      } else {
-        varargs.push_back(args.pos[k]);
-      }
+    for (size_t k = 0; k < args.pos.size() && k < np; ++k) {
+      scope->set(params[k], args.pos[k]);
+      bound[k] = true;
+    }
+    std::vector<std::pair<std::string, Value>> rest;
+    for (auto& [key, v] : args.kw) {
+      bool used = false;
+      for (size_t k = args.pos.size(); k < np; ++k)
+        if (params[k] == key && !bound[k]) {
+          scope->set(key, v);
+          bound[k] = used = true;
+          break;
+        }
+      if (!used) rest.emplace_back(key, v);
+    }
+    bool caller_is_param = false;
+    for (const auto& p : params) caller_is_param |= p == "caller";
+    if (uses_caller && !caller_is_param) {
+      Value caller = Value::undefined("No caller defined");
+      for (auto it = rest.begin(); it != rest.end(); ++it)
+        if (it->first == "caller") {
+          caller = it->second;
+          rest.erase(it);
+          break;
+        }
+      scope->set("caller", caller);
     }
     auto kwargs = std::make_shared<Dict>();
-    for (auto& [key, v] : args.kw) {
-      bool found = false;
-      for (size_t k = 0; k < np; ++k)
-        if (params[k] == key) {
-          if (bound[k]) throw_error("macro '" + name + "' got multiple values for argument '" + key + "'");
-          scope->set(key, v);
-          bound[k] = found = true;
-        }
-      if (!found) {
-        if (key == "caller") scope->set("caller", v);
-        else kwargs->set(Value::string(key), v);
-      }
+    if (catch_kwargs) {
+      for (auto& [k, v] : rest) kwargs->set(Value::string(k), v);
+    } else if (!rest.empty()) {
+      if (rest[0].first == "caller")
+        throw_error("macro '" + name + "' was invoked with two values for the special caller argument");
+      throw_error("macro '" + name + "' takes no keyword argument '" + rest[0].first + "'");
+    }
+    List varargs;
+    if (args.pos.size() > np) {
+      if (!catch_varargs)
+        throw_error("macro '" + name + "' takes not more than " + std::to_string(np) + " argument(s)");
+      varargs.assign(args.pos.begin() + static_cast<long>(np), args.pos.end());
     }
     auto saved = in.scope_;
     in.scope_ = scope;
@@ -145,8 +167,8 @@ struct MacroObj : Object {
       if (node->kwitems[k]) scope->set(params[k], in.eval(*node->kwitems[k]));
       else scope->set(params[k], Value::undefined("parameter '" + params[k] + "' was not provided"));
     }
-    scope->set("varargs", Value::make_list(std::move(varargs), Kind::Tuple));
-    scope->set("kwargs", Value::make_dict(kwargs));
+    if (catch_varargs) scope->set("varargs", Value::make_list(std::move(varargs), Kind::Tuple));
+    if (catch_kwargs) scope->set("kwargs", Value::make_dict(kwargs));
     return Value::string(in.capture(node->body));
   }
 };
@@ -653,7 +675,7 @@ bool Interp::contains(const Value& c, const Value& item) {
     case Kind::List:
     case Kind::Tuple:
     case Kind::Iterator:
-      for (const Value& v : *c.list)
+      for (const Value& v : py_iterate(c))
         if (py_equal(v, item)) return true;
       return false;
     case Kind::Dict: return c.dict->find(item) != nullptr;

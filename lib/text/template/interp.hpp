@@ -48,6 +48,7 @@ class Interp {
   Value getattr(const Value& obj, const std::string& name);
   Value getitem(const Value& obj, const Value& key);
   Value apply_filter(const std::string& name, const Value& input, Args& args);
+  Value generator_filter(const std::string& name, const Value& input, Args& args);
   bool apply_test(const std::string& name, const Value& v, Args& args);
   Value call_method(const Value& self, const std::string& name, Args& args);
   Value binop(const std::string& op, const Value& a, const Value& b);

@@ -813,6 +813,25 @@ class Parser {
     expect_op(")");
   }
 
+  // Bit 0: the body reads varargs, bit 1: kwargs, bit 2: caller.
+  static void scan_special_names(const Node& n, int64_t& bits) {
+    if (n.kind == NK::Name) {
+      if (n.name == "varargs") bits |= 1;
+      else if (n.name == "kwargs") bits |= 2;
+      else if (n.name == "caller") bits |= 4;
+    }
+    for (const NodeP* p : {&n.a, &n.b, &n.c, &n.dyn_args, &n.dyn_kwargs})
+      if (*p) scan_special_names(**p, bits);
+    for (const Nodes* list : {&n.items, &n.kwitems, &n.body, &n.else_body})
+      for (const auto& c : *list)
+        if (c) scan_special_names(*c, bits);
+  }
+  static Value special_names(const Nodes& body) {
+    int64_t bits = 0;
+    for (const auto& n : body) scan_special_names(*n, bits);
+    return Value::integer(bits);
+  }
+
   NodeP parse_macro() {
     int line = next().line;
     auto n = mk(NK::Macro, line);
@@ -822,6 +841,7 @@ class Parser {
     loop_depth_ = 0;
     open_blocks_.push_back("macro");
     n->body = parse_statements({"endmacro"}, true);
+    n->value = special_names(n->body);
     open_blocks_.pop_back();
     loop_depth_ = saved;
     return n;
@@ -837,6 +857,7 @@ class Parser {
     loop_depth_ = 0;
     open_blocks_.push_back("call");
     n->body = parse_statements({"endcall"}, true);
+    n->value = special_names(n->body);
     open_blocks_.pop_back();
     loop_depth_ = saved;
     return n;

@@ -521,9 +521,12 @@ List py_iterate(const Value& v) {
       }
       return out;
     }
+    case Kind::Iterator:
+      // A generator filter whose work failed: the error surfaces when it is consumed.
+      if (!v.s.empty()) throw_error(v.s);
+      return *v.list;
     case Kind::List:
-    case Kind::Tuple:
-    case Kind::Iterator: return *v.list;
+    case Kind::Tuple: return *v.list;
     case Kind::Dict: {
       List out;
       out.reserve(v.dict->items.size());
