@@ -107,8 +107,9 @@ class Regex {
       onig_initialize(encs, 1);
     });
     OnigErrorInfo info;
-    const auto* p = reinterpret_cast<const OnigUChar*>(pattern.data());
-    const int r = onig_new(&re_, p, p + pattern.size(), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8, ONIG_SYNTAX_RUBY, &info);
+    const std::string widened = uni::widen_unicode_classes(pattern);
+    const auto* p = reinterpret_cast<const OnigUChar*>(widened.data());
+    const int r = onig_new(&re_, p, p + widened.size(), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8, ONIG_SYNTAX_RUBY, &info);
     if (r != ONIG_NORMAL) {
       re_ = nullptr;
       OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];

@@ -1,6 +1,7 @@
 #include "text/tokenizer/unicode.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace trlx::text::uni {
 namespace {
@@ -256,6 +257,48 @@ void normalize(std::string_view s, Form form, std::vector<Change>& out) {
     out[w++] = ch;
   }
   out.resize(w);
+}
+
+std::string widen_unicode_classes(std::string_view p) {
+  auto ranges = [](char prop) {
+    std::string r;
+    auto add = [&](const auto& table) {
+      for (const CaseEntry& e : table) {
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", static_cast<unsigned>(e.cp), static_cast<unsigned>(e.lower));
+        r += buf;
+      }
+    };
+    if (prop == 'L') add(kRegexExtraL);
+    else add(kRegexExtraN);
+    return r;
+  };
+  std::string out;
+  out.reserve(p.size());
+  int depth = 0;  // inside [...] (nested classes count)
+  for (size_t i = 0; i < p.size();) {
+    const char c = p[i];
+    if (c == '\\' && i + 1 < p.size()) {
+      if (p.compare(i, 5, "\\p{L}") == 0 || p.compare(i, 5, "\\p{N}") == 0) {
+        const std::string extra = ranges(p[i + 3]);
+        if (depth > 0) {
+          out.append(p.substr(i, 5)).append(extra);
+        } else {
+          out.append("[").append(p.substr(i, 5)).append(extra).append("]");
+        }
+        i += 5;
+        continue;
+      }
+      out.append(p.substr(i, 2));  // any other escape, copied as is
+      i += 2;
+      continue;
+    }
+    if (c == '[') ++depth;
+    else if (c == ']' && depth > 0) --depth;
+    out.push_back(c);
+    ++i;
+  }
+  return out;
 }
 
 int lowercase(char32_t cp, char32_t out[3]) {

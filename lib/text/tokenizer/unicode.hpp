@@ -66,6 +66,11 @@ void normalize(std::string_view s, Form form, std::vector<Change>& out);
 // Cheap test: true when `s` is certainly unchanged by `form`.
 bool quick_normalized(std::string_view s, Form form);
 
+// Rewrites \p{L} and \p{N} in an Oniguruma pattern so that they also cover
+// the letters and numbers assigned in Unicode versions newer than the system
+// library's tables (the reference bundles a newer Oniguruma).
+std::string widen_unicode_classes(std::string_view pattern);
+
 // Full lowercase mapping of one character (1 to 3 characters).
 int lowercase(char32_t cp, char32_t out[3]);
 
