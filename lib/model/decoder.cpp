@@ -1,0 +1,295 @@
+#include "model/decoder.hpp"
+
+#include <cmath>
+#include <set>
+
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace trlx::model {
+
+namespace F = torch::nn::functional;
+
+// ---------------------------------------------------------------- norms, rope, masks
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // Computed in fp32 whatever the weights' dtype, then cast back before the
+  // scale, as the reference does: bf16 runs match it.
+  auto h = x.to(torch::kFloat32);
+  auto var = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * torch::rsqrt(var + eps_);
+  return weight * h.to(x.scalar_type());
+}
+
+torch::Tensor rope_inverse_frequencies(const ModelConfig& c) {
+  const int64_t dim = c.head_dim;
+  auto exponents = torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(dim);
+  auto inv_freq = 1.0 / torch::pow(torch::tensor(c.rope.theta, torch::kFloat32), exponents);
+  const auto& r = c.rope;
+  if (r.type == "linear") return inv_freq / r.factor;
+  if (r.type == "llama3") {
+    const double old_len = static_cast<double>(r.original_max_position_embeddings);
+    const double low_wavelen = old_len / r.low_freq_factor;
+    const double high_wavelen = old_len / r.high_freq_factor;
+    auto wavelen = 2.0 * M_PI / inv_freq;
+    auto scaled = torch::where(wavelen > low_wavelen, inv_freq / r.factor, inv_freq);
+    auto smooth = (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+    auto smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
+    auto medium = torch::logical_not(wavelen < high_wavelen).logical_and(torch::logical_not(wavelen > low_wavelen));
+    return torch::where(medium, smoothed, scaled);
+  }
+  return inv_freq;
+}
+
+torch::Tensor build_attention_mask(const torch::Tensor& key_mask, int64_t num_queries,
+                                   std::optional<int64_t> sliding_window) {
+  const int64_t tk = key_mask.size(1);
+  auto opts = torch::TensorOptions().dtype(torch::kInt64).device(key_mask.device());
+  auto q = torch::arange(tk - num_queries, tk, opts).view({num_queries, 1});
+  auto k = torch::arange(0, tk, opts).view({1, tk});
+  auto allowed = k <= q;
+  if (sliding_window) allowed = allowed.logical_and((q - k) < *sliding_window);
+  allowed = allowed.view({1, 1, num_queries, tk}).logical_and(key_mask.to(torch::kBool).view({-1, 1, 1, tk}));
+  return allowed.logical_or((k == q).view({1, 1, num_queries, tk}));
+}
+
+torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
+  auto m = attention_mask.to(torch::kInt64);
+  return (m.cumsum(-1) - 1).masked_fill(m == 0, 1);
+}
+
+namespace {
+
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- layers
+
+AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer)
+    : layer_(layer), heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
+  const bool qkv_bias = c.attention_bias || c.qkv_bias;
+  q_proj = register_module("q_proj", linear(c.hidden_size, heads_ * head_dim_, qkv_bias));
+  k_proj = register_module("k_proj", linear(c.hidden_size, kv_heads_ * head_dim_, qkv_bias));
+  v_proj = register_module("v_proj", linear(c.hidden_size, kv_heads_ * head_dim_, qkv_bias));
+  o_proj = register_module("o_proj", linear(heads_ * head_dim_, c.hidden_size, c.attention_bias));
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+  }
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                     const torch::Tensor& mask, KVCache* cache) {
+  const int64_t b = x.size(0), t = x.size(1);
+  auto q = q_proj->forward(x).view({b, t, heads_, head_dim_});
+  auto k = k_proj->forward(x).view({b, t, kv_heads_, head_dim_});
+  auto v = v_proj->forward(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
+  if (q_norm) {
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
+  auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);
+  q = q * c + rotate_half(q) * s;
+  k = k * c + rotate_half(k) * s;
+  if (cache) {
+    auto& ck = cache->keys[static_cast<size_t>(layer_)];
+    auto& cv = cache->values[static_cast<size_t>(layer_)];
+    if (ck.defined()) {
+      k = torch::cat({ck, k}, 2);
+      v = torch::cat({cv, v}, 2);
+    }
+    ck = k;
+    cv = v;
+  }
+  if (kv_heads_ != heads_) {
+    const int64_t groups = heads_ / kv_heads_;
+    k = k.repeat_interleave(groups, 1);
+    v = v.repeat_interleave(groups, 1);
+  }
+  torch::Tensor out;
+  if (mask.defined()) {
+    out = at::scaled_dot_product_attention(q, k, v, mask);
+  } else {
+    out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+  }
+  out = out.transpose(1, 2).reshape({b, t, heads_ * head_dim_});
+  return o_proj->forward(out);
+}
+
+MLPImpl::MLPImpl(const ModelConfig& c) {
+  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  return down_proj->forward(F::silu(gate_proj->forward(x)) * up_proj->forward(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
+  self_attn = register_module("self_attn", Attention(c, layer));
+  mlp = register_module("mlp", MLP(c));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  sliding = c.sliding_window && c.sliding_layers[static_cast<size_t>(layer)];
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                        const torch::Tensor& mask, KVCache* cache) {
+  auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+// ---------------------------------------------------------------- model
+
+DecoderModelImpl::DecoderModelImpl(const ModelConfig& c) : config_(c) {
+  auto emb = torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size);
+  if (c.pad_token_id && *c.pad_token_id >= 0 && *c.pad_token_id < c.vocab_size) emb.padding_idx(*c.pad_token_id);
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(emb));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  inv_freq_ = register_buffer("inv_freq", rope_inverse_frequencies(c));
+}
+
+torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
+  const auto& ids = batch.input_ids;
+  TORCH_CHECK(ids.dim() == 2, "input_ids must be [batch, time]");
+  const int64_t b = ids.size(0), t = ids.size(1);
+  const auto device = ids.device();
+  auto mask2d = batch.attention_mask.defined() ? batch.attention_mask.to(torch::kInt64)
+                                               : torch::ones({b, t}, torch::dtype(torch::kInt64).device(device));
+  const int64_t past = cache ? cache->length() : 0;
+  if (cache && cache->keys.empty()) {
+    cache->keys.resize(static_cast<size_t>(config_.num_hidden_layers));
+    cache->values.resize(static_cast<size_t>(config_.num_hidden_layers));
+  }
+  torch::Tensor positions = batch.position_ids;
+  if (!positions.defined()) {
+    positions = position_ids_from_mask(mask2d);
+    if (cache && cache->next_position.defined())
+      positions = (positions + cache->next_position.unsqueeze(1)).masked_fill(mask2d == 0, 1);
+  }
+  auto key_mask = past > 0 ? torch::cat({cache->attention_mask, mask2d}, 1) : mask2d;
+  if (cache) {
+    cache->attention_mask = key_mask;
+    auto advance = mask2d.sum(1);
+    cache->next_position = cache->next_position.defined() ? cache->next_position + advance : advance;
+  }
+
+  // A causal mask alone is cheaper to express as is_causal; padding, a cache
+  // or a sliding window need the explicit mask.
+  const bool padded = batch.attention_mask.defined() && !mask2d.all().item<bool>();
+  torch::Tensor full_mask, sliding_mask;
+  if (padded || past > 0) full_mask = build_attention_mask(key_mask, t, std::nullopt);
+  if (config_.sliding_window) sliding_mask = build_attention_mask(key_mask, t, config_.sliding_window);
+
+  auto x = embed_tokens->forward(ids);
+  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_.to(device).view({1, 1, -1});
+  auto emb = torch::cat({freqs, freqs}, -1);
+  auto cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
+  for (const auto& m : *layers) {
+    auto& layer = *m->as<DecoderLayerImpl>();
+    const auto& mask = layer.sliding ? sliding_mask : full_mask;
+    x = run_layer ? run_layer(layer, x, cos, sin, mask, cache) : layer.forward(x, cos, sin, mask, cache);
+  }
+  return norm->forward(x);
+}
+
+LanguageModelImpl::LanguageModelImpl(const ModelConfig& c, HeadKind head) : config_(c), head_kind_(head) {
+  model = register_module("model", DecoderModel(c));
+  if (head == HeadKind::CausalLM) {
+    if (!c.tie_word_embeddings) lm_head = register_module("lm_head", linear(c.hidden_size, c.vocab_size, false));
+  } else {
+    score = register_module("score", linear(c.hidden_size, c.num_labels, false));
+  }
+}
+
+torch::Tensor LanguageModelImpl::hidden_states(const Batch& batch, KVCache* cache) { return model->forward(batch, cache); }
+
+torch::Tensor LanguageModelImpl::head_weight() const {
+  if (head_kind_ == HeadKind::SequenceClassification) return score->weight;
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
+torch::Tensor LanguageModelImpl::head(const torch::Tensor& hidden) { return torch::matmul(hidden, head_weight().t()); }
+
+torch::Tensor pool_last_non_pad(const torch::Tensor& scores, const torch::Tensor& input_ids,
+                                std::optional<int64_t> pad_token_id) {
+  const int64_t b = input_ids.size(0), t = input_ids.size(1);
+  torch::Tensor last;
+  if (!pad_token_id) {
+    if (b != 1)
+      fail_input("a sequence-classification model needs pad_token_id in its config.json to find the last token of "
+                 "each row of a padded batch");
+    last = torch::full({1}, t - 1, torch::kInt64);
+  } else {
+    auto non_pad = (input_ids != *pad_token_id).to(torch::kInt64);
+    auto idx = torch::arange(t, torch::dtype(torch::kInt64).device(input_ids.device()));
+    last = (idx * non_pad).argmax(-1);
+  }
+  auto rows = torch::arange(b, torch::dtype(torch::kInt64).device(scores.device()));
+  return scores.index({rows, last.to(scores.device())});
+}
+
+std::vector<std::string> checkpoint_names(LanguageModelImpl& m) {
+  std::vector<std::string> out;
+  for (const auto& p : m.named_parameters(true)) out.push_back(p.key());
+  return out;
+}
+
+void load_parameters(LanguageModelImpl& m, const TensorSource& get, const std::vector<std::string>& available,
+                     const std::string& source, torch::Dtype dtype) {
+  m.to(dtype);
+  torch::NoGradGuard no_grad;
+  std::set<std::string> used;
+  for (auto& p : m.named_parameters(true)) {
+    const std::string& name = p.key();
+    auto t = get(name);
+    if (!t) {
+      if (name == "score.weight") {
+        // A reward or value model started from a language model: the head is
+        // new, initialised as transformers does (normal, std 0.02).
+        log::warn("{}: no `score.weight`; the score head starts from random values (as a new reward/value head)",
+                  source);
+        p.value().normal_(0.0, 0.02);
+        continue;
+      }
+      fail_input("{}: tensor `{}` is missing (a {} model with {} layers needs it)", source, name,
+                 m.config().model_type, m.config().num_hidden_layers);
+    }
+    if (t->sizes() != p.value().sizes())
+      fail_input("{}: tensor `{}` has shape {} but the model's config.json implies {}", source, name,
+                 fmt::format("{}", fmt::join(t->sizes(), "x")), fmt::format("{}", fmt::join(p.value().sizes(), "x")));
+    p.value().copy_(*t);
+    used.insert(name);
+  }
+  size_t unused = 0;
+  std::string example;
+  for (const auto& n : available) {
+    if (used.count(n)) continue;
+    // A tied checkpoint may still carry lm_head.weight; a reward model loaded
+    // as a language model carries score.weight.
+    ++unused;
+    if (example.empty()) example = n;
+  }
+  if (unused) log::warn("{}: {} tensor(s) not used by the model (e.g. `{}`)", source, unused, example);
+}
+
+}  // namespace trlx::model

@@ -1,0 +1,159 @@
+#pragma once
+// The Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) as LibTorch modules,
+// with parameter names equal to Hugging Face's, so that checkpoints load and
+// save without renaming.
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/model_config.hpp"
+
+namespace trlx::model {
+
+// Keys and values of past positions, one entry per layer, for generation.
+struct KVCache {
+  std::vector<torch::Tensor> keys, values;  // [B, kv_heads, T_past, head_dim]
+  torch::Tensor attention_mask;             // [B, T_past] of the cached positions
+  torch::Tensor next_position;              // [B] position id of the next token
+  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
+};
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary position embedding: inverse frequencies for the configured rope type.
+torch::Tensor rope_inverse_frequencies(const ModelConfig& config);
+
+// The attention mask as SDPA takes it: [B, 1, Tq, Tk] booleans, true where a
+// query may attend. `key_mask` [B, Tk] marks real (non-pad) keys; queries sit
+// at the last Tq key positions. A query that could attend to nothing (a pad
+// position) attends to itself, so no row is all -inf and no NaN reaches the
+// gradients.
+torch::Tensor build_attention_mask(const torch::Tensor& key_mask, int64_t num_queries,
+                                   std::optional<int64_t> sliding_window);
+
+// Position ids that skip padding: each row counts its real tokens, so a
+// left-padded prompt starts at position 0 like an unpadded one.
+torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelConfig& c, int64_t layer);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask, KVCache* cache);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+
+ private:
+  int64_t layer_, heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  explicit MLPImpl(const ModelConfig& c);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& c, int64_t layer);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask, KVCache* cache);
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+  bool sliding = false;
+};
+TORCH_MODULE(DecoderLayer);
+
+// What one forward takes. attention_mask and position_ids may be undefined:
+// no padding, positions 0..T-1 (after the cache, if any).
+struct Batch {
+  torch::Tensor input_ids;       // [B, T] int64
+  torch::Tensor attention_mask;  // [B, T] 1 real / 0 pad
+  torch::Tensor position_ids;    // [B, T]
+};
+
+// embed_tokens -> layers -> norm: the hidden states every head reads.
+class DecoderModelImpl : public torch::nn::Module {
+ public:
+  explicit DecoderModelImpl(const ModelConfig& c);
+  torch::Tensor forward(const Batch& batch, KVCache* cache = nullptr);
+  const ModelConfig& config() const { return config_; }
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+  // Runs one decoder layer; the engine may replace it (gradient
+  // checkpointing, sharded gathering) without the model knowing.
+  using LayerRunner = std::function<torch::Tensor(DecoderLayerImpl& layer, const torch::Tensor& x,
+                                                  const torch::Tensor& cos, const torch::Tensor& sin,
+                                                  const torch::Tensor& mask, KVCache* cache)>;
+  LayerRunner run_layer;
+
+ private:
+  ModelConfig config_;
+  torch::Tensor inv_freq_;
+};
+TORCH_MODULE(DecoderModel);
+
+enum class HeadKind { CausalLM, SequenceClassification };
+
+// A decoder with a head: `lm_head` [vocab, hidden] for language modelling, or
+// `score` [num_labels, hidden] for reward and value models.
+class LanguageModelImpl : public torch::nn::Module {
+ public:
+  LanguageModelImpl(const ModelConfig& c, HeadKind head);
+  // Final hidden states [B, T, hidden].
+  torch::Tensor hidden_states(const Batch& batch, KVCache* cache = nullptr);
+  // Head applied to every position: logits [B, T, vocab] or scores [B, T, labels].
+  torch::Tensor head(const torch::Tensor& hidden);
+  torch::Tensor forward(const Batch& batch, KVCache* cache = nullptr) { return head(hidden_states(batch, cache)); }
+  // The weight the head multiplies by (the embedding when tied).
+  torch::Tensor head_weight() const;
+
+  const ModelConfig& config() const { return config_; }
+  HeadKind head_kind() const { return head_kind_; }
+
+  DecoderModel model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // CausalLM, untied
+  torch::nn::Linear score{nullptr};    // SequenceClassification
+
+ private:
+  ModelConfig config_;
+  HeadKind head_kind_;
+};
+TORCH_MODULE(LanguageModel);
+
+// Scores of a sequence-classification head pooled at the last non-pad token
+// of each row, found from input_ids != pad_token_id as transformers does (the
+// rightmost such token, so left and right padding both work).
+torch::Tensor pool_last_non_pad(const torch::Tensor& scores, const torch::Tensor& input_ids,
+                                std::optional<int64_t> pad_token_id);
+
+// The parameter names a checkpoint must hold for this model (tied heads omit
+// lm_head.weight).
+std::vector<std::string> checkpoint_names(LanguageModelImpl& m);
+
+// Fills the model's parameters from `get` (name -> tensor or nullopt), checking
+// that every tensor exists and has the right shape; converts to `dtype`.
+// Errors name `source` and the tensor.
+using TensorSource = std::function<std::optional<torch::Tensor>(const std::string& name)>;
+void load_parameters(LanguageModelImpl& m, const TensorSource& get, const std::vector<std::string>& available,
+                     const std::string& source, torch::Dtype dtype);
+
+}  // namespace trlx::model

@@ -1,0 +1,191 @@
+// The decoder against transformers: tiny random models of each architecture
+// and their logits on a padded batch come from scripts/fixtures/model_fixtures.py.
+#include "catch_torch.hpp"
+
+#include "core/error.hpp"
+#include "io/safetensors.hpp"
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/generate.hpp"
+#include "model/loading.hpp"
+#include "support.hpp"
+
+using namespace trlx;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::filesystem::path models() { return test::data_dir() / "models"; }
+
+// Largest absolute difference over the real (non-pad) positions.
+double max_diff_on_real(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
+  auto m = mask.to(torch::kBool).unsqueeze(-1).expand_as(a);
+  return (a - b).abs().masked_select(m).max().item<double>();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  FAIL("expected an InputError");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("causal LM logits equal transformers' on a padded batch (fp32)", "[model][golden]") {
+  torch::NoGradGuard no_grad;
+  for (const char* name : {"llama", "llama3_rope_tied", "mistral_window", "qwen2", "qwen3", "llama_legacy_rope"}) {
+    INFO(name);
+    auto dir = models() / name;
+    auto model = model::load_language_model(dir, model::HeadKind::CausalLM);
+    auto expected = io::Checkpoint::open(dir / "expected.safetensors");
+    auto ids = expected.get("input_ids", true), mask = expected.get("attention_mask", true);
+    // trlx derives positions from the mask; they must be the ones transformers was given.
+    CHECK(torch::equal(model::position_ids_from_mask(mask), expected.get("position_ids")));
+    auto logits = model->forward({ids, mask, {}});
+    auto want = expected.get("logits");
+    REQUIRE(logits.sizes() == want.sizes());
+    const double diff = max_diff_on_real(logits, want, mask);
+    INFO("max |diff| " << diff);
+    CHECK(diff < 1e-4);
+    CHECK(std::isfinite(logits.sum().item<double>()));  // pad positions too: no NaN
+  }
+}
+
+TEST_CASE("an unpadded row gives the same logits alone and in a padded batch", "[model]") {
+  torch::NoGradGuard no_grad;
+  auto model = model::load_language_model(models() / "qwen2", model::HeadKind::CausalLM);
+  auto expected = io::Checkpoint::open(models() / "qwen2" / "expected.safetensors");
+  auto ids = expected.get("input_ids", true), mask = expected.get("attention_mask", true);
+  auto batch = model->forward({ids, mask, {}});
+  // Row 1 is left-padded by 3: alone and unpadded it must give the same logits.
+  auto alone = model->forward({ids.slice(0, 1, 2).slice(1, 3), {}, {}});
+  CHECK((alone[0] - batch[1].slice(0, 3)).abs().max().item<double>() < 1e-5);
+}
+
+TEST_CASE("score head pooled at the last non-pad token equals AutoModelForSequenceClassification", "[model][golden]") {
+  torch::NoGradGuard no_grad;
+  auto dir = models() / "qwen2_reward";
+  auto model = model::load_language_model(dir, model::HeadKind::SequenceClassification);
+  auto expected = io::Checkpoint::open(dir / "expected.safetensors");
+  auto ids = expected.get("input_ids", true), mask = expected.get("attention_mask", true);
+  auto scores = model->forward({ids, mask, {}});
+  auto pooled = model::pool_last_non_pad(scores, ids, model->config().pad_token_id);
+  auto want = expected.get("scores");
+  REQUIRE(pooled.sizes() == want.sizes());
+  CHECK((pooled - want).abs().max().item<double>() < 1e-4);
+}
+
+TEST_CASE("bf16 forward stays close to fp32", "[model]") {
+  torch::NoGradGuard no_grad;
+  auto dir = models() / "llama";
+  auto f32 = model::load_language_model(dir, model::HeadKind::CausalLM, "float32");
+  auto b16 = model::load_language_model(dir, model::HeadKind::CausalLM, "bfloat16");
+  auto expected = io::Checkpoint::open(dir / "expected.safetensors");
+  auto ids = expected.get("input_ids", true), mask = expected.get("attention_mask", true);
+  auto a = f32->forward({ids, mask, {}});
+  auto b = b16->forward({ids, mask, {}});
+  CHECK(b.scalar_type() == torch::kBFloat16);
+  CHECK(max_diff_on_real(a, b.to(torch::kFloat32), mask) < 0.05);
+}
+
+TEST_CASE("bad model directories name the file and key or tensor", "[model]") {
+  auto msg = error_of([] { model::parse_model_config(R"({"model_type": "gpt2", "vocab_size": 8})", "c.json"); });
+  CHECK_THAT(msg, Contains("c.json: model_type `gpt2` is not supported"));
+  msg = error_of([] { model::parse_model_config(R"({"model_type": "llama", "vocab_size": 8})", "c.json"); });
+  CHECK_THAT(msg, Contains("c.json: required key `hidden_size` is missing"));
+  msg = error_of([] {
+    model::parse_model_config(
+        R"({"model_type": "llama", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})",
+        "c.json");
+  });
+  CHECK_THAT(msg, Contains("rope_type `yarn` is not supported"));
+  msg = error_of([] { model::parse_model_config("{not json", "c.json"); });
+  CHECK_THAT(msg, Contains("c.json: not valid JSON"));
+  msg = error_of([] { model::load_language_model("/nonexistent/model", model::HeadKind::CausalLM); });
+  CHECK_THAT(msg, Contains("does not exist"));
+
+  // A checkpoint whose tensor shape does not match its config.
+  auto tmp = std::filesystem::temp_directory_path() / "trlx_model_test_bad";
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+  std::filesystem::copy_file(models() / "qwen2" / "config.json", tmp / "config.json");
+  auto good = io::Checkpoint::open_dir(models() / "qwen2");
+  io::NamedTensors tensors;
+  for (const auto& n : good.names()) {
+    auto t = good.get(n, true);
+    if (n == "model.norm.weight") t = torch::ones({7});
+    if (n == "model.layers.1.mlp.up_proj.weight") continue;
+    tensors.emplace_back(n, t);
+  }
+  io::save_checkpoint(tmp, tensors);
+  msg = error_of([&] { model::load_language_model(tmp, model::HeadKind::CausalLM); });
+  CHECK_THAT(msg, Contains("model.safetensors"));
+  CHECK((msg.find("`model.layers.1.mlp.up_proj.weight` is missing") != std::string::npos ||
+         msg.find("`model.norm.weight` has shape 7") != std::string::npos));
+  std::filesystem::remove_all(tmp);
+}
+
+TEST_CASE("greedy generation with left-padded prompts equals transformers' generate", "[model][golden][generate]") {
+  for (const char* name : {"llama", "qwen2", "qwen3"}) {
+    INFO(name);
+    auto dir = models() / name;
+    std::ifstream in(dir / "generate.json");
+    REQUIRE(in);
+    const auto j = nlohmann::json::parse(in);
+    auto model = model::load_language_model(dir, model::HeadKind::CausalLM);
+    model::GenerationOptions o;
+    o.max_new_tokens = j["max_new_tokens"].get<int64_t>();
+    o.eos_token_ids = {j["eos_token_id"].get<int64_t>()};
+    o.pad_token_id = 0;
+    auto g = model::generate(*model, j["prompts"].get<std::vector<std::vector<int64_t>>>(), o);
+    CHECK(g.completions == j["greedy"].get<std::vector<std::vector<int64_t>>>());
+  }
+}
+
+TEST_CASE("sampling is seeded and reproducible; the warpers keep only allowed tokens", "[model][generate]") {
+  auto model = model::load_language_model(models() / "qwen2", model::HeadKind::CausalLM);
+  model::GenerationOptions o;
+  o.do_sample = true;
+  o.max_new_tokens = 12;
+  o.temperature = 0.7;
+  o.top_k = 5;
+  o.seed = 1234;
+  const std::vector<std::vector<int64_t>> prompts = {{5, 6, 7}, {9}};
+  auto a = model::generate(*model, prompts, o);
+  auto b = model::generate(*model, prompts, o);
+  CHECK(a.completions == b.completions);
+  o.seed = 99;
+  auto c = model::generate(*model, prompts, o);
+  CHECK(a.completions != c.completions);
+
+  // top_k keeps the k largest, top_p the smallest set reaching p, min_p those
+  // above min_p x the top probability.
+  auto logits = torch::tensor({{0.0, 1.0, 2.0, 3.0, 4.0}});
+  model::GenerationOptions w;
+  w.do_sample = true;
+  w.top_k = 2;
+  auto kept = torch::isfinite(model::process_logits(logits, {}, w));
+  CHECK(kept.sum().item<int64_t>() == 2);
+  CHECK(kept[0][4].item<bool>());
+  w.top_k = 0;
+  w.top_p = 0.5;  // softmax of 0..4: the top token alone has 0.636
+  kept = torch::isfinite(model::process_logits(logits, {}, w));
+  CHECK(kept.sum().item<int64_t>() == 1);
+  w.top_p = 1.0;
+  w.min_p = 0.3;  // exp(-1) = 0.37 >= 0.3 keeps 2 tokens
+  kept = torch::isfinite(model::process_logits(logits, {}, w));
+  CHECK(kept.sum().item<int64_t>() == 2);
+  // Repetition penalty divides positive and multiplies negative scores.
+  model::GenerationOptions r;
+  r.repetition_penalty = 2.0;
+  auto pen = model::process_logits(torch::tensor({{-1.0, 4.0, 1.0}}), torch::tensor({{0, 1}}), r);
+  CHECK(pen[0][0].item<double>() == Approx(-2.0));
+  CHECK(pen[0][1].item<double>() == Approx(2.0));
+  CHECK(pen[0][2].item<double>() == Approx(1.0));
+}
