@@ -235,6 +235,7 @@ std::string html_escape(const std::string& s) {
 std::string py_format(Interp& in, const std::string& fmt, const Args& args) {
   std::string out;
   size_t auto_idx = 0;
+  int numbering = 0;  // 1: automatic {} fields, 2: manual {0} fields
   for (size_t k = 0; k < fmt.size(); ++k) {
     char c = fmt[k];
     if (c == '}') {
@@ -254,8 +255,15 @@ std::string py_format(Interp& in, const std::string& fmt, const Args& args) {
       ++k;
       continue;
     }
-    size_t e = fmt.find('}', k);
-    if (e == std::string::npos) throw_error("Single '{' encountered in format string");
+    size_t e = k + 1;
+    bool in_bracket = false;
+    while (e < fmt.size() && (in_bracket || fmt[e] != '}')) {
+      if (fmt[e] == '[') in_bracket = true;
+      else if (fmt[e] == ']') in_bracket = false;
+      else if (fmt[e] == '{' && !in_bracket) throw_error("unexpected '{' in field name");
+      ++e;
+    }
+    if (e >= fmt.size()) throw_error(in_bracket ? "expected '}' before end of string" : "Single '{' encountered in format string");
     std::string field = fmt.substr(k + 1, e - k - 1);
     k = e;
     char conv = 0;
@@ -264,7 +272,10 @@ std::string py_format(Interp& in, const std::string& fmt, const Args& args) {
       field = field.substr(0, colon);
     }
     if (size_t bang = field.find('!'); bang != std::string::npos) {
-      conv = bang + 1 < field.size() ? field[bang + 1] : 0;
+      if (bang + 2 != field.size()) throw_error("expected ':' after conversion specifier");
+      conv = field[bang + 1];
+      if (conv != 'r' && conv != 's' && conv != 'a')
+        throw_error(std::string("Unknown conversion specifier ") + conv);
       field = field.substr(0, bang);
     }
     std::string head = field, rest;
@@ -275,9 +286,13 @@ std::string py_format(Interp& in, const std::string& fmt, const Args& args) {
     }
     Value v;
     if (head.empty()) {
+      if (numbering == 2) throw_error("cannot switch from manual field specification to automatic field numbering");
+      numbering = 1;
       if (auto_idx >= args.pos.size()) throw_error("Replacement index " + std::to_string(auto_idx) + " out of range");
       v = args.pos[auto_idx++];
     } else if (std::all_of(head.begin(), head.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      if (numbering == 1) throw_error("cannot switch from automatic field numbering to manual field specification");
+      numbering = 2;
       size_t idx = head.size() < 9 ? std::stoul(head) : SIZE_MAX;
       if (idx >= args.pos.size()) throw_error("Replacement index " + head + " out of range");
       v = args.pos[idx];
@@ -459,7 +474,7 @@ int64_t wordcount(const std::string& s) {
   int64_t n = 0;
   bool in = false;
   for (char32_t c : utf8_decode(s)) {
-    bool w = c == '_' || py_isdigit(c) || py_isalpha(c) || (c >= 0x80 && !py_isspace(c) && c > 0xbf);
+    bool w = py_isword(c);
     if (w && !in) ++n;
     in = w;
   }
@@ -497,27 +512,33 @@ Value min_max(Interp& in, const Value& v, const Args& args, bool want_max) {
 
 // select / reject / selectattr / rejectattr
 Value select_impl(Interp& in, const Value& v, const Args& args, bool use_attr, bool keep) {
+  List out;
+  // jinja2 looks at the arguments only for a non-empty sequence, and at the
+  // test only when it applies it.
+  if (!truthy(v)) return Value::make_list(std::move(out), Kind::Iterator);
   size_t off = 0;
-  std::string attr;
   Value attr_value;
   if (use_attr) {
     if (args.pos.empty()) throw_error("Missing parameter for attribute name");
     attr_value = args.pos[0];
     off = 1;
   }
-  std::string test;
-  Args targs;
   bool has_test = args.pos.size() > off;
+  Args targs;
   if (has_test) {
-    test = need_str(&args.pos[off], "test");
-    if (!is_known_test(test)) throw_error("No test named '" + test + "'.");
     targs.pos.assign(args.pos.begin() + static_cast<long>(off + 1), args.pos.end());
     targs.kw = args.kw;
   }
-  List out;
   for (const Value& item : py_iterate(v)) {
     Value x = use_attr ? attr_key(in, item, &attr_value) : item;
-    bool r = has_test ? in.apply_test(test, x, targs) : truthy(x);
+    bool r;
+    if (has_test) {
+      const Value& t = args.pos[off];
+      if (!t.is_string() || !is_known_test(t.s)) throw_error("No test named " + py_repr(t) + ".");
+      r = in.apply_test(t.s, x, targs);
+    } else {
+      r = truthy(x);
+    }
     if (r == keep) out.push_back(item);
   }
   return Value::make_list(std::move(out), Kind::Iterator);
@@ -627,22 +648,23 @@ struct BuiltinObj : Object {
 struct Signature {
   const char* name;
   std::vector<const char*> params;
+  size_t required = 0;
 };
 const std::vector<Signature>& signatures() {
   static const std::vector<Signature> sigs = {
-      {"abs", {}}, {"attr", {"name"}}, {"batch", {"linecount", "fill_with"}}, {"capitalize", {}},
+      {"abs", {}}, {"attr", {"name"}, 1}, {"batch", {"linecount", "fill_with"}, 1}, {"capitalize", {}},
       {"center", {"width"}}, {"count", {}}, {"length", {}}, {"d", {"default_value", "boolean"}},
       {"default", {"default_value", "boolean"}}, {"dictsort", {"case_sensitive", "by", "reverse"}},
       {"e", {}}, {"escape", {}}, {"forceescape", {}}, {"first", {}}, {"last", {}}, {"float", {"default"}},
       {"indent", {"width", "first", "blank"}}, {"int", {"default", "base"}}, {"items", {}},
       {"join", {"d", "attribute"}}, {"list", {}}, {"lower", {}}, {"upper", {}}, {"title", {}},
       {"max", {"case_sensitive", "attribute"}}, {"min", {"case_sensitive", "attribute"}},
-      {"replace", {"old", "new", "count"}}, {"reverse", {}}, {"round", {"precision", "method"}},
+      {"replace", {"old", "new", "count"}, 2}, {"reverse", {}}, {"round", {"precision", "method"}},
       {"safe", {}}, {"sort", {"reverse", "case_sensitive", "attribute"}}, {"string", {}},
       {"sum", {"attribute", "start"}}, {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}},
       {"trim", {"chars"}}, {"unique", {"case_sensitive", "attribute"}}, {"wordcount", {}},
       // tests
-      {"t:divisibleby", {"num"}}, {"t:sameas", {"other"}}, {"t:in", {"seq"}},
+      {"t:divisibleby", {"num"}, 1}, {"t:sameas", {"other"}, 1}, {"t:in", {"seq"}, 1},
   };
   return sigs;
 }
@@ -663,6 +685,9 @@ void check_signature(const std::string& key, const Args& args, const char* what)
         }
       if (!found) throw_error(std::string(what) + " '" + name + "' got an unexpected keyword argument '" + k + "'");
     }
+    for (size_t i = 0; i < sig.required; ++i)
+      if (!args.get(i, sig.params[i]))
+        throw_error(std::string(what) + " '" + name + "' is missing the required argument '" + sig.params[i] + "'");
     return;
   }
 }
@@ -812,6 +837,7 @@ Value Interp::apply_filter(const std::string& name, const Value& v, Args& args) 
     return items.back();
   }
   if (f == "list") return Value::make_list(py_iterate(v));
+  if ((f == "int" || f == "float") && v.is_undefined()) throw_error(v.s.empty() ? "value is undefined" : v.s);
   if (f == "int") {
     Value dflt = args.get(0, "default") ? *args.get(0, "default") : Value::integer(0);
     return to_py_int_filter(v, dflt, need_int(args.get(1, "base"), "base", 10));
@@ -861,7 +887,33 @@ Value Interp::apply_filter(const std::string& name, const Value& v, Args& args) 
   if (f == "sort") {
     bool rev = need_reverse(args.get(0, "reverse"));
     bool cs = opt_bool(args.get(1, "case_sensitive"), false);
-    return Value::make_list(sorted_by(*this, py_iterate(v), args.get(2, "attribute"), cs, rev));
+    const Value* attribute = args.get(2, "attribute");
+    // Sort keys are lists of the comma-separated attributes, as in jinja2:
+    // list comparison checks equality first, so equal Undefined keys sort.
+    std::vector<Value> parts;
+    if (attribute && attribute->is_string()) {
+      for (size_t b = 0;;) {
+        size_t c = attribute->s.find(',', b);
+        parts.push_back(Value::string(attribute->s.substr(b, c == std::string::npos ? std::string::npos : c - b)));
+        if (c == std::string::npos) break;
+        b = c + 1;
+      }
+    } else {
+      parts.push_back(attribute ? *attribute : Value::none());
+    }
+    List items = py_iterate(v);
+    std::vector<std::pair<Value, size_t>> keys;
+    for (size_t k = 0; k < items.size(); ++k) {
+      List key;
+      for (const Value& p : parts) key.push_back(fold_case(attr_key(*this, items[k], &p), cs));
+      keys.emplace_back(Value::make_list(std::move(key)), k);
+    }
+    std::stable_sort(keys.begin(), keys.end(), [&](const auto& a, const auto& b) {
+      return rev ? py_less(b.first, a.first) : py_less(a.first, b.first);
+    });
+    List out;
+    for (auto& [k, idx] : keys) out.push_back(items[idx]);
+    return Value::make_list(std::move(out));
   }
   if (f == "reverse") {
     if (v.is_string()) {
@@ -922,13 +974,18 @@ Value Interp::generator_filter(const std::string& f, const Value& v, Args& args)
   }
   if (f == "map") {
     List out;
+    if (!truthy(v)) return Value::make_list(std::move(out), Kind::Iterator);
     const Value* attribute = nullptr;
-    for (const auto& [k, x] : args.kw)
-      if (k == "attribute") attribute = &x;
+    const Value* dflt = nullptr;
+    if (args.pos.empty()) {
+      for (const auto& [k, x] : args.kw) {
+        if (k == "attribute") attribute = &x;
+        else if (k == "default") dflt = &x;
+      }
+    }
     if (attribute) {
-      const Value* dflt = nullptr;
       for (const auto& [k, x] : args.kw)
-        if (k == "default") dflt = &x;
+        if (k != "attribute" && k != "default") throw_error("Unexpected keyword argument '" + k + "'");
       if (dflt && dflt->is_none()) dflt = nullptr;
       for (const Value& item : py_iterate(v)) {
         if (!attribute->is_string()) out.push_back(getitem(item, *attribute));
@@ -936,12 +993,15 @@ Value Interp::generator_filter(const std::string& f, const Value& v, Args& args)
       }
     } else {
       if (args.pos.empty()) throw_error("map requires a filter argument");
-      std::string fname = need_str(&args.pos[0], "filter");
-      if (!is_known_filter(fname)) throw_error("No filter named '" + fname + "'.");
+      const Value& fname = args.pos[0];
       Args fargs;
       fargs.pos.assign(args.pos.begin() + 1, args.pos.end());
       fargs.kw = args.kw;
-      for (const Value& item : py_iterate(v)) out.push_back(apply_filter(fname, item, fargs));
+      for (const Value& item : py_iterate(v)) {
+        if (!fname.is_string() || !is_known_filter(fname.s)) throw_error("No filter named " + py_repr(fname) + ".");
+        Args call = fargs;
+        out.push_back(apply_filter(fname.s, item, call));
+      }
     }
     return Value::make_list(std::move(out), Kind::Iterator);
   }
@@ -955,6 +1015,8 @@ Value Interp::generator_filter(const std::string& f, const Value& v, Args& args)
     List out, seen;
     for (const Value& item : py_iterate(v)) {
       Value key = fold_case(attr_key(*this, item, attribute), cs);
+      if (key.kind == Kind::List || key.kind == Kind::Dict || key.kind == Kind::Namespace || key.kind == Kind::Iterator)
+        throw_error("unhashable type: '" + py_type_name(key) + "'");
       bool dup = false;
       for (const Value& s : seen)
         if (py_equal(s, key)) {
@@ -1112,7 +1174,9 @@ Value Interp::call_method(const Value& self, const std::string& m, Args& args) {
     return Value::make_list(py_split(s, args.get(0, "sep"), need_int(args.get(1, "maxsplit"), "maxsplit", -1), m == "rsplit"));
   if (m == "splitlines") {
     List out;
-    for (auto& l : py_splitlines(s, opt_bool(args.get(0, "keepends"), false))) out.push_back(Value::string(l));
+    const Value* ke = args.get(0, "keepends");
+    if (ke && !ke->is_int_like()) throw_error("'" + py_type_name(*ke) + "' object cannot be interpreted as an integer");
+    for (auto& l : py_splitlines(s, ke && ke->as_int() != 0)) out.push_back(Value::string(l));
     return Value::make_list(std::move(out));
   }
   if (m == "startswith" || m == "endswith") {

@@ -148,6 +148,10 @@ char32_t py_upper1(char32_t c);
 char32_t py_lower1(char32_t c);
 bool py_isalpha(char32_t c);
 bool py_isdigit(char32_t c);
+// Python's \w for one code point (letters, digits, underscore).
+bool py_isword(char32_t c);
+// One code point at s[pos...]; sets its byte length (1 for a malformed byte).
+char32_t utf8_decode_at(std::string_view s, size_t pos, size_t& len);
 bool py_iscased(char32_t c);
 std::string py_upper(std::string_view s);
 std::string py_lower(std::string_view s);

@@ -1,6 +1,7 @@
 // Lexer and parser for the jinja2 dialect chat templates are written in,
 // configured as transformers configures it: trim_blocks, lstrip_blocks, the
 // loopcontrols extension and the {% generation %} tag.
+#include <cstdio>
 #include <cstdlib>
 
 #include "text/template/engine.hpp"
@@ -53,8 +54,15 @@ bool all_ws(std::string_view s) {
   return true;
 }
 
-bool is_name_start(unsigned char c) { return std::isalpha(c) || c == '_' || c >= 0x80; }
-bool is_name_char(unsigned char c) { return std::isalnum(c) || c == '_' || c >= 0x80; }
+// Length of the identifier character at pos (Python identifiers: letters,
+// digits after the first, underscore), or 0.
+size_t name_char_at(std::string_view s, size_t pos, bool first) {
+  size_t len;
+  char32_t c = utf8_decode_at(s, pos, len);
+  if (c == '_' || (c < 0x80 ? std::isalpha(static_cast<int>(c)) != 0 : py_isalpha(c))) return len;
+  if (!first && py_isword(c)) return len;
+  return 0;
+}
 
 class Lexer {
  public:
@@ -189,6 +197,7 @@ class Lexer {
   }
 
   bool lex_raw() {
+    if (pos_ >= src_.size()) return false;  // jinja2 accepts a raw block cut off at the very end
     size_t p = pos_;
     while ((p = src_.find("{%", p)) != std::string::npos) {
       size_t q = p + 2;
@@ -265,9 +274,13 @@ class Lexer {
         lex_number(tline, tc);
         continue;
       }
-      if (is_name_start(c)) {
-        size_t e = pos_;
-        while (e < n && is_name_char(static_cast<unsigned char>(src_[e]))) ++e;
+      if (size_t first = name_char_at(src_, pos_, true)) {
+        size_t e = pos_ + first;
+        while (e < n) {
+          size_t l = name_char_at(src_, e, false);
+          if (!l) break;
+          e += l;
+        }
         push(TT::Name, src_.substr(pos_, e - pos_), tline, tc);
         advance_to(e);
         continue;
@@ -434,7 +447,18 @@ class Lexer {
         case 'U': put(read_hex(8)); break;
         case 'N': throw SyntaxError("\\N{...} escapes are not supported", tline, tc);
         default:
-          if (e >= '0' && e <= '7') {
+          if (static_cast<unsigned char>(e) >= 0x80) {
+            // jinja2 escapes non-ASCII as \xNN / \uNNNN / \UNNNNNNNN before
+            // decoding, so a backslash in front of one keeps that text.
+            size_t len;
+            char32_t cp = utf8_decode_at(body, k, len);
+            k += len - 1;
+            char buf[16];
+            if (cp < 0x100) std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(cp));
+            else if (cp < 0x10000) std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+            else std::snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(cp));
+            out += buf;
+          } else if (e >= '0' && e <= '7') {
             char32_t v = static_cast<char32_t>(e - '0');
             for (int j = 0; j < 2 && k + 1 < body.size() && body[k + 1] >= '0' && body[k + 1] <= '7'; ++j)
               v = v * 8 + static_cast<char32_t>(body[++k] - '0');
@@ -656,7 +680,12 @@ class Parser {
     if (w == "print") {
       next();
       auto n = mk(NK::Print, line);
-      // {% print a, b %} prints each expression
+      // {% print a, b %} prints each expression; {% print %} prints nothing
+      if (cur().type == TT::BlockEnd) {
+        n->a = mk(NK::Const, line);
+        n->a->value = Value::string("");
+        return n;
+      }
       n->a = parse_expression(true);
       while (skip_op(",")) {
         auto cat = mk(NK::Concat, line);

@@ -154,6 +154,7 @@ bool py_iscased(char32_t c) { return py_upper1(c) != c || py_lower1(c) != c || c
 
 bool py_isalpha(char32_t c) {
   if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+  if (locale_t loc = utf8_locale()) return iswalpha_l(static_cast<wint_t>(c), loc) != 0;
   if (py_iscased(c)) return true;
   // CJK, kana, hangul and the other large letter blocks.
   return (c >= 0x4e00 && c <= 0x9fff) || (c >= 0x3040 && c <= 0x30ff) || (c >= 0xac00 && c <= 0xd7a3) ||
@@ -162,6 +163,12 @@ bool py_isalpha(char32_t c) {
 }
 
 bool py_isdigit(char32_t c) { return (c >= '0' && c <= '9'); }
+
+bool py_isword(char32_t c) {
+  if (c < 0x80) return std::isalnum(static_cast<int>(c)) || c == '_';
+  if (locale_t loc = utf8_locale()) return iswalnum_l(static_cast<wint_t>(c), loc) != 0;
+  return py_isalpha(c);
+}
 
 static std::string map_case(std::string_view s, bool upper) {
   std::string out;
@@ -184,7 +191,7 @@ std::string py_upper(std::string_view s) { return map_case(s, true); }
 std::string py_lower(std::string_view s) { return map_case(s, false); }
 
 // One code point at s[pos...]; sets its byte length (1 for a malformed byte).
-static char32_t decode_at(std::string_view s, size_t pos, size_t& len) {
+char32_t utf8_decode_at(std::string_view s, size_t pos, size_t& len) {
   unsigned char c = static_cast<unsigned char>(s[pos]);
   len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
   if (len == 1 || pos + len > s.size()) {
@@ -213,7 +220,7 @@ std::string py_strip(std::string_view s, const Value* chars, bool left, bool rig
   if (left) {
     while (b < e) {
       size_t len;
-      char32_t c = decode_at(s, b, len);
+      char32_t c = utf8_decode_at(s, b, len);
       if (!strip_it(c)) break;
       b += len;
     }
@@ -223,7 +230,7 @@ std::string py_strip(std::string_view s, const Value* chars, bool left, bool rig
       size_t start = e - 1;
       while (start > b && (static_cast<unsigned char>(s[start]) & 0xc0) == 0x80 && e - start < 4) --start;
       size_t len;
-      char32_t c = decode_at(s, start, len);
+      char32_t c = utf8_decode_at(s, start, len);
       if (start + len != e) {  // malformed tail byte: treat it alone
         start = e - 1;
         c = 0xFFFD;
@@ -359,6 +366,7 @@ static std::string py_str_repr(std::string_view s) {
 
 std::string py_repr(const Value& v) {
   switch (v.kind) {
+    case Kind::Undefined: return "Undefined";
     case Kind::String: return py_str_repr(v.s);
     case Kind::List:
     case Kind::Tuple: {
