@@ -11,7 +11,6 @@
 #include <queue>
 #include <sstream>
 #include <unordered_map>
-#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -1424,16 +1423,15 @@ Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view name
 
   // Added tokens take the model's id when the model has the content, the
   // next free id otherwise (what the reference does on load).
-  size_t model_size = impl->model->vocab.size();
+  const size_t model_size = impl->model->vocab.size();
   int32_t next_id = static_cast<int32_t>(model_size);
-  std::optional<int32_t> max_added;
   if (r.has("added_tokens")) {
     const Node at = r.at("added_tokens");
     for (size_t i = 0; i < at.array().size(); ++i) {
       const Node e = at.item(i);
       AddedToken t;
       t.content = e.at("content").str();
-      if (e.has("id")) e.at("id").integer();
+      if (e.has("id")) e.at("id").integer();  // checked; the id itself is recomputed as the reference does
       t.single_word = e.bool_or("single_word", false);
       t.lstrip = e.bool_or("lstrip", false);
       t.rstrip = e.bool_or("rstrip", false);
@@ -1443,10 +1441,8 @@ Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view name
       if (auto id = impl->token_to_id(t.content)) {
         t.id = *id;
       } else {
-        if (max_added && (*max_added >= static_cast<int32_t>(model_size) || model_size == 0)) next_id = std::max(next_id, *max_added + 1);
         t.id = next_id++;
       }
-      max_added = max_added ? std::max(*max_added, t.id) : t.id;
       auto existing = impl->added_by_id.find(t.id);
       if (existing != impl->added_by_id.end()) {
         impl->added[existing->second] = t;
@@ -1467,8 +1463,6 @@ Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view name
       impl->raw_trie.add(t.content, static_cast<int32_t>(i));
     }
   }
-  std::unordered_set<int32_t> ids;
-  for (const auto& [tok, id] : impl->model->vocab) ids.insert(id);
   size_t extra = 0;
   for (const auto& t : impl->added)
     if (!impl->model->vocab.count(t.content)) ++extra;
