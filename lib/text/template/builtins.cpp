@@ -724,18 +724,64 @@ const char* const kTests[] = {
     "mapping", "ne", "none", "number", "odd", "sameas", "sequence", "string", "test", "true", "undefined",
     "upper", "==", "!=", "<", "<=", ">", ">="};
 
-void check_node(const Node& n) {
-  if (n.kind == NK::Filter && !is_known_filter(n.name)) {
+// jinja2 rejects unknown filters and tests when it compiles the template,
+// except inside an if statement or a conditional expression (a "soft" frame,
+// reset by loops, macros and blocks): there they fail only when they run.
+void check_node(const Node& n, bool soft) {
+  if (!soft && n.kind == NK::Filter && !is_known_filter(n.name)) {
     throw SyntaxError("No filter named '" + n.name + "'.", n.line, 0);
   }
-  if (n.kind == NK::Test && !is_known_test(n.name)) {
+  if (!soft && n.kind == NK::Test && !is_known_test(n.name)) {
     throw SyntaxError("No test named '" + n.name + "'.", n.line, 0);
   }
-  for (const NodeP* p : {&n.a, &n.b, &n.c, &n.dyn_args, &n.dyn_kwargs})
-    if (*p) check_node(**p);
-  for (const Nodes* list : {&n.items, &n.kwitems, &n.body, &n.else_body})
-    for (const auto& c : *list)
-      if (c) check_node(*c);
+  auto visit = [](const NodeP& p, bool s) {
+    if (p) check_node(*p, s);
+  };
+  auto visit_all = [](const Nodes& list, bool s) {
+    for (const auto& c : list)
+      if (c) check_node(*c, s);
+  };
+  switch (n.kind) {
+    case NK::If:
+    case NK::CondExpr:
+      visit(n.a, true);
+      visit(n.b, true);
+      visit(n.c, true);
+      visit_all(n.body, true);
+      visit_all(n.else_body, true);
+      return;
+    case NK::For:
+      visit(n.a, soft);
+      visit(n.b, false);
+      visit_all(n.body, false);
+      visit_all(n.else_body, soft);
+      return;
+    case NK::Macro:
+      visit_all(n.kwitems, false);
+      visit_all(n.body, false);
+      return;
+    case NK::CallBlock:
+      visit(n.a, soft);
+      visit_all(n.kwitems, false);
+      visit_all(n.body, false);
+      return;
+    case NK::FilterBlock:
+    case NK::SetBlock:
+      visit(n.a, soft);
+      visit_all(n.body, false);
+      return;
+    case NK::With:
+      visit_all(n.items, soft);
+      visit_all(n.body, false);
+      return;
+    case NK::Generation:
+      visit_all(n.body, false);
+      return;
+    default:
+      break;
+  }
+  for (const NodeP* p : {&n.a, &n.b, &n.c, &n.dyn_args, &n.dyn_kwargs}) visit(*p, soft);
+  for (const Nodes* list : {&n.items, &n.kwitems, &n.body, &n.else_body}) visit_all(*list, soft);
 }
 
 }  // namespace
@@ -753,7 +799,7 @@ bool is_known_test(const std::string& name) {
 }
 
 void check_names(const Nodes& body) {
-  for (const auto& n : body) check_node(*n);
+  for (const auto& n : body) check_node(*n, false);
 }
 
 Value make_builtin(std::string name, Value (*fn)(Interp&, Args&)) {
