@@ -40,8 +40,14 @@ TEST_CASE("an unknown filter or test is named when the template is loaded", "[te
   std::string msg = error_of([] { ChatTemplate("\n\n{{ messages | shuffle }}", kOrigin); });
   CHECK_THAT(msg, Catch::Contains("No filter named 'shuffle'"));
   CHECK_THAT(msg, Catch::Contains("line 3"));
-  msg = error_of([] { ChatTemplate("{% if x is prime %}{% endif %}", kOrigin); });
+  msg = error_of([] { ChatTemplate("{% set y = x is prime %}", kOrigin); });
   CHECK_THAT(msg, Catch::Contains("No test named 'prime'"));
+  // Inside an if, as in jinja2, the error waits until the branch runs.
+  ChatTemplate guarded("{% if false %}{{ x | from_json }}{% endif %}ok", kOrigin);
+  CHECK(guarded.render(ordered_json::object()).text == "ok");
+  ChatTemplate taken("{% if true %}\n{{ x | from_json }}{% endif %}", kOrigin);
+  msg = error_of([&] { taken.render(ordered_json::object()); });
+  CHECK_THAT(msg, Catch::Contains("No filter named 'from_json'") && Catch::Contains("line 2"));
 }
 
 TEST_CASE("raise_exception surfaces the template's message and line", "[template]") {
