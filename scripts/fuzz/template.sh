@@ -8,7 +8,24 @@
 # tests/data/template and, when TRLX_SHARED_DIR is set, the real tokenizer
 # chat templates); crash reproducers land in <work dir>/artifacts. Re-run one
 # with  <work dir>/fuzz_template <work dir>/artifacts/crash-...
+#
+# Differential check against jinja2 (needs python3 with transformers):
+#   scripts/fuzz/template.sh diff [dir=<work dir>/corpus]
+# renders every input in dir (template [\0 context JSON]; a dir of *.jinja
+# chat templates is rendered with a set of conversations instead) with both
+# trlx and transformers' jinja2 setup and reports where they differ.
 set -euo pipefail
+
+if [[ "${1:-}" == "diff" ]]; then
+  root="$(cd "$(dirname "$0")/../.." && pwd)"
+  work="$root/build-fuzz-template"
+  corpus="${2:-$work/corpus}"
+  mkdir -p "$work"
+  render="$work/render_template"
+  clang++ -std=c++20 -O1 -DTRLX_TEMPLATE_RENDER_MAIN -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+    -I"$root/lib" "$root/tests/fuzz/fuzz_template.cpp" "$root"/lib/text/template/*.cpp -lfmt -o "$render"
+  exec python3 "$root/scripts/fixtures/template_fixtures.py" --diff "$corpus" --render-bin "$render"
+fi
 
 seconds="${1:-60}"
 root="$(cd "$(dirname "$0")/../.." && pwd)"

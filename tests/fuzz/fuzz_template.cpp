@@ -61,3 +61,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   return 0;
 }
+
+#ifdef TRLX_TEMPLATE_RENDER_MAIN
+// Differential-check driver (scripts/fuzz/template.sh diff): renders each file
+// given as template [\0 context JSON] and prints one JSON line per file, for
+// scripts/fixtures/template_fixtures.py to compare with jinja2.
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::ifstream in(argv[i], std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string input = ss.str();
+    size_t nul = input.find('\0');
+    nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
+    if (nul != std::string::npos) {
+      auto c = nlohmann::ordered_json::parse(input.substr(nul + 1), nullptr, false);
+      if (c.is_object()) ctx = c;
+    }
+    nlohmann::ordered_json rec;
+    rec["file"] = argv[i];
+    try {
+      trlx::text::ChatTemplate t(input.substr(0, nul), "diff");
+      t.set_limits({/*max_steps=*/2'000'000, /*max_output=*/size_t{1} << 22});
+      auto out = t.render(ctx);
+      rec["text"] = out.text;
+      rec["spans"] = out.generation_spans;
+    } catch (const trlx::InputError& e) {
+      rec["error"] = e.what();
+    }
+    std::cout << rec.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+  }
+  return 0;
+}
+#endif
