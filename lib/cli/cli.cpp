@@ -1,6 +1,7 @@
 // The `trlx` command line: one table of commands; trainer commands and the
 // config tools take their flags from the trainer's config table.
 #include "cli/cli.hpp"
+#include "cli/parse.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fstream>
@@ -32,6 +33,8 @@ int run_validate(const std::string& name, std::vector<std::string> args);
 int run_print_config(const std::string& name, std::vector<std::string> args);
 int run_docs(const std::string& name, std::vector<std::string> args);
 int run_env_cmd(const std::string&, std::vector<std::string> args) { return run_env(args); }
+int run_init_model_cmd(const std::string&, std::vector<std::string> args) { return run_init_model(std::move(args)); }
+int run_generate_cmd(const std::string&, std::vector<std::string> args) { return run_generate(std::move(args)); }
 
 std::string trainer_summary(const trainers::TrainerEntry& t) {
   std::string s = t.schema().summary();
@@ -44,6 +47,8 @@ std::vector<Command> command_table() {
   for (const auto& t : trainers::trainer_table()) cmds.push_back({t.name, trainer_summary(t), &run_trainer});
   cmds.push_back({"validate", "Check a config (and its accelerate config) without running anything", &run_validate});
   cmds.push_back({"print-config", "Print the fully resolved config as YAML, with where each value came from", &run_print_config});
+  cmds.push_back({"init-model", "Write a new random model in Hugging Face format (tests, quickstarts)", &run_init_model_cmd});
+  cmds.push_back({"generate", "Generate from a model directory (greedy or sampled, optional chat template)", &run_generate_cmd});
   cmds.push_back({"env", "Versions, devices and launcher environment (paste this into bug reports)", &run_env_cmd});
   cmds.push_back({"docs", "Print the config reference (Markdown) generated from the config tables", &run_docs});
   return cmds;
@@ -99,22 +104,6 @@ void bind_schema_flags(CLI::App& app, const config::Schema& schema, FlagBinding&
     else opt->expected(1);
     binding.options.emplace_back(a.old_name, opt);
   }
-}
-
-// Parses `args` with CLI11. Returns an exit code when the command should stop
-// here (help printed, or a usage error), nullopt to continue.
-std::optional<int> parse(CLI::App& app, std::vector<std::string> args) {
-  std::reverse(args.begin(), args.end());  // CLI11 takes the vector reversed
-  try {
-    app.parse(args);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    throw InputError(fmt::format("{}; run `{} --help`", e.what(), app.get_name()));
-  }
-  return std::nullopt;
 }
 
 // The config file, the flags and the leftovers (unknown flags) go to the loader.
@@ -209,7 +198,7 @@ std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, co
       ->group("general");
   FlagBinding binding;
   bind_schema_flags(app, schema, binding);
-  if (auto rc = parse(app, args)) {
+  if (auto rc = parse_args(app, args)) {
     *exit_code = *rc;
     return std::nullopt;
   }
@@ -338,12 +327,28 @@ int run_print_config(const std::string& cmd, std::vector<std::string> args) {
 
 int run_docs(const std::string&, std::vector<std::string> args) {
   CLI::App app("Print the config reference generated from the config tables", "trlx docs");
-  if (auto rc = parse(app, args)) return *rc;
+  if (auto rc = parse_args(app, args)) return *rc;
   std::cout << config_reference_markdown();
   return 0;
 }
 
 }  // namespace
+
+// Parses `args` with CLI11. Returns an exit code when the command should stop
+// here (help printed, or a usage error), nullopt to continue.
+std::optional<int> parse_args(CLI::App& app, std::vector<std::string> args) {
+  std::reverse(args.begin(), args.end());  // CLI11 takes the vector reversed
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    throw InputError(fmt::format("{}; run `{} --help`", e.what(), app.get_name()));
+  }
+  return std::nullopt;
+}
 
 std::string config_reference_markdown() {
   std::string out =

@@ -9,6 +9,7 @@
 
 #include "model/generate.hpp"
 #include "model/loading.hpp"
+#include "model/saving.hpp"
 #include "support.hpp"
 
 using namespace trlx;
@@ -188,4 +189,53 @@ TEST_CASE("sampling is seeded and reproducible; the warpers keep only allowed to
   CHECK(pen[0][0].item<double>() == Approx(-2.0));
   CHECK(pen[0][1].item<double>() == Approx(2.0));
   CHECK(pen[0][2].item<double>() == Approx(1.0));
+}
+
+TEST_CASE("models written by trlx give transformers' numbers when transformers loads them", "[model][golden][save]") {
+  torch::NoGradGuard no_grad;
+  // Written by `trlx init-model`, loaded by transformers in scripts/fixtures/trlx_saved_fixtures.py.
+  auto dir = models() / "trlx_init_qwen3";
+  auto lm = model::load_language_model(dir, model::HeadKind::CausalLM);
+  CHECK(lm->config().tie_word_embeddings);
+  auto expected = io::Checkpoint::open(dir / "expected.safetensors");
+  auto ids = expected.get("input_ids", true), mask = expected.get("attention_mask", true);
+  CHECK(max_diff_on_real(lm->forward({ids, mask, {}}), expected.get("logits"), mask) < 1e-4);
+
+  dir = models() / "trlx_init_llama_score";
+  auto rm = model::load_language_model(dir, model::HeadKind::SequenceClassification);
+  expected = io::Checkpoint::open(dir / "expected.safetensors");
+  auto pooled = model::pool_last_non_pad(rm->forward({ids, mask, {}}), ids, 0);
+  CHECK((pooled - expected.get("scores")).abs().max().item<double>() < 1e-4);
+}
+
+TEST_CASE("save then load gives the same model; a failed save keeps the old directory", "[model][save]") {
+  torch::NoGradGuard no_grad;
+  namespace fs = std::filesystem;
+  auto tmp = fs::temp_directory_path() / "trlx_model_save_test";
+  fs::remove_all(tmp);
+  auto src = model::load_language_model(models() / "qwen3", model::HeadKind::CausalLM);
+  model::save_language_model(tmp / "out", *src, {.max_shard_size = 40000});
+  CHECK(fs::exists(tmp / "out" / "model.safetensors.index.json"));  // sharded by the small limit
+  CHECK(fs::exists(tmp / "out" / "generation_config.json"));
+  auto back = model::load_language_model(tmp / "out", model::HeadKind::CausalLM);
+  auto expected = io::Checkpoint::open(models() / "qwen3" / "expected.safetensors");
+  auto ids = expected.get("input_ids", true), mask = expected.get("attention_mask", true);
+  CHECK(torch::equal(src->forward({ids, mask, {}}), back->forward({ids, mask, {}})));
+  // Saving over it as one file replaces the shards.
+  model::save_language_model(tmp / "out", *back);
+  CHECK(fs::exists(tmp / "out" / "model.safetensors"));
+  CHECK_FALSE(fs::exists(tmp / "out" / "model.safetensors.index.json"));
+
+  // A save that fails part-way (a tensor that cannot be stored) leaves the
+  // previous model as it was.
+  auto bad = model::load_language_model(models() / "qwen3", model::HeadKind::CausalLM);
+  bad->model->norm->weight.set_data(torch::ones({bad->config().hidden_size}, torch::kFloat64).to(torch::kComplexFloat));
+  CHECK_THROWS(model::save_language_model(tmp / "out", *bad));
+  auto still = model::load_language_model(tmp / "out", model::HeadKind::CausalLM);
+  CHECK(torch::equal(still->forward({ids, mask, {}}), back->forward({ids, mask, {}})));
+  size_t leftovers = 0;
+  for (const auto& e : fs::directory_iterator(tmp))
+    if (e.path().filename().string().rfind(".out.", 0) == 0) ++leftovers;
+  CHECK(leftovers == 0);
+  fs::remove_all(tmp);
 }

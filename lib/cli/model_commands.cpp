@@ -1,0 +1,188 @@
+// `trlx init-model` (a new random model in Hugging Face format) and
+// `trlx generate` (look at what a checkpoint says).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli.hpp"
+#include "cli/parse.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "model/generate.hpp"
+#include "model/loading.hpp"
+#include "model/saving.hpp"
+#include "text/template/chat_template.hpp"
+#include "text/tokenizer/tokenizer.hpp"
+
+namespace trlx::cli {
+
+int run_init_model(std::vector<std::string> args) {
+  CLI::App app("Write a new model with random weights in Hugging Face format (for tests and quickstarts)",
+               "trlx init-model");
+  model::NewModelSpec spec;
+  std::string tokenizer_dir, out_dir, dtype = "float32", head = "lm";
+  uint64_t seed = 0;
+  int64_t num_labels = 1;
+  app.add_option("--arch", spec.arch, "llama, mistral, qwen2 or qwen3")->capture_default_str();
+  app.add_option("--hidden_size", spec.hidden_size, "Hidden size")->capture_default_str();
+  app.add_option("--intermediate_size", spec.intermediate_size, "MLP size (default 4 x hidden_size)");
+  app.add_option("--num_layers", spec.num_layers, "Decoder layers")->capture_default_str();
+  app.add_option("--num_heads", spec.num_heads, "Attention heads")->capture_default_str();
+  app.add_option("--num_kv_heads", spec.num_kv_heads, "Key/value heads (default num_heads)");
+  app.add_option("--head_dim", spec.head_dim, "Head size (default hidden_size / num_heads)");
+  app.add_option("--vocab_size", spec.vocab_size, "Vocabulary size (default: the tokenizer's)");
+  app.add_option("--max_position_embeddings", spec.max_position_embeddings, "Longest sequence")->capture_default_str();
+  app.add_flag("--tie_word_embeddings", spec.tie_word_embeddings, "Share the embedding and LM head");
+  app.add_option("--tokenizer", tokenizer_dir, "Tokenizer directory: sets the vocabulary and special tokens, files copied");
+  app.add_option("--head", head, "lm (causal LM) or score (reward/value model)")->capture_default_str();
+  app.add_option("--num_labels", num_labels, "Rows of the score head")->capture_default_str();
+  app.add_option("--dtype", dtype, "float32, bfloat16 or float16")->capture_default_str();
+  app.add_option("--seed", seed, "Seed of the random weights")->capture_default_str();
+  app.add_option("--out", out_dir, "Output directory")->required();
+  if (auto rc = parse_args(app, args)) return *rc;
+  if (head != "lm" && head != "score") fail_input("--head must be lm or score, found `{}`", head);
+  if (!tokenizer_dir.empty()) {
+    auto tok = text::Tokenizer::from_dir(tokenizer_dir);
+    if (spec.vocab_size <= 0) spec.vocab_size = static_cast<int64_t>(tok.vocab_size());
+    else if (spec.vocab_size < static_cast<int64_t>(tok.vocab_size()))
+      fail_input("--vocab_size {} is smaller than the tokenizer's {} tokens", spec.vocab_size, tok.vocab_size());
+    if (auto id = tok.bos_token_id()) spec.bos_token_id = *id;
+    if (auto id = tok.eos_token_id()) spec.eos_token_ids = {*id};
+    if (auto id = tok.pad_token_id()) spec.pad_token_id = *id;
+    else if (auto eos = tok.eos_token_id()) spec.pad_token_id = *eos;
+  }
+  auto config = model::new_model_config(spec);
+  config.num_labels = num_labels;
+  const auto kind = head == "lm" ? model::HeadKind::CausalLM : model::HeadKind::SequenceClassification;
+  model::LanguageModel m(config, kind);
+  model::init_weights(*m, seed);
+  m->to(model::parse_dtype(dtype, config));
+  model::SaveModelOptions so;
+  if (!tokenizer_dir.empty()) so.tokenizer_dir = tokenizer_dir;
+  model::save_language_model(out_dir, *m, so);
+  int64_t params = 0;
+  for (const auto& p : m->parameters()) params += p.numel();
+  std::cout << fmt::format("wrote {} ({} {} model, {:.2f}M parameters, {} layers, hidden {}, vocab {})\n", out_dir,
+                           spec.arch, head == "lm" ? "causal LM" : "score", static_cast<double>(params) / 1e6,
+                           config.num_hidden_layers, config.hidden_size, config.vocab_size);
+  return 0;
+}
+
+int run_generate(std::vector<std::string> args) {
+  CLI::App app("Generate from a model: greedy or sampled, with the model's chat template on request", "trlx generate");
+  std::string model_dir, prompts_file, dtype = "float32", field = "prompt";
+  std::vector<std::string> prompts, stops;
+  bool chat = false, json_out = false;
+  model::GenerationOptions o;
+  o.max_new_tokens = 64;
+  app.add_option("--model", model_dir, "Model directory (Hugging Face format, with tokenizer files)")->required();
+  app.add_option("--prompt", prompts, "A prompt (repeat for a batch)");
+  app.add_option("--prompts", prompts_file, "JSONL file of prompts (strings, or message lists with --chat)");
+  app.add_option("--field", field, "Column of --prompts holding the prompt")->capture_default_str();
+  app.add_flag("--chat", chat, "Render each prompt as a user turn (or message list) through the chat template");
+  app.add_option("--max_new_tokens", o.max_new_tokens, "Most tokens to generate")->capture_default_str();
+  app.add_flag("--do_sample", o.do_sample, "Sample instead of greedy decoding");
+  app.add_option("--temperature", o.temperature, "Sampling temperature")->capture_default_str();
+  app.add_option("--top_k", o.top_k, "Keep the k most likely tokens (0: off)")->capture_default_str();
+  app.add_option("--top_p", o.top_p, "Nucleus mass (1: off)")->capture_default_str();
+  double min_p = 0;
+  app.add_option("--min_p", min_p, "Drop tokens below min_p x the top probability (0: off)");
+  app.add_option("--repetition_penalty", o.repetition_penalty, "Penalty on tokens already present")->capture_default_str();
+  app.add_option("--stop", stops, "Stop a completion when this text appears (repeatable)");
+  app.add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
+  app.add_option("--dtype", dtype, "float32, bfloat16, float16 or auto")->capture_default_str();
+  app.add_flag("--json", json_out, "One JSON object per prompt");
+  if (auto rc = parse_args(app, args)) return *rc;
+  if (min_p > 0) o.min_p = min_p;
+
+  auto tok = text::Tokenizer::from_dir(model_dir);
+  auto m = model::load_language_model(model_dir, model::HeadKind::CausalLM, dtype);
+  std::vector<nlohmann::ordered_json> inputs;
+  for (const auto& p : prompts) inputs.emplace_back(p);
+  if (!prompts_file.empty()) {
+    std::ifstream in(prompts_file);
+    if (!in) fail_input("cannot read --prompts {}", prompts_file);
+    std::string line;
+    for (size_t n = 1; std::getline(in, line); ++n) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      nlohmann::ordered_json row;
+      try {
+        row = nlohmann::ordered_json::parse(line);
+      } catch (const nlohmann::json::exception& e) {
+        fail_input("{}:{}: not valid JSON: {}", prompts_file, n, e.what());
+      }
+      if (row.is_string()) inputs.push_back(row);
+      else if (row.is_object() && row.contains(field)) inputs.push_back(row[field]);
+      else fail_input("{}:{}: expected a string or an object with `{}`", prompts_file, n, field);
+    }
+  }
+  if (inputs.empty()) fail_input("no prompt: give --prompt TEXT or --prompts FILE");
+
+  std::optional<text::ChatTemplate> tmpl;
+  if (chat) {
+    if (tok.chat_template().empty()) fail_input("{}: the tokenizer has no chat_template; drop --chat", model_dir);
+    tmpl.emplace(tok.chat_template(), model_dir + "/tokenizer_config.json: chat_template");
+  }
+  std::vector<std::vector<int64_t>> batch;
+  std::vector<std::string> shown;
+  for (const auto& in : inputs) {
+    std::string text;
+    bool special = true;
+    if (tmpl) {
+      nlohmann::ordered_json messages = in.is_array() ? in : nlohmann::ordered_json::array({{{"role", "user"}, {"content", in}}});
+      text::ChatOptions co;
+      co.add_generation_prompt = true;
+      co.bos_token = tok.bos_token();
+      co.eos_token = tok.eos_token();
+      text = text::apply_chat_template(*tmpl, messages, co).text;
+      special = false;  // the template writes the special tokens itself
+    } else {
+      if (!in.is_string()) fail_input("a message list needs --chat");
+      text = in.get<std::string>();
+    }
+    auto ids = tok.encode_ids(text, special);
+    batch.emplace_back(ids.begin(), ids.end());
+    shown.push_back(text);
+  }
+  if (auto eos = tok.eos_token_id()) o.eos_token_ids = {*eos};
+  for (auto e : m->config().eos_token_ids)
+    if (std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), e) == o.eos_token_ids.end()) o.eos_token_ids.push_back(e);
+  o.pad_token_id = tok.pad_token_id().value_or(o.eos_token_ids.empty() ? 0 : static_cast<int32_t>(o.eos_token_ids[0]));
+  if (!stops.empty()) {
+    o.stop = [&](const std::vector<int64_t>& c) {
+      const std::string t = tok.decode(std::vector<int32_t>(c.begin(), c.end()), true);
+      for (const auto& s : stops)
+        if (t.find(s) != std::string::npos) return true;
+      return false;
+    };
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto g = model::generate(*m, batch, o);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  size_t total = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto& c = g.completions[i];
+    total += c.size();
+    const std::string completion = tok.decode(std::vector<int32_t>(c.begin(), c.end()), true);
+    if (json_out) {
+      nlohmann::ordered_json j = {{"prompt", shown[i]}, {"completion", completion}, {"completion_ids", c},
+                                  {"finished", static_cast<bool>(g.finished[i])}};
+      std::cout << j.dump() << "\n";
+    } else {
+      // The completion in bold on a terminal, so it stands apart from the prompt.
+      const bool tty = isatty(STDOUT_FILENO);
+      std::cout << shown[i] << (tty ? "\033[1m" : "") << completion << (tty ? "\033[0m" : "") << "\n";
+      if (i + 1 < batch.size()) std::cout << "---\n";
+    }
+  }
+  log::info("generated {} tokens for {} prompt(s) in {:.2f} s ({:.1f} tokens/s)", total, batch.size(), secs,
+            secs > 0 ? static_cast<double>(total) / secs : 0.0);
+  return 0;
+}
+
+}  // namespace trlx::cli

@@ -1,0 +1,175 @@
+#include "model/saving.hpp"
+
+#include <unistd.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "io/atomic_write.hpp"
+#include "io/safetensors.hpp"
+
+namespace trlx::model {
+
+using nlohmann::ordered_json;
+
+namespace {
+
+std::string dtype_name(torch::Dtype d) {
+  if (d == torch::kBFloat16) return "bfloat16";
+  if (d == torch::kFloat16) return "float16";
+  return "float32";
+}
+
+std::string class_prefix(const std::string& model_type) {
+  if (model_type == "llama") return "Llama";
+  if (model_type == "mistral") return "Mistral";
+  if (model_type == "qwen2") return "Qwen2";
+  return "Qwen3";
+}
+
+}  // namespace
+
+std::string config_json(const ModelConfig& c, HeadKind head, torch::Dtype dtype) {
+  // Keep every key of the original file (trlx models only part of them) and
+  // set the ones that describe what is saved now.
+  ordered_json j = c.raw_json.empty() ? ordered_json::object() : ordered_json::parse(c.raw_json);
+  j["architectures"] = {class_prefix(c.model_type) +
+                        (head == HeadKind::CausalLM ? "ForCausalLM" : "ForSequenceClassification")};
+  j["model_type"] = c.model_type;
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["hidden_act"] = c.hidden_act;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  if (c.model_type == "llama" || c.model_type == "qwen3") j["attention_bias"] = c.attention_bias;
+  if (!j.contains("rope_parameters") && !j.contains("rope_theta")) {
+    ordered_json rope = {{"rope_theta", c.rope.theta}, {"rope_type", c.rope.type}};
+    if (c.rope.type != "default") rope["factor"] = c.rope.factor;
+    j["rope_parameters"] = rope;
+  }
+  if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
+  if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
+  if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
+  else if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids;
+  j.erase("torch_dtype");
+  j["dtype"] = dtype_name(dtype);
+  if (head == HeadKind::SequenceClassification) {
+    ordered_json id2label = ordered_json::object(), label2id = ordered_json::object();
+    for (int64_t i = 0; i < c.num_labels; ++i) {
+      id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
+      label2id["LABEL_" + std::to_string(i)] = i;
+    }
+    j["id2label"] = id2label;
+    j["label2id"] = label2id;
+  }
+  return j.dump(2) + "\n";
+}
+
+void save_language_model(const std::filesystem::path& dir, LanguageModelImpl& m, const SaveModelOptions& o) {
+  namespace fs = std::filesystem;
+  const fs::path target = fs::absolute(dir).lexically_normal();
+  const fs::path parent = target.parent_path();
+  fs::create_directories(parent);
+  const fs::path tmp = parent / fmt::format(".{}.tmp-{}", target.filename().string(), getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    io::NamedTensors tensors;
+    torch::Dtype dtype = torch::kFloat32;
+    for (const auto& p : m.named_parameters(true)) {
+      tensors.emplace_back(p.key(), p.value().detach());
+      dtype = p.value().scalar_type();
+    }
+    io::save_checkpoint(tmp, tensors, o.max_shard_size);
+    io::write_file_atomic(tmp / "config.json", config_json(m.config(), m.head_kind(), dtype));
+    ordered_json gen = ordered_json::object();
+    const auto& c = m.config();
+    if (c.bos_token_id) gen["bos_token_id"] = *c.bos_token_id;
+    if (c.eos_token_ids.size() == 1) gen["eos_token_id"] = c.eos_token_ids[0];
+    else if (!c.eos_token_ids.empty()) gen["eos_token_id"] = c.eos_token_ids;
+    if (c.pad_token_id) gen["pad_token_id"] = *c.pad_token_id;
+    io::write_file_atomic(tmp / "generation_config.json", gen.dump(2) + "\n");
+    if (o.tokenizer_dir) {
+      for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                            "tokenizer.model", "vocab.json", "merges.txt"}) {
+        if (!fs::exists(*o.tokenizer_dir / f)) continue;
+        fs::copy_file(*o.tokenizer_dir / f, tmp / f, fs::copy_options::overwrite_existing);
+        // The source may be read-only; the saved model is the user's to edit.
+        fs::permissions(tmp / f, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
+      }
+    }
+    io::fsync_directory(tmp);
+    // Swap in: the old directory is moved aside first and removed only once
+    // the new one is in place.
+    const fs::path old = parent / fmt::format(".{}.old-{}", target.filename().string(), getpid());
+    if (fs::exists(target)) fs::rename(target, old);
+    fs::rename(tmp, target);
+    io::fsync_directory(parent);
+    fs::remove_all(old);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+ModelConfig new_model_config(const NewModelSpec& s) {
+  ModelConfig c;
+  bool known = false;
+  for (const auto& t : supported_model_types()) known |= t == s.arch;
+  if (!known) fail_input("--arch `{}` is not one of llama, mistral, qwen2, qwen3", s.arch);
+  if (s.vocab_size <= 0) fail_input("a new model needs a vocab_size (or a tokenizer to take it from)");
+  c.model_type = s.arch;
+  c.vocab_size = s.vocab_size;
+  c.hidden_size = s.hidden_size;
+  c.intermediate_size = s.intermediate_size > 0 ? s.intermediate_size : 4 * s.hidden_size;
+  c.num_hidden_layers = s.num_layers;
+  c.num_attention_heads = s.num_heads;
+  c.num_key_value_heads = s.num_kv_heads > 0 ? s.num_kv_heads : s.num_heads;
+  if (s.hidden_size <= 0 || s.num_layers <= 0 || s.num_heads <= 0)
+    fail_input("hidden_size, num_layers and num_heads must be positive");
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    fail_input("num_heads ({}) must be a multiple of num_kv_heads ({})", c.num_attention_heads, c.num_key_value_heads);
+  c.head_dim = s.head_dim > 0 ? s.head_dim : s.hidden_size / s.num_heads;
+  if (s.head_dim <= 0 && s.hidden_size % s.num_heads != 0)
+    fail_input("hidden_size ({}) must be a multiple of num_heads ({}), or give head_dim", s.hidden_size, s.num_heads);
+  if (c.head_dim % 2) fail_input("head_dim {} must be even", c.head_dim);
+  c.max_position_embeddings = s.max_position_embeddings;
+  c.rope.theta = s.rope_theta;
+  c.tie_word_embeddings = s.tie_word_embeddings;
+  c.qkv_bias = s.arch == "qwen2";
+  c.qk_norm = s.arch == "qwen3";
+  c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
+  c.bos_token_id = s.bos_token_id;
+  c.pad_token_id = s.pad_token_id;
+  c.eos_token_ids = s.eos_token_ids;
+  return c;
+}
+
+void init_weights(LanguageModelImpl& m, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  for (auto& p : m.named_parameters(true)) {
+    const std::string& n = p.key();
+    auto& t = p.value();
+    if (n.find("norm") != std::string::npos) {
+      t.fill_(1.0);
+    } else if (n.size() > 5 && n.substr(n.size() - 5) == ".bias") {
+      t.zero_();
+    } else {
+      t.copy_(at::normal(0.0, 0.02, t.sizes(), gen, t.options().dtype(torch::kFloat32)));
+    }
+  }
+  const auto pad = m.config().pad_token_id;
+  if (pad && *pad >= 0 && *pad < m.config().vocab_size) m.model->embed_tokens->weight[*pad].zero_();
+}
+
+}  // namespace trlx::model

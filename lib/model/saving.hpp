@@ -1,0 +1,41 @@
+#pragma once
+// Writing a LanguageModel as a Hugging Face model directory that transformers,
+// PEFT and vLLM load unchanged, and making new random models in that format.
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "model/decoder.hpp"
+
+namespace trlx::model {
+
+struct SaveModelOptions {
+  uint64_t max_shard_size = 0;                          // 0: one model.safetensors
+  std::optional<std::filesystem::path> tokenizer_dir;  // tokenizer files copied from here
+};
+
+// Writes config.json, model.safetensors (or shards + index),
+// generation_config.json and the tokenizer files into a temporary directory
+// beside `dir`, then swaps it in: a failure leaves the previous `dir` intact.
+void save_language_model(const std::filesystem::path& dir, LanguageModelImpl& m, const SaveModelOptions& options = {});
+
+// config.json text for `config` as transformers writes it for its model type.
+std::string config_json(const ModelConfig& config, HeadKind head, torch::Dtype dtype);
+
+// A config for a new model of `arch` with the given sizes (defaults for the rest).
+struct NewModelSpec {
+  std::string arch = "qwen2";
+  int64_t vocab_size = 0, hidden_size = 64, intermediate_size = 0, num_layers = 2, num_heads = 4,
+          num_kv_heads = 0, head_dim = 0, max_position_embeddings = 2048;
+  bool tie_word_embeddings = false;
+  double rope_theta = 10000.0;
+  std::optional<int64_t> bos_token_id, pad_token_id;
+  std::vector<int64_t> eos_token_ids;
+};
+ModelConfig new_model_config(const NewModelSpec& spec);
+
+// Initialises weights as transformers does for these models: normal(0, 0.02)
+// for linear and embedding weights, zero biases, unit norm weights.
+void init_weights(LanguageModelImpl& m, uint64_t seed);
+
+}  // namespace trlx::model
