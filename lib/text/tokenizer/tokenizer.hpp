@@ -2,7 +2,10 @@
 // The tokenizer.json engine: loads a Hugging Face `tokenizer.json` (and the
 // optional `tokenizer_config.json` next to it) and encodes/decodes the way the
 // `tokenizers` library does, with the tokenizer_config rules of transformers'
-// fast tokenizers (add_bos_token/add_eos_token rebuild the post-processor).
+// fast tokenizers (for model-specific tokenizer classes, add_bos_token and
+// add_eos_token rebuild the post-processor). Decoding equals `tokenizers`'
+// decode (transformers 5 decodes these files identically). Thread-safe.
+// See README.md in this folder for the supported components.
 //
 // Input text is bytes; invalid UTF-8 is read as U+FFFD per maximal invalid
 // subpart (the rule of Python's "replace" and Rust's from_utf8_lossy), and
