@@ -71,13 +71,21 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-}
+Linear linear(int64_t in, int64_t out, bool bias) { return Linear(in, out, bias); }
 
 }  // namespace
 
 // ---------------------------------------------------------------- layers
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias) {
+  weight = register_parameter("weight", torch::empty({out_features, in_features}));
+  if (with_bias) bias = register_parameter("bias", torch::empty({out_features}));
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t num, int64_t dim, std::optional<int64_t> padding_idx) {
+  weight = register_parameter("weight", torch::empty({num, dim}));
+  if (padding_idx && *padding_idx >= 0 && *padding_idx < num) padding_idx_ = *padding_idx;
+}
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer)
     : layer_(layer), heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
@@ -126,7 +134,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   if (mask.defined()) {
     out = at::scaled_dot_product_attention(q, k, v, mask);
   } else {
-    out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+    // No mask: causal over the same positions, or one query after a cache.
+    const bool causal = q.size(2) == k.size(2);
+    out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal);
   }
   out = out.transpose(1, 2).reshape({b, t, heads_ * head_dim_});
   return o_proj->forward(out);
@@ -159,9 +169,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
 // ---------------------------------------------------------------- model
 
 DecoderModelImpl::DecoderModelImpl(const ModelConfig& c) : config_(c) {
-  auto emb = torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size);
-  if (c.pad_token_id && *c.pad_token_id >= 0 && *c.pad_token_id < c.vocab_size) emb.padding_idx(*c.pad_token_id);
-  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(emb));
+  embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, c.pad_token_id));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
@@ -193,11 +201,13 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     cache->next_position = cache->next_position.defined() ? cache->next_position + advance : advance;
   }
 
-  // A causal mask alone is cheaper to express as is_causal; padding, a cache
-  // or a sliding window need the explicit mask.
-  const bool padded = batch.attention_mask.defined() && !mask2d.all().item<bool>();
+  // Without padding the mask is implied: causal when queries and keys are the
+  // same positions, everything when one new token looks at the cache. Only
+  // padding, a chunk of several new tokens after a cache, or a sliding window
+  // need an explicit mask.
+  const bool padded = !key_mask.all().item<bool>();
   torch::Tensor full_mask, sliding_mask;
-  if (padded || past > 0) full_mask = build_attention_mask(key_mask, t, std::nullopt);
+  if (padded || (past > 0 && t > 1)) full_mask = build_attention_mask(key_mask, t, std::nullopt);
   if (config_.sliding_window) sliding_mask = build_attention_mask(key_mask, t, config_.sliding_window);
 
   auto x = embed_tokens->forward(ids);

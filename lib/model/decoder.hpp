@@ -21,6 +21,29 @@ struct KVCache {
   int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
 };
 
+// Linear and embedding layers whose weights start uninitialised: every weight
+// is either loaded from a checkpoint or set by init_weights, and skipping
+// LibTorch's default initialisation makes loading a model several times
+// faster.
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in_features, int64_t out_features, bool with_bias);
+  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(x, weight, bias); }
+  torch::Tensor weight, bias;
+};
+TORCH_MODULE(Linear);
+
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t num, int64_t dim, std::optional<int64_t> padding_idx);
+  torch::Tensor forward(const torch::Tensor& ids) { return torch::embedding(weight, ids, padding_idx_); }
+  torch::Tensor weight;
+
+ private:
+  int64_t padding_idx_ = -1;  // rows that get no gradient
+};
+TORCH_MODULE(Embedding);
+
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
@@ -52,7 +75,7 @@ class AttentionImpl : public torch::nn::Module {
   AttentionImpl(const ModelConfig& c, int64_t layer);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask, KVCache* cache);
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
 
  private:
@@ -64,7 +87,7 @@ class MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const ModelConfig& c);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(MLP);
 
@@ -95,7 +118,7 @@ class DecoderModelImpl : public torch::nn::Module {
   torch::Tensor forward(const Batch& batch, KVCache* cache = nullptr);
   const ModelConfig& config() const { return config_; }
 
-  torch::nn::Embedding embed_tokens{nullptr};
+  Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   RMSNorm norm{nullptr};
   // Runs one decoder layer; the engine may replace it (gradient
@@ -130,8 +153,8 @@ class LanguageModelImpl : public torch::nn::Module {
   HeadKind head_kind() const { return head_kind_; }
 
   DecoderModel model{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // CausalLM, untied
-  torch::nn::Linear score{nullptr};    // SequenceClassification
+  Linear lm_head{nullptr};  // CausalLM, untied
+  Linear score{nullptr};    // SequenceClassification
 
  private:
   ModelConfig config_;

@@ -97,7 +97,7 @@ Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int6
     out.steps = step + 1;
     if (all_done || step + 1 == o.max_new_tokens) break;
     next = next_cpu.to(device).unsqueeze(1);
-    seen = torch::cat({seen, next}, 1);
+    if (o.repetition_penalty != 1.0) seen = torch::cat({seen, next}, 1);
     hidden = model.hidden_states({next, torch::ones_like(next), {}}, &cache);
     logits = model.head(hidden.select(1, 0)).to(torch::kFloat32);
   }
