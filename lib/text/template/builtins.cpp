@@ -215,21 +215,6 @@ std::vector<std::string> py_splitlines(const std::string& s, bool keepends) {
   return lines;
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
-    }
-  }
-  return out;
-}
-
 // Python's str.format for {} / {0} / {name} fields with !r / !s; format
 // specs are not supported.
 std::string py_format(Interp& in, const std::string& fmt, const Args& args) {
@@ -378,7 +363,7 @@ std::optional<int64_t> parse_py_int(const std::string& text, int64_t base) {
     }
     if (base == 0) base = 10;
   }
-  if (base < 2 || base > 36) throw_error("int() base must be >= 2 and <= 36, or 0");
+  if (base < 2 || base > 36) return std::nullopt;  // ValueError: the int filter falls back to its default
   bool last_us = true;
   for (; k < t.size(); ++k) {
     if (t[k] == '_') {
@@ -866,8 +851,16 @@ Value Interp::apply_filter(const std::string& name, const Value& v, Args& args) 
   if (f == "title") return str_value(jinja_title(s_of()));
   if (f == "capitalize") return str_value(py_capitalize(s_of()));
   if (f == "string") return str_value(s_of());
-  if (f == "safe") return str_value(s_of());
-  if (f == "escape" || f == "e" || f == "forceescape") return str_value(html_escape(s_of()));
+  // Markup: |safe marks a string, |e escapes it once (escaping Markup again
+  // is a no-op), |forceescape always escapes.
+  auto markup = [](std::string text) {
+    Value r = Value::string(std::move(text));
+    r.b = true;
+    return r;
+  };
+  if (f == "safe") return v.is_string() && v.b ? v : markup(s_of());
+  if (f == "escape" || f == "e") return v.is_string() && v.b ? v : markup(html_escape(s_of()));
+  if (f == "forceescape") return markup(html_escape(s_of()));
   if (f == "first") {
     if (v.kind == Kind::String || v.is_listish() || v.is_mapping() || v.is_undefined()) {
       List items = py_iterate(v);
@@ -1078,10 +1071,10 @@ Value Interp::generator_filter(const std::string& f, const Value& v, Args& args)
   }
   if (f == "batch") {
     int64_t count = need_int(args.get(0, "linecount"), "linecount", 1);
-    if (count <= 0) throw_error("batch size must be positive");
     const Value* fill = args.get(1, "fill_with");
     List out, cur;
     for (const Value& item : py_iterate(v)) {
+      // jinja2 compares before appending, so a size of 0 yields one empty batch first
       if (static_cast<int64_t>(cur.size()) == count) {
         out.push_back(Value::make_list(std::move(cur)));
         cur.clear();
@@ -1158,8 +1151,8 @@ bool Interp::apply_test(const std::string& t, const Value& v, Args& args) {
     const Value& o = need_arg();
     if (v.kind != o.kind) return false;
     switch (v.kind) {
-      case Kind::None:
-      case Kind::Undefined: return true;
+      case Kind::None: return true;
+      case Kind::Undefined: return false;  // every lookup makes a new Undefined
       case Kind::Bool: return v.b == o.b;
       case Kind::Int: return v.i == o.i && v.i >= -5 && v.i <= 256;
       case Kind::String: return v.s == o.s && v.s.size() <= 1;
@@ -1172,7 +1165,7 @@ bool Interp::apply_test(const std::string& t, const Value& v, Args& args) {
       default: return false;
     }
   }
-  if (t == "escaped") return false;
+  if (t == "escaped") return v.is_string() && v.b;
   if (t == "filter") return v.is_string() && is_known_filter(v.s);
   if (t == "test") return v.is_string() && is_known_test(v.s);
   throw_error("No test named '" + t + "'.");
@@ -1180,8 +1173,48 @@ bool Interp::apply_test(const std::string& t, const Value& v, Args& args) {
 
 // ---------------------------------------------------------------- methods
 
+// Positional-argument counts and keyword names of the Python methods, so a
+// call Python would reject is rejected here too.
+struct MethodSig {
+  const char* name;
+  size_t min_pos, max_pos;
+  std::vector<const char*> kw;
+};
+
+void check_method_args(const Value& self, const std::string& m, const Args& args) {
+  static const std::vector<MethodSig> str_sigs = {
+      {"strip", 0, 1, {}}, {"lstrip", 0, 1, {}}, {"rstrip", 0, 1, {}},
+      {"split", 0, 2, {"sep", "maxsplit"}}, {"rsplit", 0, 2, {"sep", "maxsplit"}},
+      {"splitlines", 0, 1, {"keepends"}}, {"startswith", 1, 3, {}}, {"endswith", 1, 3, {}},
+      {"replace", 2, 3, {}}, {"find", 1, 3, {}}, {"rfind", 1, 3, {}}, {"index", 1, 3, {}},
+      {"rindex", 1, 3, {}}, {"count", 1, 3, {}}, {"join", 1, 1, {}}, {"zfill", 1, 1, {}},
+      {"center", 1, 2, {}}, {"ljust", 1, 2, {}}, {"rjust", 1, 2, {}}, {"partition", 1, 1, {}},
+      {"rpartition", 1, 1, {}}, {"removeprefix", 1, 1, {}}, {"removesuffix", 1, 1, {}},
+      {"expandtabs", 0, 1, {"tabsize"}}};
+  static const std::vector<MethodSig> dict_sigs = {{"get", 1, 2, {}}};
+  static const std::vector<MethodSig> list_sigs = {{"index", 1, 3, {}}, {"count", 1, 1, {}}};
+  const std::vector<MethodSig>* sigs = self.is_string() ? &str_sigs : self.kind == Kind::Dict ? &dict_sigs : &list_sigs;
+  if (m == "format") return;
+  const MethodSig* sig = nullptr;
+  for (const auto& x : *sigs)
+    if (m == x.name) sig = &x;
+  size_t min_pos = sig ? sig->min_pos : 0, max_pos = sig ? sig->max_pos : 0;
+  size_t given = args.pos.size() + args.kw.size();
+  for (const auto& [k, v] : args.kw) {
+    bool ok = false;
+    if (sig)
+      for (const char* name : sig->kw) ok |= k == name;
+    if (!ok) throw_error(m + "() takes no keyword argument '" + k + "'");
+  }
+  if (given < min_pos || given > max_pos)
+    throw_error(m + "() takes " + (min_pos == max_pos ? "exactly " + std::to_string(min_pos) :
+                                   "from " + std::to_string(min_pos) + " to " + std::to_string(max_pos)) +
+                " argument(s) (" + std::to_string(given) + " given)");
+}
+
 Value Interp::call_method(const Value& self, const std::string& m, Args& args) {
   step();
+  check_method_args(self, m, args);
   if (self.kind == Kind::Dict) {
     if (m == "get") {
       const Value* key = args.get(0, "key");

@@ -26,7 +26,7 @@ enum class Kind : uint8_t {
 
 struct Value {
   Kind kind = Kind::Undefined;
-  bool b = false;
+  bool b = false;                      // Bool; for String, whether it is Markup (|safe, |e)
   int64_t i = 0;
   double f = 0;
   std::string s;                       // String; for Undefined, why it is undefined
@@ -156,6 +156,7 @@ bool py_iscased(char32_t c);
 std::string py_upper(std::string_view s);
 std::string py_lower(std::string_view s);
 std::string py_strip(std::string_view s, const Value* chars, bool left, bool right);
+std::string html_escape(std::string_view s);
 
 // ---- Syntax tree ----
 enum class NK : uint8_t {

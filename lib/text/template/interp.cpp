@@ -185,15 +185,6 @@ struct MethodObj : Object {
   Value call(Interp& in, Args& args) override { return in.call_method(self, name, args); }
 };
 
-// A method the immutable sandbox refuses: it fails when used.
-struct UnsafeObj : Object {
-  std::string msg;
-  std::string type_name() const override { return "Undefined"; }
-  std::string repr() const override { throw_error(msg); }
-  bool callable() const override { return true; }
-  Value call(Interp&, Args&) override { throw_error(msg); }
-};
-
 bool is_str_method(const std::string& n) {
   static const char* kNames[] = {
       "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith", "replace",
@@ -213,10 +204,10 @@ Value method_value(const Value& self, const std::string& name) {
   return Value::object(m);
 }
 
+// A method the immutable sandbox refuses: an Undefined that names the
+// refusal, so it prints as nothing and fails when called (as in jinja2).
 Value unsafe_value(const Value& self, const std::string& name) {
-  auto m = std::make_shared<UnsafeObj>();
-  m->msg = "access to attribute '" + name + "' of '" + py_type_name(self) + "' object is unsafe.";
-  return Value::object(m);
+  return Value::undefined("access to attribute '" + name + "' of '" + py_type_name(self) + "' object is unsafe.");
 }
 
 // Attribute lookup without the item fallback; nullopt if there is none.
@@ -890,6 +881,11 @@ Value Interp::binop(const std::string& op, const Value& a, const Value& b) {
     }
     if (a.is_string() && b.is_string()) {
       check_size(a.s.size() + b.s.size());
+      if (a.b || b.b) {  // Markup with str (either side) escapes the str and stays Markup
+        Value r = Value::string((a.b ? a.s : html_escape(a.s)) + (b.b ? b.s : html_escape(b.s)));
+        r.b = true;
+        return r;
+      }
       return Value::string(a.s + b.s);
     }
     if ((a.kind == Kind::List || a.kind == Kind::Tuple) && a.kind == b.kind) {

@@ -226,6 +226,7 @@ class Lexer {
   }
 
   bool lex_comment(int tline, int tcol) {
+    if (pos_ >= src_.size()) return false;  // jinja2 accepts "{#" as the very last thing
     size_t content = pos_;
     size_t q = src_.find("#}", pos_);
     if (q == std::string::npos) throw SyntaxError("Missing end of comment tag", tline, tcol);

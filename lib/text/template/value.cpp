@@ -242,6 +242,22 @@ std::string py_strip(std::string_view s, const Value* chars, bool left, bool rig
   return std::string(s.substr(b, e - b));
 }
 
+std::string html_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------- Dict
 
 static bool key_equal(const Value& a, const Value& b) {
