@@ -2,8 +2,10 @@
 // setup (scripts/fixtures/template_fixtures.py), never from trlx.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -187,4 +189,32 @@ TEST_CASE("special tokens and extra variables reach the template", "[template]")
   opt.extra = &extra;
   auto out = trlx::text::apply_chat_template(t, ordered_json::array(), opt);
   CHECK(out.text == "<s>|<|eot|>|False|False|None");
+}
+
+TEST_CASE("one template renders from several threads at once", "[template]") {
+  // Data loaders render with one parsed template from many threads.
+  ChatTemplate t(read_file(trlx::test::data_dir() / "template" / "templates" / "chatml_tools.jinja"), "test");
+  ordered_json cases = load("chats.json");
+  std::vector<const ordered_json*> recs;
+  for (const auto& rec : cases)
+    if (rec["template"] == "chatml_tools" && rec.contains("expected")) recs.push_back(&rec);
+  REQUIRE(recs.size() > 5);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&] {
+      for (int round = 0; round < 50; ++round)
+        for (const ordered_json* rec : recs) {
+          ChatOptions opt;
+          opt.add_generation_prompt = (*rec)["add_generation_prompt"].get<bool>();
+          if (!(*rec)["tools"].is_null()) opt.tools = &(*rec)["tools"];
+          opt.extra = &(*rec)["extra"];
+          opt.bos_token = "<s>";
+          opt.eos_token = "</s>";
+          opt.pad_token = "<pad>";
+          if (trlx::text::apply_chat_template(t, (*rec)["messages"], opt).text != (*rec)["expected"]) ++wrong;
+        }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(wrong == 0);
 }
