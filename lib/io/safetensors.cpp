@@ -81,7 +81,7 @@ at::Tensor SafetensorsFile::get(const TensorInfo& info, bool copy) const {
   const bool aligned = reinterpret_cast<uintptr_t>(ptr) % elem == 0;
   if (copy || !aligned || info.nbytes() == 0) {
     at::Tensor t = torch::empty(info.shape, options);
-    if (info.nbytes()) std::memcpy(t.data_ptr(), ptr, info.nbytes());
+    if (info.nbytes()) map_->read(t.data_ptr(), header_.data_start() + info.begin, info.nbytes());
     return t;
   }
   auto keep = map_;

@@ -923,12 +923,29 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::filesystem::path& path) 
     }
     m->data_ = static_cast<uint8_t*>(p);
   }
-  ::close(fd);
+  m->fd_ = fd;
   return m;
 }
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(data_, size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MappedFile::read(void* dst, uint64_t offset, size_t n) const {
+  auto* out = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      // Only if another program truncated the file after it was validated.
+      fail("{}: read failed at byte {}: {}", path_.string(), offset,
+           got < 0 ? std::strerror(errno) : "unexpected end of file (was it truncated?)");
+    }
+    out += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<size_t>(got);
+  }
 }
 
 std::pair<std::shared_ptr<MappedFile>, Header> open_safetensors(const std::filesystem::path& path) {
