@@ -1122,10 +1122,9 @@ bool Interp::apply_test(const std::string& t, const Value& v, Args& args) {
     return v.is_undefined() || v.is_string() || v.is_listish() || v.is_mapping();
   if (t == "sequence") return v.is_undefined() || v.is_string() || v.kind == Kind::List || v.kind == Kind::Tuple || v.is_mapping();
   if (t == "callable") return v.is_undefined() || (v.kind == Kind::Object && v.obj->callable());
-  if (t == "even" || t == "odd") {
+  if (t == "even" || t == "odd") {  // value % 2 == 0 / == 1, so 2.5 is neither
     Value r = binop("%", v, Value::integer(2));
-    bool even = py_equal(r, Value::integer(0));
-    return t == "even" ? even : !even;
+    return py_equal(r, Value::integer(t == "even" ? 0 : 1));
   }
   if (t == "divisibleby") return py_equal(binop("%", v, need_arg()), Value::integer(0));
   if (t == "eq" || t == "equalto" || t == "==") return py_equal(v, need_arg());

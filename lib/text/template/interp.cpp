@@ -471,6 +471,9 @@ void Interp::exec_for(const Node& n) {
     exec(n.else_body);
     return;
   }
+  // jinja2 clears its "run the else block" flag at the end of each body run,
+  // so else also runs when every iteration ended in break or continue.
+  bool run_else = true;
   auto loop = std::make_shared<LoopObj>();
   track(loop);
   loop->items = std::make_shared<const List>(std::move(items));
@@ -487,11 +490,16 @@ void Interp::exec_for(const Node& n) {
     scope->set("loop", loop_value);
     assign(n.strs, n.flag, (*loop->items)[k]);
     exec(n.body);
+    if (flow_ == Flow::Normal) run_else = false;
     if (flow_ == Flow::Break) {
       flow_ = Flow::Normal;
       break;
     }
     flow_ = Flow::Normal;
+  }
+  if (run_else && !n.else_body.empty()) {
+    scope_ = outer;
+    exec(n.else_body);
   }
 }
 
@@ -734,8 +742,11 @@ Value Interp::slice(const Value& obj, const Node& sl) {
   auto stepv = index(sl.c);
   line_ = sl.line;
   if (obj.is_undefined()) fail_undefined(obj);
+  // jinja2 compiles slices to a plain Python subscript (no sandbox getitem
+  // fallback), so slicing anything but a str, list or tuple is an error.
+  if (obj.kind == Kind::Dict) throw_error("unhashable type: 'slice'");
   if (obj.kind != Kind::String && obj.kind != Kind::List && obj.kind != Kind::Tuple)
-    return Value::undefined("'" + type_repr(obj) + "' is not subscriptable");
+    throw_error("'" + py_type_name(obj) + "' object is not subscriptable");
   int64_t st = stepv.value_or(1);
   if (st == 0) throw_error("slice step cannot be zero");
   std::u32string u;
@@ -820,6 +831,9 @@ std::string repeat(Interp& in, const std::string& s, int64_t n) {
 
 // Python's printf-style `str % args`, for the conversions templates use.
 std::string percent_format(const std::string& fmt, const Value& args) {
+  // A mapping-like argument (dict, Undefined) is used whole by %s and never
+  // counts as "not all arguments converted".
+  bool mapping = args.kind == Kind::Dict || args.is_undefined();
   List vals = args.kind == Kind::Tuple ? *args.list : List{args};
   size_t ai = 0;
   std::string out;
@@ -837,8 +851,8 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       out.push_back('%');
       continue;
     }
-    if (ai >= vals.size()) throw_error("not enough arguments for format string");
-    const Value& v = vals[ai++];
+    if (ai >= vals.size() && !mapping) throw_error("not enough arguments for format string");
+    const Value& v = mapping ? vals[0] : vals[ai++];
     char buf[512];
     if (c == 's' || c == 'r') {
       std::string s = c == 's' ? py_str(v) : py_repr(v);
@@ -861,12 +875,14 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       throw_error(std::string("unsupported format character '") + c + "'");
     }
   }
-  if (ai < vals.size()) throw_error("not all arguments converted during string formatting");
+  if (ai < vals.size() && !mapping) throw_error("not all arguments converted during string formatting");
   return out;
 }
 }  // namespace
 
 Value Interp::binop(const std::string& op, const Value& a, const Value& b) {
+  // str % Undefined: Python treats the Undefined as a mapping argument.
+  if (op == "%" && a.is_string() && b.is_undefined()) return Value::string(percent_format(a.s, b));
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
   char c = op[0];

@@ -383,7 +383,7 @@ static std::string py_str_repr(std::string_view s) {
 std::string py_repr(const Value& v) {
   switch (v.kind) {
     case Kind::Undefined: return "Undefined";
-    case Kind::String: return py_str_repr(v.s);
+    case Kind::String: return v.b ? "Markup(" + py_str_repr(v.s) + ")" : py_str_repr(v.s);
     case Kind::List:
     case Kind::Tuple: {
       bool tuple = v.kind == Kind::Tuple;
