@@ -52,31 +52,6 @@ constexpr DtypeRow kDtypes[] = {
 // no lone surrogates, nesting limited to 128 levels), and trlx also wants
 // duplicate keys reported, which general-purpose DOM parsers silently merge.
 
-struct Json {
-  enum Kind : uint8_t { Null, Bool, Number, String, Array, Object };
-  Kind kind = Null;
-  bool boolean = false;
-  bool is_uint = false;  // a non-negative integer that fits uint64
-  uint64_t uint = 0;
-  std::string str;
-  std::vector<Json> items;
-  // Object members, in document order (a vector of pairs would need Json complete).
-  std::vector<std::string> keys;
-  std::vector<Json> values;
-
-  const char* kind_name() const {
-    switch (kind) {
-      case Null: return "null";
-      case Bool: return "a boolean";
-      case Number: return "a number";
-      case String: return "a string";
-      case Array: return "an array";
-      case Object: return "an object";
-    }
-    return "?";
-  }
-};
-
 constexpr int kMaxDepth = 128;
 
 // Length of the valid UTF-8 sequence at s[i], or 0 if it is not one.
@@ -127,141 +102,158 @@ void append_utf8(std::string& out, uint32_t cp) {
   }
 }
 
+// A streaming reader: callers walk the document and keep only what they
+// need, so a hostile 100 MB header costs about what its kept values do
+// (serde_json's cost), not a DOM node per value.
 class JsonParser {
  public:
   JsonParser(std::string_view text, std::string_view label, std::string_view what)
       : s_(text), label_(label), what_(what) {}
 
-  Json parse() {
-    skip_ws();
-    Json v = value(0);
-    skip_ws();
-    if (pos_ != s_.size()) error("unexpected characters after the JSON value");
-    return v;
-  }
-
- private:
   [[noreturn]] void error(std::string_view msg) {
     fail_input("{}: {} is not valid JSON: {} (at byte {})", label_, what_, msg, pos_);
   }
 
-  void skip_ws() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
-  }
-
-  bool literal(std::string_view word) {
-    if (s_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
-    return true;
-  }
-
-  Json value(int depth) {
+  // The kind of the value that starts here, for messages.
+  const char* kind() {
+    ws();
     if (pos_ >= s_.size()) error("unexpected end of input");
-    const char c = s_[pos_];
-    Json v;
-    if (c == '{' || c == '[') {
-      if (depth >= kMaxDepth) error("nesting deeper than 128 levels");
-      return c == '{' ? object(depth + 1) : array(depth + 1);
+    switch (s_[pos_]) {
+      case '{': return "an object";
+      case '[': return "an array";
+      case '"': return "a string";
+      case 't': case 'f': return "a boolean";
+      case 'n': return "null";
+      default:
+        if (at_number()) return "a number";
+        error("expected a value");
     }
-    if (c == '"') {
-      v.kind = Json::String;
-      v.str = string();
-      return v;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) return number();
-    if (literal("true")) {
-      v.kind = Json::Bool;
-      v.boolean = true;
-      return v;
-    }
-    if (literal("false")) {
-      v.kind = Json::Bool;
-      return v;
-    }
-    if (literal("null")) return v;
-    error("expected a value");
+  }
+  bool at(char c) {
+    ws();
+    return pos_ < s_.size() && s_[pos_] == c;
+  }
+  bool at_number() {
+    ws();
+    return pos_ < s_.size() && (s_[pos_] == '-' || (s_[pos_] >= '0' && s_[pos_] <= '9'));
+  }
+  bool null() {
+    ws();
+    return literal("null");
+  }
+  void end() {
+    ws();
+    if (pos_ != s_.size()) error("unexpected characters after the JSON value");
   }
 
-  Json object(int depth) {
-    Json v;
-    v.kind = Json::Object;
+  // Calls on_member(key) for each member of the object that starts here; the
+  // callback must read or skip the value. Keys given twice are an error.
+  template <typename F>
+  void object(int depth, F&& on_member) {
+    ws();
+    if (depth >= kMaxDepth) error("nesting deeper than 128 levels");
     ++pos_;  // {
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == '}') {
+    if (at('}')) {
       ++pos_;
-      return v;
+      return;
     }
     std::unordered_set<std::string> seen;
     for (;;) {
-      skip_ws();
-      if (pos_ >= s_.size() || s_[pos_] != '"') error("expected a string key");
+      if (!at('"')) error("expected a string key");
       const size_t key_pos = pos_;
       std::string key = string();
       if (!seen.insert(key).second) {
         pos_ = key_pos;
         error(fmt::format("key `{}` appears twice in the same object", key));
       }
-      skip_ws();
-      if (pos_ >= s_.size() || s_[pos_] != ':') error("expected `:`");
+      if (!at(':')) error("expected `:`");
       ++pos_;
-      skip_ws();
-      Json item = value(depth);
-      v.keys.push_back(std::move(key));
-      v.values.push_back(std::move(item));
-      skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
+      on_member(key);
+      if (at(',')) {
         ++pos_;
         continue;
       }
-      if (pos_ < s_.size() && s_[pos_] == '}') {
+      if (at('}')) {
         ++pos_;
-        return v;
+        return;
       }
       error("expected `,` or `}`");
     }
   }
 
-  Json array(int depth) {
-    Json v;
-    v.kind = Json::Array;
+  // Calls on_item() for each element of the array that starts here.
+  template <typename F>
+  void array(int depth, F&& on_item) {
+    ws();
+    if (depth >= kMaxDepth) error("nesting deeper than 128 levels");
     ++pos_;  // [
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == ']') {
+    if (at(']')) {
       ++pos_;
-      return v;
+      return;
     }
     for (;;) {
-      skip_ws();
-      v.items.push_back(value(depth));
-      skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
+      on_item();
+      if (at(',')) {
         ++pos_;
         continue;
       }
-      if (pos_ < s_.size() && s_[pos_] == ']') {
+      if (at(']')) {
         ++pos_;
-        return v;
+        return;
       }
       error("expected `,` or `]`");
     }
   }
 
-  uint32_t hex4() {
-    if (pos_ + 4 > s_.size()) error("truncated \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = s_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
-      else error("invalid \\u escape");
+  // Validates and discards any value (duplicate keys inside are not checked,
+  // as serde ignores such values entirely).
+  void skip(int depth) {
+    ws();
+    if (pos_ >= s_.size()) error("unexpected end of input");
+    const char c = s_[pos_];
+    if (c == '{') {
+      if (depth >= kMaxDepth) error("nesting deeper than 128 levels");
+      ++pos_;
+      if (at('}')) {
+        ++pos_;
+        return;
+      }
+      for (;;) {
+        if (!at('"')) error("expected a string key");
+        string(/*keep=*/false);
+        if (!at(':')) error("expected `:`");
+        ++pos_;
+        skip(depth + 1);
+        if (at(',')) {
+          ++pos_;
+          continue;
+        }
+        if (at('}')) {
+          ++pos_;
+          return;
+        }
+        error("expected `,` or `}`");
+      }
     }
-    return v;
+    if (c == '[') {
+      array(depth, [&] { skip(depth + 1); });
+      return;
+    }
+    if (c == '"') {
+      string(false);
+      return;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+      (void)number();
+      return;
+    }
+    if (literal("true") || literal("false") || literal("null")) return;
+    error("expected a value");
   }
 
-  std::string string() {
+  // The string that starts here (at its opening quote), unescaped.
+  std::string string(bool keep = true) {
+    ws();
     ++pos_;  // opening quote
     std::string out;
     for (;;) {
@@ -275,22 +267,23 @@ class JsonParser {
       if (c != '\\') {
         const size_t n = utf8_seq_len(s_, pos_);
         if (n == 0) error("invalid UTF-8");
-        out.append(s_.substr(pos_, n));
+        if (keep) out.append(s_.substr(pos_, n));
         pos_ += n;
         continue;
       }
       ++pos_;
       if (pos_ >= s_.size()) error("unterminated string");
       const char e = s_[pos_++];
+      char plain = 0;
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"': plain = '"'; break;
+        case '\\': plain = '\\'; break;
+        case '/': plain = '/'; break;
+        case 'b': plain = '\b'; break;
+        case 'f': plain = '\f'; break;
+        case 'n': plain = '\n'; break;
+        case 'r': plain = '\r'; break;
+        case 't': plain = '\t'; break;
         case 'u': {
           uint32_t cp = hex4();
           if (cp >= 0xDC00 && cp <= 0xDFFF) error("lone trailing surrogate in \\u escape");
@@ -302,20 +295,26 @@ class JsonParser {
             if (lo < 0xDC00 || lo > 0xDFFF) error("invalid surrogate pair in \\u escape");
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
           }
-          append_utf8(out, cp);
-          break;
+          if (keep) append_utf8(out, cp);
+          continue;
         }
         default: --pos_; error("invalid escape");
       }
+      if (keep) out += plain;
     }
   }
 
-  Json number() {
-    Json v;
-    v.kind = Json::Number;
-    const size_t start = pos_;
+  struct Number {
+    bool is_uint = false;  // a non-negative integer that fits uint64
+    uint64_t value = 0;
+  };
+
+  // The number that starts here.
+  Number number() {
+    ws();
+    Number v;
     bool negative = false;
-    if (s_[pos_] == '-') {
+    if (pos_ < s_.size() && s_[pos_] == '-') {
       negative = true;
       ++pos_;
     }
@@ -342,7 +341,6 @@ class JsonParser {
       if (!digit()) error("invalid number");
       while (digit()) ++pos_;
     }
-    (void)start;
     if (integral) {
       uint64_t u = 0;
       bool fits = true;
@@ -357,8 +355,34 @@ class JsonParser {
       // serde accepts "-0" where an unsigned integer is expected.
       if (fits && (!negative || u == 0)) {
         v.is_uint = true;
-        v.uint = u;
+        v.value = u;
       }
+    }
+    return v;
+  }
+
+ private:
+  void ws() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
+      ++pos_;
+  }
+
+  bool literal(std::string_view word) {
+    if (s_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+
+  uint32_t hex4() {
+    if (pos_ + 4 > s_.size()) error("truncated \\u escape");
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = s_[pos_++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
+      else error("invalid \\u escape");
     }
     return v;
   }
@@ -392,48 +416,64 @@ std::optional<uint64_t> checked_nbytes(Dtype dtype, const std::vector<uint64_t>&
   return n / 8;
 }
 
-void check_tensor_info_fields(const Json& entry, const std::string& name, std::string_view label,
-                              TensorInfo& info, std::vector<uint64_t>& dims) {
-  if (entry.kind != Json::Object)
+// One tensor's entry: {"dtype": ..., "shape": [...], "data_offsets": [b, e]},
+// other fields ignored, as the reference does.
+void read_tensor_entry(JsonParser& p, const std::string& name, std::string_view label, TensorInfo& info,
+                       std::vector<uint64_t>& dims) {
+  if (!p.at('{'))
     fail_input("{}: tensor `{}`: header entry is {}, expected an object with dtype, shape and data_offsets",
-               label, name, entry.kind_name());
-  const Json* dtype = nullptr;
-  const Json* shape = nullptr;
-  const Json* offsets = nullptr;
-  for (size_t m = 0; m < entry.keys.size(); ++m) {
-    const std::string& k = entry.keys[m];
-    const Json& v = entry.values[m];
-    // Unknown fields are ignored, as the reference does.
-    if (k == "dtype") dtype = &v;
-    else if (k == "shape") shape = &v;
-    else if (k == "data_offsets") offsets = &v;
-  }
-  if (!dtype) fail_input("{}: tensor `{}`: missing `dtype`", label, name);
-  if (!shape) fail_input("{}: tensor `{}`: missing `shape`", label, name);
-  if (!offsets) fail_input("{}: tensor `{}`: missing `data_offsets`", label, name);
-  if (dtype->kind != Json::String)
-    fail_input("{}: tensor `{}`: `dtype` is {}, expected a string", label, name, dtype->kind_name());
-  const auto d = parse_dtype(dtype->str);
-  if (!d)
-    fail_input("{}: tensor `{}`: unknown dtype `{}` (the format knows BOOL, U8, I8, I16, U16, I32, U32, "
-               "I64, U64, F16, BF16, F32, F64, C64, F4, F6_*, F8_*)",
-               label, name, dtype->str);
-  info.dtype = *d;
-  if (shape->kind != Json::Array)
-    fail_input("{}: tensor `{}`: `shape` is {}, expected an array of non-negative integers", label, name,
-               shape->kind_name());
-  for (const auto& x : shape->items) {
-    if (!x.is_uint)
-      fail_input("{}: tensor `{}`: `shape` has an element that is {} other than a non-negative integer",
-                 label, name, x.kind == Json::Number ? "a number" : x.kind_name());
-    dims.push_back(x.uint);
-  }
-  if (offsets->kind != Json::Array || offsets->items.size() != 2 || !offsets->items[0].is_uint ||
-      !offsets->items[1].is_uint)
-    fail_input("{}: tensor `{}`: `data_offsets` must be an array of two non-negative integers [begin, end]",
-               label, name);
-  info.begin = offsets->items[0].uint;
-  info.end = offsets->items[1].uint;
+               label, name, p.kind());
+  bool has_dtype = false, has_shape = false, has_offsets = false;
+  p.object(1, [&](const std::string& k) {
+    if (k == "dtype") {
+      has_dtype = true;
+      if (!p.at('"')) fail_input("{}: tensor `{}`: `dtype` is {}, expected a string", label, name, p.kind());
+      const std::string d = p.string();
+      const auto dt = parse_dtype(d);
+      if (!dt)
+        fail_input("{}: tensor `{}`: unknown dtype `{}` (the format knows BOOL, U8, I8, I16, U16, I32, U32, "
+                   "I64, U64, F16, BF16, F32, F64, C64, F4, F6_*, F8_*)",
+                   label, name, d);
+      info.dtype = *dt;
+    } else if (k == "shape") {
+      has_shape = true;
+      if (!p.at('['))
+        fail_input("{}: tensor `{}`: `shape` is {}, expected an array of non-negative integers", label, name,
+                   p.kind());
+      p.array(2, [&] {
+        const char* kind = p.kind();
+        if (!p.at_number())
+          fail_input("{}: tensor `{}`: `shape` has an element that is {}, expected a non-negative integer", label,
+                     name, kind);
+        const auto n = p.number();
+        if (!n.is_uint)
+          fail_input("{}: tensor `{}`: `shape` has a number that is not a non-negative integer (or is too large)",
+                     label, name);
+        dims.push_back(n.value);
+      });
+    } else if (k == "data_offsets") {
+      has_offsets = true;
+      auto bad = [&] {
+        fail_input("{}: tensor `{}`: `data_offsets` must be an array of two non-negative integers [begin, end]",
+                   label, name);
+      };
+      if (!p.at('[')) bad();
+      size_t count = 0;
+      p.array(2, [&] {
+        if (!p.at_number() || count >= 2) bad();
+        const auto n = p.number();
+        if (!n.is_uint) bad();
+        (count == 0 ? info.begin : info.end) = n.value;
+        ++count;
+      });
+      if (count != 2) bad();
+    } else {
+      p.skip(2);
+    }
+  });
+  if (!has_dtype) fail_input("{}: tensor `{}`: missing `dtype`", label, name);
+  if (!has_shape) fail_input("{}: tensor `{}`: missing `shape`", label, name);
+  if (!has_offsets) fail_input("{}: tensor `{}`: missing `data_offsets`", label, name);
 }
 
 }  // namespace
@@ -487,37 +527,39 @@ Header parse_header(const uint8_t* data, size_t size, std::string_view label) {
   const std::string_view text(reinterpret_cast<const char*>(data + 8), n);
   if (auto bad = first_invalid_utf8(text))
     fail_input("{}: header is not valid UTF-8 (at byte {} of the header)", label, *bad);
-  const Json root = JsonParser(text, label, "the header").parse();
-  if (root.kind != Json::Object) fail_input("{}: header is {}, expected a JSON object", label, root.kind_name());
+  JsonParser p(text, label, "the header");
+  if (!p.at('{')) {
+    const char* kind = p.kind();
+    p.skip(0);  // a syntax error is reported as such
+    p.end();
+    fail_input("{}: header is {}, expected a JSON object", label, kind);
+  }
 
   Header h;
   h.header_size = n;
   h.data_size = size - 8 - n;
   std::vector<std::vector<uint64_t>> all_dims;
-  for (size_t m = 0; m < root.keys.size(); ++m) {
-    const std::string& key = root.keys[m];
-    const Json& value = root.values[m];
+  p.object(0, [&](const std::string& key) {
     if (key == "__metadata__") {
-      if (value.kind == Json::Null) continue;
-      if (value.kind != Json::Object)
-        fail_input("{}: `__metadata__` is {}, expected an object of strings", label, value.kind_name());
+      if (p.null()) return;
+      if (!p.at('{'))
+        fail_input("{}: `__metadata__` is {}, expected an object of strings", label, p.kind());
       h.has_metadata = true;
-      for (size_t j = 0; j < value.keys.size(); ++j) {
-        const std::string& mk = value.keys[j];
-        const Json& mv = value.values[j];
-        if (mv.kind != Json::String)
-          fail_input("{}: `__metadata__`: value of `{}` is {}, expected a string", label, mk, mv.kind_name());
-        h.metadata[mk] = mv.str;
-      }
-      continue;
+      p.object(1, [&](const std::string& mk) {
+        if (!p.at('"'))
+          fail_input("{}: `__metadata__`: value of `{}` is {}, expected a string", label, mk, p.kind());
+        h.metadata[mk] = p.string();
+      });
+      return;
     }
     TensorInfo info;
     info.name = key;
     std::vector<uint64_t> dims;
-    check_tensor_info_fields(value, key, label, info, dims);
+    read_tensor_entry(p, key, label, info, dims);
     h.tensors.push_back(std::move(info));
     all_dims.push_back(std::move(dims));
-  }
+  });
+  p.end();
 
   // The reference accepts entries in any order and validates them sorted by offsets.
   std::vector<size_t> order(h.tensors.size());
@@ -857,35 +899,51 @@ std::string encode_index(const std::vector<std::pair<std::string, std::string>>&
 
 ShardIndex parse_index(std::string_view text, std::string_view label) {
   if (auto bad = first_invalid_utf8(text)) fail_input("{}: not valid UTF-8 (at byte {})", label, *bad);
-  const Json root = JsonParser(text, label, "the index").parse();
-  if (root.kind != Json::Object) fail_input("{}: the index is {}, expected a JSON object", label, root.kind_name());
+  JsonParser p(text, label, "the index");
+  if (!p.at('{')) {
+    const char* kind = p.kind();
+    p.skip(0);
+    p.end();
+    fail_input("{}: the index is {}, expected a JSON object", label, kind);
+  }
   ShardIndex idx;
-  const Json* wm = nullptr;
-  for (size_t m = 0; m < root.keys.size(); ++m) {
-    const Json& v = root.values[m];
-    if (root.keys[m] == "weight_map") wm = &v;
-    if (root.keys[m] == "metadata" && v.kind == Json::Object) {
-      for (size_t j = 0; j < v.keys.size(); ++j)
-        if (v.keys[j] == "total_size" && v.values[j].is_uint) idx.total_size = v.values[j].uint;
+  bool has_map = false;
+  p.object(0, [&](const std::string& k) {
+    if (k == "metadata" && p.at('{')) {
+      p.object(1, [&](const std::string& mk) {
+        if (mk == "total_size" && p.at_number()) {
+          const auto v = p.number();
+          if (v.is_uint) idx.total_size = v.value;
+        } else {
+          p.skip(2);
+        }
+      });
+      return;
     }
-  }
-  if (!wm) fail_input("{}: missing `weight_map`", label);
-  if (wm->kind != Json::Object)
-    fail_input("{}: `weight_map` is {}, expected an object of tensor name -> file name", label, wm->kind_name());
-  for (size_t m = 0; m < wm->keys.size(); ++m) {
-    const std::string& name = wm->keys[m];
-    const Json& file = wm->values[m];
-    if (file.kind != Json::String)
-      fail_input("{}: `weight_map`: tensor `{}` maps to {}, expected a file name", label, name, file.kind_name());
-    const std::filesystem::path p(file.str);
-    bool escapes = file.str.empty() || p.is_absolute();
-    for (const auto& part : p)
-      if (part == "..") escapes = true;
-    if (escapes)
-      fail_input("{}: `weight_map`: tensor `{}` maps to `{}`, which is not a file inside the checkpoint directory",
-                 label, name, file.str);
-    idx.weight_map.emplace_back(name, file.str);
-  }
+    if (k != "weight_map") {
+      p.skip(1);
+      return;
+    }
+    has_map = true;
+    if (!p.at('{'))
+      fail_input("{}: `weight_map` is {}, expected an object of tensor name -> file name", label, p.kind());
+    p.object(1, [&](const std::string& name) {
+      if (!p.at('"'))
+        fail_input("{}: `weight_map`: tensor `{}` maps to {}, expected a file name", label, name, p.kind());
+      std::string file = p.string();
+      const std::filesystem::path fp(file);
+      bool escapes = file.empty() || fp.is_absolute();
+      for (const auto& part : fp)
+        if (part == "..") escapes = true;
+      if (escapes)
+        fail_input("{}: `weight_map`: tensor `{}` maps to `{}`, which is not a file inside the checkpoint "
+                   "directory",
+                   label, name, file);
+      idx.weight_map.emplace_back(name, std::move(file));
+    });
+  });
+  p.end();
+  if (!has_map) fail_input("{}: missing `weight_map`", label);
   std::sort(idx.weight_map.begin(), idx.weight_map.end());
   return idx;
 }

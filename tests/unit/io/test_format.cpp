@@ -212,7 +212,12 @@ TEST_CASE("corrupt: header text", "[io][corrupt]") {
       {R"({"\ud800":1})", "surrogate"},
       {R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})",
        "key `a` appears twice"},
+      {R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0],"x":)" + std::string(200, '[') +
+           std::string(200, ']') + "}}",
+       "nesting deeper than 128"},
       {std::string(200, '[') + std::string(200, ']'), "nesting deeper than 128"},
+      {"[1, {\"a\": 2}]", "header is an array, expected a JSON object"},
+      {"nul", "not valid JSON"},
   };
   for (const auto& c : cases) {
     INFO(c.header);
