@@ -77,8 +77,9 @@ void save_language_model(const std::filesystem::path& dir, LanguageModelImpl& m,
   namespace fs = std::filesystem;
   const fs::path target = fs::absolute(dir).lexically_normal();
   const fs::path parent = target.parent_path();
-  fs::create_directories(parent);
-  const fs::path tmp = parent / fmt::format(".{}.tmp-{}", target.filename().string(), getpid());
+  fs::create_directories(o.into_existing_dir ? target : parent);
+  const fs::path tmp = o.into_existing_dir ? target / fmt::format(".model.tmp-{}", getpid())
+                                           : parent / fmt::format(".{}.tmp-{}", target.filename().string(), getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   try {
@@ -107,6 +108,26 @@ void save_language_model(const std::filesystem::path& dir, LanguageModelImpl& m,
       }
     }
     io::fsync_directory(tmp);
+    if (o.into_existing_dir) {
+      // Old weight files that the new save does not have (a sharded model
+      // replaced by a single file, or fewer shards) go first, then the new
+      // files move in, the weights' entry point last.
+      std::vector<fs::path> files;
+      for (const auto& e : fs::directory_iterator(tmp)) files.push_back(e.path().filename());
+      for (const auto& e : fs::directory_iterator(target)) {
+        const std::string name = e.path().filename().string();
+        const bool weights = name.rfind("model", 0) == 0 && (name.find(".safetensors") != std::string::npos);
+        if (weights && !fs::exists(tmp / name)) fs::remove(e.path());
+      }
+      std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
+        auto last = [](const fs::path& p) { return p == "model.safetensors" || p == "model.safetensors.index.json"; };
+        return last(a) != last(b) ? last(b) : a < b;
+      });
+      for (const auto& f : files) fs::rename(tmp / f, target / f);
+      io::fsync_directory(target);
+      fs::remove_all(tmp);
+      return;
+    }
     // Swap in: the old directory is moved aside first and removed only once
     // the new one is in place.
     const fs::path old = parent / fmt::format(".{}.old-{}", target.filename().string(), getpid());

@@ -12,6 +12,11 @@ namespace trlx::model {
 struct SaveModelOptions {
   uint64_t max_shard_size = 0;                          // 0: one model.safetensors
   std::optional<std::filesystem::path> tokenizer_dir;  // tokenizer files copied from here
+  // Write the model's files into `dir` beside what it already holds (a
+  // training output_dir with checkpoints and metrics) instead of replacing
+  // the whole directory. Each file still appears atomically; the weights'
+  // entry point (model.safetensors or its index) is renamed in last.
+  bool into_existing_dir = false;
 };
 
 // Writes config.json, model.safetensors (or shards + index),

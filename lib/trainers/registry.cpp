@@ -2,6 +2,7 @@
 
 #include "trainers/dpo_config.hpp"
 #include "trainers/rloo_config.hpp"
+#include "trainers/sft.hpp"
 #include "trainers/sft_config.hpp"
 
 namespace trlx::trainers {
@@ -17,7 +18,7 @@ const std::vector<TrainerEntry>& trainer_table() {
   // Rows are added as trainers are built; a row without `run` has its config
   // table (validate, print-config, docs) but cannot train yet.
   static const std::vector<TrainerEntry> table = {
-      {"sft", &sft_schema, &make<SFTConfig>, {}},
+      {"sft", &sft_schema, &make<SFTConfig>, &run_sft},
       {"dpo", &dpo_schema, &make<DPOConfig>, {}},
       {"rloo", &rloo_schema, &make<RLOOConfig>, {}},
   };

@@ -1,0 +1,121 @@
+#pragma once
+// The training loop every trainer runs on. A trainer supplies its examples,
+// how to collate them and its loss; the engine owns everything else: the
+// model and optimizer, schedule, accumulation, clipping, precision, logging,
+// evaluation, checkpoints and resume.
+//
+// Every forward that feeds a loss goes through Engine::forward, the one place
+// a distributed strategy will wrap.
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "config/training.hpp"
+#include "engine/schedule.hpp"
+#include "losses/logprobs.hpp"
+#include "model/decoder.hpp"
+
+namespace trlx::engine {
+
+using TensorMap = std::map<std::string, torch::Tensor>;
+
+// Metrics of one micro-batch as sums and counts, so that averages over
+// accumulation and logging windows weigh every token (or row) equally.
+struct MetricSums {
+  std::map<std::string, std::pair<double, double>> values;  // name -> (sum, count)
+  void add(const std::string& name, double sum, double count) {
+    auto& v = values[name];
+    v.first += sum;
+    v.second += count;
+  }
+  void merge(const MetricSums& o) {
+    for (const auto& [k, v] : o.values) add(k, v.first, v.second);
+  }
+};
+
+struct LossOutput {
+  torch::Tensor loss_sum;  // summed over this micro-batch's items; the engine divides by the step's items
+  MetricSums metrics;
+};
+
+class Engine;
+
+// What a trainer provides.
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+  virtual std::string name() const = 0;
+  virtual size_t num_examples(const std::string& split) const = 0;
+  // A micro-batch from example indices of `split`.
+  virtual TensorMap collate(const std::string& split, const std::vector<size_t>& indices) const = 0;
+  // How many items (e.g. target tokens) the loss of this micro-batch sums over.
+  virtual double num_items(const TensorMap& batch) const = 0;
+  virtual LossOutput loss(Engine& engine, const TensorMap& batch) = 0;
+};
+
+struct RunSummary {
+  int64_t steps = 0;
+  double final_loss = 0;
+  bool interrupted = false;
+  std::filesystem::path output_dir;
+};
+
+class Engine {
+ public:
+  Engine(const config::TrainingConfig& config, model::LanguageModel policy, std::string trainer_name,
+         std::optional<std::filesystem::path> tokenizer_dir = std::nullopt);
+
+  // Runs training to the end (or to an interruption). Resumes first when the
+  // config asks for it.
+  RunSummary train(Trainer& trainer);
+
+  // The forward every loss goes through: final hidden states of `model`.
+  torch::Tensor forward(model::LanguageModelImpl& model, const model::Batch& batch);
+  // The policy's per-token log-probs of `targets` (see losses::token_logprobs).
+  losses::TokenLogProbs logprobs(model::LanguageModelImpl& model, const torch::Tensor& hidden,
+                                 const torch::Tensor& targets, const torch::Tensor& mask,
+                                 const losses::LogProbOptions& options = {});
+  model::LanguageModelImpl& policy() { return *policy_; }
+  const config::TrainingConfig& config() const { return config_; }
+  int64_t global_step() const { return step_; }
+  int64_t total_steps() const { return schedule_.total_steps; }
+
+  // Asks the loop to stop after the current step and save (SIGTERM/SIGINT).
+  static void request_stop();
+
+  // For tests: one optimizer step over these micro-batches (indices into the
+  // train split); returns the loss and the grad norm before clipping.
+  std::pair<double, double> step_on(Trainer& trainer, const std::vector<std::vector<size_t>>& micro_batches);
+
+ private:
+  void setup(Trainer& trainer);
+  std::vector<std::vector<size_t>> epoch_batches(size_t n, int64_t epoch) const;
+  std::pair<double, double> optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
+                                           MetricSums& metrics);
+  MetricSums evaluate(Trainer& trainer);
+  void save_checkpoint(int64_t epoch, size_t batch_in_epoch);
+  void resume(const std::filesystem::path& dir, int64_t* epoch, size_t* batch_in_epoch);
+  void log_metrics(const std::map<std::string, double>& m);
+  void print_startup(Trainer& trainer);
+
+  config::TrainingConfig config_;
+  model::LanguageModel policy_;
+  std::string trainer_name_;
+  std::optional<std::filesystem::path> tokenizer_dir_;
+  std::filesystem::path output_dir_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  Schedule schedule_;
+  int64_t step_ = 0;
+  int64_t micro_per_step_ = 1;
+  size_t batches_per_epoch_ = 0;
+  double tokens_seen_ = 0;
+  std::vector<std::string> log_history_;  // JSON lines, for trainer_state.json
+};
+
+}  // namespace trlx::engine

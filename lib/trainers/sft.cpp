@@ -1,0 +1,254 @@
+#include "trainers/sft.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "model/loading.hpp"
+#include "text/data/dataset.hpp"
+#include "text/template/chat_template.hpp"
+#include "text/tokenizer/tokenizer.hpp"
+
+namespace trlx::trainers {
+
+namespace {
+
+std::vector<int64_t> to64(const std::vector<int32_t>& v) { return {v.begin(), v.end()}; }
+
+size_t common_prefix(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+struct Rendered {
+  std::vector<int64_t> ids;
+  std::vector<uint8_t> assistant;  // empty unless asked
+};
+
+// A conversation through the chat template, tokenized without special tokens
+// (the template writes them), with the assistant mask from its generation tag.
+Rendered render(const text::Tokenizer& tok, const text::ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
+                bool add_generation_prompt, bool want_mask) {
+  text::ChatOptions o;
+  o.add_generation_prompt = add_generation_prompt;
+  o.bos_token = tok.bos_token();
+  o.eos_token = tok.eos_token();
+  o.pad_token = tok.pad_token();
+  o.unk_token = tok.unk_token();
+  auto chat = text::apply_chat_template(tmpl, messages, o);
+  auto enc = tok.encode(chat.text, false);
+  Rendered r;
+  r.ids = to64(enc.ids);
+  if (want_mask) {
+    r.assistant.assign(r.ids.size(), 0);
+    for (size_t t = 0; t < r.ids.size(); ++t) {
+      const auto [b, e] = enc.offsets[t];
+      for (const auto& [sb, se] : chat.generation_spans)
+        if (b < se && sb < e) r.assistant[t] = 1;
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokenizer& tok,
+                                          const text::ChatTemplate* tmpl, const std::string& split, bool required) {
+  data::LoadOptions lo;
+  lo.split = split;
+  lo.skip_bad_rows = c.skip_bad_rows;
+  lo.text_field = c.dataset_text_field;
+  if (!c.dataset_name) fail_input("sft: no dataset: set dataset_name (a JSONL/JSON file or a directory)");
+  data::Shaped shaped;
+  try {
+    shaped = data::load_for(data::Task::sft, *c.dataset_name, lo);
+  } catch (const InputError& e) {
+    if (!required && std::string(e.what()).find("split") != std::string::npos) return {};
+    throw;
+  }
+  if (shaped.skipped) log::warn("{} split: skipped {} bad row(s) (skip_bad_rows)", split, shaped.skipped);
+  const bool conversational = shaped.form == data::Form::conversational;
+  if (conversational && !tmpl)
+    fail_input("the dataset is conversational but the tokenizer has no chat template; set chat_template_path");
+  const bool prompt_completion = shaped.sft_layout == data::SftLayout::prompt_completion;
+  const bool completion_only = c.completion_only_loss.value_or(prompt_completion);
+  const std::string eos = c.eos_token.value_or(tok.eos_token().value_or(""));
+  if (!conversational && eos.empty()) fail_input("sft: the tokenizer has no eos_token; set eos_token in the config");
+
+  std::vector<SFTExample> out;
+  size_t n_truncated = 0, n_dropped = 0;
+  std::string first_dropped;
+  for (size_t i = 0; i < shaped.rows.size(); ++i) {
+    const auto& row = shaped.rows[i].value;
+    SFTExample ex;
+    ex.source_row = i;
+    std::vector<uint8_t> completion_mask, assistant;
+    if (prompt_completion) {
+      std::vector<int64_t> prompt_ids, full_ids;
+      if (conversational) {
+        nlohmann::ordered_json all = row["prompt"];
+        for (const auto& m : row["completion"]) all.push_back(m);
+        prompt_ids = render(tok, *tmpl, row["prompt"], true, false).ids;
+        auto full = render(tok, *tmpl, all, false, c.assistant_only_loss);
+        full_ids = full.ids;
+        assistant = full.assistant;
+      } else {
+        std::string completion = row["completion"].get<std::string>();
+        if (completion.size() < eos.size() || completion.compare(completion.size() - eos.size(), eos.size(), eos) != 0)
+          completion += eos;
+        const std::string prompt = row["prompt"].get<std::string>();
+        prompt_ids = to64(tok.encode_ids(prompt, true));
+        full_ids = to64(tok.encode_ids(prompt + completion, true));
+      }
+      // The completion starts where prompt and prompt+completion diverge.
+      const size_t plen = common_prefix(prompt_ids, full_ids);
+      completion_mask.assign(full_ids.size(), 0);
+      std::fill(completion_mask.begin() + static_cast<long>(plen), completion_mask.end(), 1);
+      ex.ids = std::move(full_ids);
+    } else if (conversational) {
+      auto r = render(tok, *tmpl, row["messages"], false, c.assistant_only_loss);
+      ex.ids = std::move(r.ids);
+      assistant = std::move(r.assistant);
+    } else {
+      std::string text = row["text"].get<std::string>();
+      if (text.size() < eos.size() || text.compare(text.size() - eos.size(), eos.size(), eos) != 0) text += eos;
+      ex.ids = to64(tok.encode_ids(text, true));
+    }
+    if (c.assistant_only_loss && std::find(assistant.begin(), assistant.end(), 1) == assistant.end())
+      fail_input("{}: assistant_only_loss is set but this example has no assistant tokens: the chat template needs "
+                 "{{% generation %}} around assistant replies",
+                 shaped.rows[i].where());
+    ex.loss_mask.assign(ex.ids.size(), 1);
+    if (completion_only && !completion_mask.empty()) ex.loss_mask = completion_mask;
+    if (!assistant.empty())
+      for (size_t t = 0; t < ex.loss_mask.size(); ++t) ex.loss_mask[t] = ex.loss_mask[t] && assistant[t];
+    if (c.max_length && ex.ids.size() > static_cast<size_t>(*c.max_length)) {
+      ex.ids.resize(static_cast<size_t>(*c.max_length));
+      ex.loss_mask.resize(ex.ids.size());
+      ex.truncated = true;
+      ++n_truncated;
+    }
+    if (std::find(ex.loss_mask.begin() + (ex.loss_mask.empty() ? 0 : 1), ex.loss_mask.end(), 1) == ex.loss_mask.end()) {
+      // Nothing left to learn from (the completion was truncated away, or an
+      // empty completion): dropped, as TRL drops fully masked examples.
+      ++n_dropped;
+      if (first_dropped.empty()) first_dropped = shaped.rows[i].where();
+      continue;
+    }
+    out.push_back(std::move(ex));
+  }
+  if (n_truncated) log::info("{} split: {} of {} examples truncated to max_length {}", split, n_truncated, shaped.rows.size(), *c.max_length);
+  if (n_dropped) {
+    const std::string why = c.max_length ? fmt::format(" (is max_length {} shorter than the prompts?)", *c.max_length) : "";
+    if (out.empty())
+      fail_input("{} split: no example has a token to train on after truncation, e.g. {}{}", split, first_dropped, why);
+    log::warn("{} split: dropped {} example(s) with no token to train on, e.g. {}{}", split, n_dropped, first_dropped, why);
+  }
+  return out;
+}
+
+SFTTrainer::SFTTrainer(const SFTConfig& config, std::map<std::string, std::vector<SFTExample>> splits, int64_t pad_id)
+    : config_(config), splits_(std::move(splits)), pad_id_(pad_id) {}
+
+size_t SFTTrainer::num_examples(const std::string& split) const {
+  auto it = splits_.find(split);
+  return it == splits_.end() ? 0 : it->second.size();
+}
+
+engine::TensorMap SFTTrainer::collate(const std::string& split, const std::vector<size_t>& indices) const {
+  const auto& ex = splits_.at(split);
+  size_t width = 1;
+  for (size_t i : indices) width = std::max(width, ex[i].ids.size());
+  const int64_t b = static_cast<int64_t>(indices.size()), t = static_cast<int64_t>(width);
+  auto ids = torch::full({b, t}, pad_id_, torch::kInt64);
+  auto attn = torch::zeros({b, t}, torch::kInt64);
+  auto loss_mask = torch::zeros({b, t}, torch::kInt64);
+  auto* pi = ids.data_ptr<int64_t>();
+  auto* pa = attn.data_ptr<int64_t>();
+  auto* pl = loss_mask.data_ptr<int64_t>();
+  for (int64_t r = 0; r < b; ++r) {
+    const auto& e = ex[indices[static_cast<size_t>(r)]];
+    for (size_t j = 0; j < e.ids.size(); ++j) {
+      pi[r * t + static_cast<int64_t>(j)] = e.ids[j];
+      pa[r * t + static_cast<int64_t>(j)] = 1;
+      pl[r * t + static_cast<int64_t>(j)] = e.loss_mask[j];
+    }
+  }
+  return {{"input_ids", ids}, {"attention_mask", attn}, {"loss_mask", loss_mask}};
+}
+
+double SFTTrainer::num_items(const engine::TensorMap& batch) const {
+  // Targets are the tokens from position 1 on that carry loss.
+  return batch.at("loss_mask").slice(1, 1).sum().item<double>();
+}
+
+engine::LossOutput SFTTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
+  auto& policy = engine.policy();
+  const auto& ids = batch.at("input_ids");
+  // Padding is on the right, so positions 0..T-1 need no position ids.
+  auto hidden = engine.forward(policy, {ids, batch.at("attention_mask"), {}});
+  auto targets = ids.slice(1, 1);
+  auto mask = batch.at("loss_mask").slice(1, 1);
+  auto lp = engine.logprobs(policy, hidden.slice(1, 0, hidden.size(1) - 1), targets, mask,
+                            {.entropy = true, .accuracy = true});
+  auto per_token = -lp.logps;
+  if (config_.loss_type == "dft") per_token = per_token * lp.logps.detach().exp();
+  engine::LossOutput out;
+  out.loss_sum = per_token.sum();
+  const double n = mask.sum().item<double>();
+  out.metrics.add("mean_token_accuracy", lp.correct.sum().item<double>(), n);
+  out.metrics.add("entropy", lp.entropy.sum().item<double>(), n);
+  return out;
+}
+
+int run_sft(const RunRequest& request) {
+  const auto& c = *static_cast<const SFTConfig*>(request.config);
+  if (!c.model_name_or_path) fail_input("sft: set model_name_or_path (a Hugging Face model directory)");
+  if (c.packing) fail_input("sft: packing is not built yet in this version of trlx; set packing: false");
+  if (c.use_peft) fail_input("sft: use_peft (LoRA) is not built yet in this version of trlx; set use_peft: false");
+  if (c.gradient_checkpointing)
+    log::warn("gradient_checkpointing is not built yet in this version of trlx: training without it (more memory)");
+  const std::filesystem::path model_dir = *c.model_name_or_path;
+  auto tok = text::Tokenizer::from_dir(model_dir);
+  std::optional<text::ChatTemplate> tmpl;
+  if (c.chat_template_path) {
+    std::filesystem::path p = *c.chat_template_path;
+    if (std::filesystem::is_directory(p)) {
+      auto t2 = text::Tokenizer::from_dir(p);
+      if (t2.chat_template().empty()) fail_input("chat_template_path {} has no chat_template", p.string());
+      tmpl.emplace(t2.chat_template(), (p / "tokenizer_config.json").string() + ": chat_template");
+    } else {
+      std::ifstream in(p);
+      if (!in) fail_input("chat_template_path {} cannot be read", p.string());
+      std::stringstream ss;
+      ss << in.rdbuf();
+      tmpl.emplace(ss.str(), p.string());
+    }
+  } else if (!tok.chat_template().empty()) {
+    tmpl.emplace(tok.chat_template(), (model_dir / "tokenizer_config.json").string() + ": chat_template");
+  }
+  std::map<std::string, std::vector<SFTExample>> splits;
+  splits["train"] = prepare_sft_split(c, tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true);
+  if (c.eval_strategy != "no")
+    splits["test"] = prepare_sft_split(c, tok, tmpl ? &*tmpl : nullptr, c.dataset_test_split, true);
+  std::optional<int32_t> pad = c.pad_token ? tok.token_to_id(*c.pad_token) : tok.pad_token_id();
+  if (c.pad_token && !pad) fail_input("pad_token `{}` is not in the tokenizer's vocabulary", *c.pad_token);
+  if (!pad) pad = tok.eos_token_id();
+  if (!pad) fail_input("sft: the tokenizer has neither a pad nor an eos token; set pad_token");
+
+  auto policy = model::load_language_model(model_dir, model::HeadKind::CausalLM, c.dtype);
+  engine::Engine engine(c, policy, "sft", model_dir);
+  SFTTrainer trainer(c, std::move(splits), *pad);
+  auto summary = engine.train(trainer);
+  if (summary.interrupted) {
+    log::error("training stopped at step {} on request; resume with resume_from_checkpoint: latest", summary.steps);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace trlx::trainers

@@ -1,0 +1,51 @@
+#pragma once
+// Supervised fine-tuning: next-token cross-entropy on text, prompt-completion
+// or conversations, with the loss on completions or assistant turns only when
+// asked. Data preparation follows TRL's SFTTrainer token for token.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "trainers/registry.hpp"
+#include "trainers/sft_config.hpp"
+
+namespace trlx::text {
+class Tokenizer;
+class ChatTemplate;
+}  // namespace trlx::text
+
+namespace trlx::trainers {
+
+// One tokenized example: ids and which tokens are targets of the loss.
+struct SFTExample {
+  std::vector<int64_t> ids;
+  std::vector<uint8_t> loss_mask;  // 1 where predicting this token counts
+  size_t source_row = 0;
+  bool truncated = false;
+};
+
+// Tokenizes the rows of one split as TRL does (see sft.cpp).
+std::vector<SFTExample> prepare_sft_split(const SFTConfig& config, const text::Tokenizer& tokenizer,
+                                          const text::ChatTemplate* chat_template, const std::string& split,
+                                          bool required);
+
+class SFTTrainer : public engine::Trainer {
+ public:
+  SFTTrainer(const SFTConfig& config, std::map<std::string, std::vector<SFTExample>> splits, int64_t pad_id);
+  std::string name() const override { return "sft"; }
+  size_t num_examples(const std::string& split) const override;
+  engine::TensorMap collate(const std::string& split, const std::vector<size_t>& indices) const override;
+  double num_items(const engine::TensorMap& batch) const override;
+  engine::LossOutput loss(engine::Engine& engine, const engine::TensorMap& batch) override;
+
+ private:
+  SFTConfig config_;
+  std::map<std::string, std::vector<SFTExample>> splits_;
+  int64_t pad_id_;
+};
+
+int run_sft(const RunRequest& request);
+
+}  // namespace trlx::trainers

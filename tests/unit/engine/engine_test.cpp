@@ -1,0 +1,233 @@
+// The engine and SFT against TRL/transformers (fixtures from
+// scripts/fixtures/sft_fixtures.py) and against themselves: accumulation
+// invariance and exact resume.
+#include "catch_torch.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "config/loader.hpp"
+#include "core/error.hpp"
+#include "engine/engine.hpp"
+#include "engine/schedule.hpp"
+#include "io/safetensors.hpp"
+#include "model/loading.hpp"
+#include "support.hpp"
+#include "text/template/chat_template.hpp"
+#include "text/tokenizer/tokenizer.hpp"
+#include "trainers/sft.hpp"
+
+using namespace trlx;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path source_dir() { return TRLX_SOURCE_DIR; }
+fs::path tiny_model() { return source_dir() / "examples" / "tiny-model"; }
+fs::path sft_data() { return test::data_dir() / "sft"; }
+
+trainers::SFTConfig sft_config(const std::vector<std::pair<std::string, std::string>>& flags) {
+  config::ConfigLoader loader(trainers::sft_schema());
+  loader.apply_flag("model_name_or_path", {tiny_model().string()});
+  loader.apply_flag("dataset_name", {(sft_data() / "data").string()});
+  loader.apply_flag("bf16", {"false"});
+  loader.apply_flag("gradient_checkpointing", {"false"});
+  loader.apply_flag("max_length", {"128"});
+  for (const auto& [k, v] : flags) loader.apply_flag(k, {v});
+  trainers::SFTConfig c;
+  loader.resolve(&c);
+  return c;
+}
+
+struct Setup {
+  trainers::SFTConfig config;
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<trainers::SFTTrainer> trainer;
+};
+
+Setup make(const trainers::SFTConfig& c) {
+  auto tok = text::Tokenizer::from_dir(tiny_model());
+  text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
+  std::map<std::string, std::vector<trainers::SFTExample>> splits;
+  splits["train"] = trainers::prepare_sft_split(c, tok, &tmpl, "train", true);
+  Setup s{c, nullptr, nullptr};
+  auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  s.engine = std::make_unique<engine::Engine>(c, policy, "sft", tiny_model());
+  s.trainer = std::make_unique<trainers::SFTTrainer>(c, std::move(splits), *tok.pad_token_id());
+  return s;
+}
+
+std::map<std::string, torch::Tensor> params_of(model::LanguageModelImpl& m) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : m.named_parameters(true)) out[p.key()] = p.value().detach().clone();
+  return out;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  FAIL("expected an InputError");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("learning-rate schedules equal transformers' step by step", "[engine][golden]") {
+  std::ifstream in(sft_data() / "schedules.json");
+  REQUIRE(in);
+  const auto cases = nlohmann::json::parse(in);
+  REQUIRE(cases.size() >= 8);
+  for (const auto& c : cases) {
+    engine::Schedule s;
+    s.type = c["type"].get<std::string>();
+    s.base_lr = c["base_lr"].get<double>();
+    s.total_steps = c["total_steps"].get<int64_t>();
+    s.warmup_steps = c["warmup_steps"].get<int64_t>();
+    const auto& kw = c["kwargs"];
+    if (kw.contains("num_cycles")) s.num_cycles = kw["num_cycles"].get<double>();
+    if (kw.contains("min_lr_rate")) s.min_lr_rate = kw["min_lr_rate"].get<double>();
+    if (kw.contains("min_lr")) s.min_lr_rate = kw["min_lr"].get<double>() / s.base_lr;
+    const auto lrs = c["lrs"].get<std::vector<double>>();
+    for (size_t k = 0; k < lrs.size(); ++k) {
+      INFO(s.type << " step " << k);
+      CHECK(s.lr(static_cast<int64_t>(k)) == Approx(lrs[k]).margin(1e-15));
+    }
+  }
+  CHECK(engine::warmup_steps_for(0.1, std::nullopt, 95) == 10);
+  CHECK(engine::warmup_steps_for(7, std::nullopt, 95) == 7);
+  CHECK(engine::warmup_steps_for(0, 0.05, 95) == 5);
+}
+
+TEST_CASE("first SFT step equals TRL's: loss, grad norm and updated weights", "[engine][golden][sft]") {
+  std::ifstream in(sft_data() / "first_step.json");
+  REQUIRE(in);
+  const auto want = nlohmann::json::parse(in);
+  auto s = make(sft_config({{"per_device_train_batch_size", "4"},
+                            {"gradient_accumulation_steps", "2"},
+                            {"learning_rate", "1e-3"},
+                            {"weight_decay", "0.01"},
+                            {"lr_scheduler_type", "constant"},
+                            {"max_steps", "1"}}));
+  auto [loss, grad_norm] = s.engine->step_on(*s.trainer, {{0, 1, 2, 3}, {4, 5, 6, 7}});
+  CHECK(loss == Approx(want["loss"].get<double>()).epsilon(1e-5));
+  CHECK(grad_norm == Approx(want["grad_norm"].get<double>()).epsilon(1e-4));
+  auto expected = io::Checkpoint::open(sft_data() / "first_step_weights.safetensors");
+  auto params = params_of(s.engine->policy());
+  for (const auto& name : want["weights"]) {
+    INFO(name.get<std::string>());
+    auto diff = (params.at(name.get<std::string>()) - expected.get(name.get<std::string>())).abs().max().item<double>();
+    CHECK(diff < 1e-5);
+  }
+}
+
+TEST_CASE("batch 1 x accumulation 8 equals batch 8 x accumulation 1", "[engine][sft]") {
+  auto a = make(sft_config({{"per_device_train_batch_size", "8"}, {"gradient_accumulation_steps", "1"}, {"max_steps", "1"}}));
+  auto b = make(sft_config({{"per_device_train_batch_size", "1"}, {"gradient_accumulation_steps", "8"}, {"max_steps", "1"}}));
+  auto [la, ga] = a.engine->step_on(*a.trainer, {{0, 1, 2, 3, 4, 5, 6, 7}});
+  auto [lb, gb] = b.engine->step_on(*b.trainer, {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}});
+  CHECK(la == Approx(lb).epsilon(1e-6));
+  CHECK(ga == Approx(gb).epsilon(1e-5));
+  auto pa = params_of(a.engine->policy()), pb = params_of(b.engine->policy());
+  double worst = 0;
+  for (const auto& [k, v] : pa) worst = std::max(worst, (v - pb.at(k)).abs().max().item<double>());
+  CHECK(worst < 1e-5);
+}
+
+TEST_CASE("a run stopped and resumed ends bitwise equal to an uninterrupted one", "[engine][sft][resume]") {
+  const fs::path root = fs::temp_directory_path() / "trlx_resume_test";
+  fs::remove_all(root);
+  auto flags = [&](const std::string& out) {
+    return std::vector<std::pair<std::string, std::string>>{{"per_device_train_batch_size", "2"},
+                                                            {"max_steps", "7"},
+                                                            {"learning_rate", "1e-3"},
+                                                            {"warmup_steps", "2"},
+                                                            {"save_steps", "100"},
+                                                            {"logging_steps", "1"},
+                                                            {"output_dir", (root / out).string()}};
+  };
+  auto full = make(sft_config(flags("full")));
+  auto r1 = full.engine->train(*full.trainer);
+  CHECK(r1.steps == 7);
+
+  // Stop after step 4 (a request during step 4's loss is honoured once the step ends).
+  struct StopAt : engine::Trainer {
+    engine::Trainer& inner;
+    int64_t at;
+    StopAt(engine::Trainer& i, int64_t a) : inner(i), at(a) {}
+    std::string name() const override { return inner.name(); }
+    size_t num_examples(const std::string& s) const override { return inner.num_examples(s); }
+    engine::TensorMap collate(const std::string& s, const std::vector<size_t>& i) const override { return inner.collate(s, i); }
+    double num_items(const engine::TensorMap& b) const override { return inner.num_items(b); }
+    engine::LossOutput loss(engine::Engine& e, const engine::TensorMap& b) override {
+      if (e.global_step() == at - 1) engine::Engine::request_stop();
+      return inner.loss(e, b);
+    }
+  };
+  auto part = make(sft_config(flags("part")));
+  StopAt stopper(*part.trainer, 4);
+  auto r2 = part.engine->train(stopper);
+  CHECK(r2.interrupted);
+  CHECK(r2.steps == 4);
+  REQUIRE(fs::exists(root / "part" / "checkpoint-4" / "trainer_state.json"));
+  auto flags_resume = flags("part");
+  flags_resume.emplace_back("resume_from_checkpoint", "latest");
+  auto resumed = make(sft_config(flags_resume));
+  auto r3 = resumed.engine->train(*resumed.trainer);
+  CHECK(r3.steps == 7);
+  auto a = params_of(full.engine->policy()), b = params_of(resumed.engine->policy());
+  size_t differ = 0;
+  for (const auto& [k, v] : a) differ += torch::equal(v, b.at(k)) ? 0 : 1;
+  CHECK(differ == 0);
+  // The final model in output_dir is what trained.
+  auto saved = model::load_language_model(root / "full", model::HeadKind::CausalLM);
+  auto ps = params_of(*saved);
+  for (const auto& [k, v] : a) CHECK(torch::equal(v, ps.at(k)));
+  CHECK(fs::exists(root / "full" / "metrics.jsonl"));
+  fs::remove_all(root);
+}
+
+TEST_CASE("bad SFT input is a clear error and loses nothing", "[engine][sft]") {
+  const fs::path root = fs::temp_directory_path() / "trlx_sft_bad_input";
+  fs::remove_all(root);
+  fs::create_directories(root / "data");
+  {
+    std::ofstream f(root / "data" / "train.jsonl");
+    f << R"({"question": "2+2?", "answer": "4"})" << "\n";
+  }
+  auto c = sft_config({{"dataset_name", (root / "data").string()}});
+  auto msg = error_of([&] { make(c); });
+  CHECK_THAT(msg, Contains("train.jsonl:1"));
+
+  // max_length shorter than every prompt: nothing to train on.
+  c = sft_config({{"max_length", "3"}});
+  msg = error_of([&] { make(c); });
+  CHECK_THAT(msg, Contains("no example has a token to train on"));
+  CHECK_THAT(msg, Contains("max_length 3"));
+
+  // Resume from a missing or corrupt checkpoint.
+  c = sft_config({{"output_dir", (root / "out").string()}, {"resume_from_checkpoint", (root / "nope").string()}});
+  auto s = make(c);
+  msg = error_of([&] { s.engine->train(*s.trainer); });
+  CHECK_THAT(msg, Contains("does not exist"));
+  fs::create_directories(root / "out" / "checkpoint-3");
+  {
+    std::ofstream f(root / "out" / "checkpoint-3" / "trainer_state.json");
+    f << "{ not json";
+  }
+  c = sft_config({{"output_dir", (root / "out").string()}, {"resume_from_checkpoint", "latest"}});
+  s = make(c);
+  msg = error_of([&] { s.engine->train(*s.trainer); });
+  CHECK_THAT(msg, Contains("checkpoint-3"));
+  CHECK_THAT(msg, Contains("corrupt"));
+  CHECK(fs::exists(root / "out" / "checkpoint-3" / "trainer_state.json"));  // left as it was
+
+  // An output_dir that cannot be written.
+  c = sft_config({{"output_dir", "/proc/trlx-cannot-write-here"}});
+  s = make(c);
+  CHECK_THROWS(s.engine->train(*s.trainer));
+  fs::remove_all(root);
+}
