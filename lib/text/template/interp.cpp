@@ -677,7 +677,11 @@ bool Interp::contains(const Value& c, const Value& item) {
       for (const Value& v : py_iterate(c))
         if (py_equal(v, item)) return true;
       return false;
-    case Kind::Dict: return c.dict->find(item) != nullptr;
+    case Kind::Dict:
+      if (item.kind == Kind::List || item.kind == Kind::Dict || item.kind == Kind::Namespace ||
+          item.kind == Kind::Iterator)
+        throw_error("unhashable type: '" + py_type_name(item) + "'");
+      return c.dict->find(item) != nullptr;
     default: throw_error("argument of type '" + py_type_name(c) + "' is not iterable");
   }
 }
