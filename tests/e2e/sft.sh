@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# trlx sft end to end on the shipped quickstart: a short run, its outputs, a
+# SIGTERM mid-run (checkpoint, non-zero exit) and the resume, bad input.
+# Usage: sft.sh <path to trlx> <source dir>
+set -u
+TRLX=$1
+SRC=$2
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cd "$SRC"
+pass=0
+failures=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; failures=$((failures + 1)); }
+check() { if eval "$1"; then ok; else bad "$1"; fi; }
+
+# A short run of the shipped config.
+"$TRLX" sft --config configs/sft.yaml --max_steps 20 --logging_steps 5 --save_steps 10 --eval_steps 10 \
+  --output_dir "$TMP/run" >"$TMP/run.log" 2>&1
+rc=$?
+check "[ $rc = 0 ]"
+check "grep -q 'training setup' '$TMP/run.log'"
+check "[ -f '$TMP/run/metrics.jsonl' ] && [ -f '$TMP/run/model.safetensors' ] && [ -f '$TMP/run/config.json' ]"
+check "[ -f '$TMP/run/tokenizer.json' ] && [ -f '$TMP/run/checkpoint-20/trainer_state.json' ] && [ -f '$TMP/run/checkpoint-20/optimizer.pt' ]"
+check "grep -q '\"eval_loss\"' '$TMP/run/metrics.jsonl'"
+for k in loss grad_norm learning_rate mean_token_accuracy entropy num_tokens epoch; do
+  check "grep -q '\"$k\"' '$TMP/run/metrics.jsonl'"
+done
+# The loss falls: first logged training loss above the last.
+first=$(grep '"loss"' "$TMP/run/metrics.jsonl" | grep -v eval_ | head -1 | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+last=$(grep '"loss"' "$TMP/run/metrics.jsonl" | grep -v eval_ | tail -1 | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+check "awk 'BEGIN{exit !($first > $last + 0.5)}'"
+# The trained model generates.
+out=$("$TRLX" generate --model "$TMP/run" --prompt "What is 3 plus 4?" --max_new_tokens 4 2>/dev/null)
+check "[ -n \"\$out\" ]"
+
+# SIGTERM mid-run: finish the step, save, exit non-zero; then resume to the end.
+"$TRLX" sft --config configs/sft.yaml --max_steps 60 --logging_steps 1 --save_steps 1000 --eval_strategy no \
+  --output_dir "$TMP/term" >"$TMP/term.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  [ -f "$TMP/term/metrics.jsonl" ] && [ "$(wc -l <"$TMP/term/metrics.jsonl")" -ge 3 ] && break
+  sleep 0.1
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+check "[ $rc != 0 ]"
+check "grep -q 'stop requested' '$TMP/term.log'"
+ckpt=$(ls -d "$TMP"/term/checkpoint-* 2>/dev/null | head -1)
+check "[ -n '$ckpt' ] && [ -f '$ckpt/trainer_state.json' ]"
+"$TRLX" sft --config configs/sft.yaml --max_steps 60 --logging_steps 30 --save_steps 1000 --eval_strategy no \
+  --output_dir "$TMP/term" --resume_from_checkpoint latest >"$TMP/resume.log" 2>&1
+rc=$?
+check "[ $rc = 0 ]"
+check "grep -q 'resumed from' '$TMP/resume.log'"
+check "grep -q 'step 60/60' '$TMP/resume.log'"
+
+# Bad input: exit 2 with the file and line, nothing written.
+mkdir -p "$TMP/baddata"
+echo '{"question": "hi", "answer": "there"}' >"$TMP/baddata/train.jsonl"
+"$TRLX" sft --config configs/sft.yaml --dataset_name "$TMP/baddata" --output_dir "$TMP/badrun" >"$TMP/bad.log" 2>&1
+rc=$?
+check "[ $rc = 2 ]"
+check "grep -q 'train.jsonl:1' '$TMP/bad.log'"
+check "[ ! -e '$TMP/badrun/model.safetensors' ]"
+"$TRLX" sft --config configs/sft.yaml --resume_from_checkpoint "$TMP/none" --output_dir "$TMP/r2" >"$TMP/bad2.log" 2>&1
+rc=$?
+check "[ $rc = 2 ]"
+check "grep -q 'does not exist' '$TMP/bad2.log'"
+
+echo "$pass passed, $failures failed"
+[ "$failures" = 0 ]
