@@ -103,6 +103,9 @@ check_tokenizer() {
   run 0 render-template --tokenizer "$dir" --messages "$D/conversations.jsonl" --chat_template "$D/gen_template.jinja" --json
   lines "$D/${name}_render_gen.jsonl" '2,3'
   same "$TMP/want"
+  # tokens that cross a span's start or end, or an empty span, count as assistant tokens
+  run 0 render-template --tokenizer "$dir" --messages "$D/straddle_conversation.json" --chat_template "$D/straddle_template.jinja" --json
+  same "$D/${name}_render_straddle.jsonl"
 }
 
 # --- the small tokenizer in the repository
