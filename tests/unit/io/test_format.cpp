@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "helpers.hpp"
+#include "io/atomic_write.hpp"
 #include "io/safetensors_format.hpp"
 #include "support.hpp"
 
@@ -332,4 +333,32 @@ TEST_CASE("corrupt: index files", "[io][corrupt]") {
     CHECK_THAT(input_error([&] { parse_index(c.text, "dir/model.safetensors.index.json"); }),
                Contains("dir/model.safetensors.index.json") && Contains(c.want));
   }
+}
+
+TEST_CASE("atomic write: replace, abandon, no temporaries left", "[io][atomic]") {
+  TempDir d;
+  const auto p = d.path() / "f.txt";
+  write_file_atomic(p, "one");
+  write_file_atomic(p, "two");
+  CHECK(bytes_of(p) == "two");
+  {
+    AtomicFile f(p);
+    f.write("three, never committed");
+    CHECK(std::filesystem::exists(f.temp_path()));
+    CHECK(f.temp_path().parent_path() == d.path());
+    CHECK(f.temp_path().filename().string().rfind(".f.txt.tmp-", 0) == 0);
+  }
+  CHECK(bytes_of(p) == "two");
+  {
+    AtomicFile f(p);
+    f.write(std::string(3 << 20, 'x'));  // past the write buffer
+    f.finish();
+    CHECK(bytes_of(p) == "two");  // finished, not yet renamed
+    f.commit();
+  }
+  CHECK(bytes_of(p).size() == (3u << 20));
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(d.path())) ++files;
+  CHECK(files == 1);
+  CHECK_THROWS_AS(write_file_atomic(d.path() / "missing-dir" / "x", "y"), trlx::Error);
 }
