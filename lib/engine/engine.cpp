@@ -27,6 +27,9 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 std::atomic<bool> g_stop{false};
+// Set when the program starts (static initialisation), for the
+// time-to-first-step figure users compare launchers and tools by.
+const Clock::time_point g_process_start = Clock::now();
 
 void on_signal(int) { g_stop = true; }
 
@@ -393,6 +396,8 @@ RunSummary Engine::train(Trainer& trainer) {
   double last_grad_norm = 0, last_loss = 0;
   const auto start = Clock::now();
   const int64_t start_step = step_;
+  const double start_tokens = tokens_seen_;
+  double first_step_seconds = 0;
   RunSummary summary;
   summary.output_dir = output_dir_;
   bool saved_at_step = false;
@@ -412,6 +417,8 @@ RunSummary Engine::train(Trainer& trainer) {
     std::vector<std::vector<size_t>> micro;
     for (int64_t i = 0; i < micro_per_step_ && batch_in_epoch < batches.size(); ++i) micro.push_back(batches[batch_in_epoch++]);
     auto [loss, grad_norm] = optimizer_step(trainer, micro, window);
+    if (step_ == start_step + 1)
+      first_step_seconds = std::chrono::duration<double>(Clock::now() - g_process_start).count();
     saved_at_step = false;
     window_loss += loss;
     ++window_steps;
@@ -475,6 +482,13 @@ RunSummary Engine::train(Trainer& trainer) {
   std::signal(SIGINT, prev_int);
   summary.steps = step_;
   summary.final_loss = last_loss;
+  {
+    const double runtime = std::chrono::duration<double>(Clock::now() - start).count();
+    log_metrics({{"train_runtime", runtime},
+                 {"train_steps_per_second", static_cast<double>(step_ - start_step) / std::max(1e-9, runtime)},
+                 {"train_tokens_per_second", (tokens_seen_ - start_tokens) / std::max(1e-9, runtime)},
+                 {"first_step_seconds", first_step_seconds}});
+  }
   if (!summary.interrupted) {
     model::SaveModelOptions so;
     so.tokenizer_dir = tokenizer_dir_;
