@@ -64,7 +64,7 @@ void print_top_help() {
   std::cout << version_line() << " - post-train language models: SFT, preference and RL trainers\n\n"
             << "Usage: trlx <command> [--config FILE] [--field value ...]\n\n"
             << "Commands:\n";
-  for (const auto& c : command_table()) std::cout << fmt::format("  {:<14}{}\n", c.name, c.summary);
+  for (const auto& c : command_table()) std::cout << fmt::format("  {:<17}{}\n", c.name, c.summary);
   std::cout << "\nOptions:\n  -h, --help    Show this help\n  --version     Show the version\n\n"
             << "`trlx <command> --help` lists a command's flags. Config files use TRL's field names;\n"
             << "flags override the file: trlx dpo --config dpo.yaml --beta 0.2\n";

@@ -287,7 +287,14 @@ void load_parameters(LanguageModelImpl& m, const TensorSource& get, const std::v
     if (t->sizes() != p.value().sizes())
       fail_input("{}: tensor `{}` has shape {} but the model's config.json implies {}", source, name,
                  fmt::format("{}", fmt::join(t->sizes(), "x")), fmt::format("{}", fmt::join(p.value().sizes(), "x")));
-    p.value().copy_(*t);
+    if (t->scalar_type() == p.value().scalar_type() && t->is_contiguous() && p.value().device().is_cpu()) {
+      // Zero copy: the parameter takes the checkpoint's (memory-mapped,
+      // copy-on-write) storage; training writes copy only the pages it
+      // touches, and trlx's writers replace files rather than rewrite them.
+      p.value().set_data(*t);
+    } else {
+      p.value().copy_(*t);
+    }
     used.insert(name);
   }
   size_t unused = 0;
