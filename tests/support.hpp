@@ -31,3 +31,25 @@ inline std::optional<std::filesystem::path> shared_dir() {
     return;                                                                    \
   }                                                                            \
   const std::filesystem::path var = *var##_opt
+
+#include <functional>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace trlx::test {
+
+// The message of the InputError that `f` throws (checking its exit code is
+// 2); fails the test when `f` throws none. Include Catch before this header.
+inline std::string input_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ::trlx::InputError& e) {
+    CHECK(static_cast<int>(e.code()) == 2);
+    return e.what();
+  }
+  FAIL("expected an InputError");
+  return "";
+}
+
+}  // namespace trlx::test

@@ -9,15 +9,6 @@ using namespace trlx::config;
 using Catch::Matchers::Contains;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
 }  // namespace
 
 TEST_CASE("bundled presets read into the right strategies without warnings", "[accelerate]") {
@@ -76,26 +67,26 @@ TEST_CASE("FSDP1 sharding strategies map onto reshard_after_forward", "[accelera
 }
 
 TEST_CASE("bad accelerate files say where and what", "[accelerate]") {
-  auto msg = error_of([] { parse_accelerate_config("distributed_type: TPU\n", "a.yaml"); });
+  auto msg = test::input_error_of([] { parse_accelerate_config("distributed_type: TPU\n", "a.yaml"); });
   CHECK_THAT(msg, Contains("a.yaml:1:19"));
   CHECK_THAT(msg, Contains("`TPU` is not supported"));
-  msg = error_of([] { parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n", "a.yaml"); });
+  msg = test::input_error_of([] { parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n", "a.yaml"); });
   CHECK_THAT(msg, Contains("a.yaml:3:15"));
   CHECK_THAT(msg, Contains("between 0 and 3, found 4"));
-  msg = error_of([] { parse_accelerate_config("distributed_type: DEEPSPEED\n", "a.yaml"); });
+  msg = test::input_error_of([] { parse_accelerate_config("distributed_type: DEEPSPEED\n", "a.yaml"); });
   CHECK_THAT(msg, Contains("needs deepspeed_config.zero_stage"));
-  msg = error_of([] { parse_accelerate_config("num_processes: many\n", "a.yaml"); });
+  msg = test::input_error_of([] { parse_accelerate_config("num_processes: many\n", "a.yaml"); });
   CHECK_THAT(msg, Contains("`num_processes` expects an integer, found `many`"));
-  msg = error_of([] {
+  msg = test::input_error_of([] {
     parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  offload_param_device: cpu\n", "a.yaml");
   });
   CHECK_THAT(msg, Contains("needs zero_stage 3"));
-  msg = error_of([] { read_accelerate_config("zero4"); });
+  msg = test::input_error_of([] { read_accelerate_config("zero4"); });
   CHECK_THAT(msg, Contains("neither a bundled accelerate preset"));
   CHECK_THAT(msg, Contains("did you mean `zero"));
-  msg = error_of([] { read_accelerate_config("configs/missing.yaml"); });
+  msg = test::input_error_of([] { read_accelerate_config("configs/missing.yaml"); });
   CHECK_THAT(msg, Contains("configs/missing.yaml does not exist"));
-  msg = error_of([] { parse_accelerate_config("distributed_type: [\n", "a.yaml"); });
+  msg = test::input_error_of([] { parse_accelerate_config("distributed_type: [\n", "a.yaml"); });
   CHECK_THAT(msg, Contains("YAML syntax error"));
 }
 

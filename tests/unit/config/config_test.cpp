@@ -2,6 +2,7 @@
 
 #include "config/loader.hpp"
 #include "core/error.hpp"
+#include "support.hpp"
 #include "core/strings.hpp"
 #include "trainers/dpo_config.hpp"
 #include "trainers/rloo_config.hpp"
@@ -25,16 +26,6 @@ config::Loaded<DPOConfig> load_dpo(const std::string& yaml, Flags flags = {}) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    REQUIRE(e.code() == ExitCode::kBadInput);
-    return e.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
 
 }  // namespace
 
@@ -53,46 +44,46 @@ TEST_CASE("defaults < YAML < flags, with origins", "[config]") {
 }
 
 TEST_CASE("unknown key names file, line, column and the closest key", "[config]") {
-  const auto msg = error_of([] { load_dpo("beta: 0.1\nlearning_rat: 1.0e-6\n"); });
+  const auto msg = test::input_error_of([] { load_dpo("beta: 0.1\nlearning_rat: 1.0e-6\n"); });
   CHECK_THAT(msg, Contains("dpo.yaml:2:1"));
   CHECK_THAT(msg, Contains("unknown key `learning_rat`"));
   CHECK_THAT(msg, Contains("did you mean `learning_rate`?"));
 }
 
 TEST_CASE("unknown flag suggests the closest flag", "[config]") {
-  const auto msg = error_of([] { load_dpo("", Flags{{{"betta", {"0.2"}}}}); });
+  const auto msg = test::input_error_of([] { load_dpo("", Flags{{{"betta", {"0.2"}}}}); });
   CHECK_THAT(msg, Contains("unknown flag `--betta`"));
   CHECK_THAT(msg, Contains("did you mean `--beta`?"));
 }
 
 TEST_CASE("wrong type names where, what was expected and what was found", "[config]") {
-  auto msg = error_of([] { load_dpo("\n\nbeta: abc\n"); });
+  auto msg = test::input_error_of([] { load_dpo("\n\nbeta: abc\n"); });
   CHECK_THAT(msg, Contains("dpo.yaml:3:7"));
   CHECK_THAT(msg, Contains("`beta` expects a number, found `abc`"));
-  msg = error_of([] { load_dpo("per_device_train_batch_size: 2.5\n"); });
+  msg = test::input_error_of([] { load_dpo("per_device_train_batch_size: 2.5\n"); });
   CHECK_THAT(msg, Contains("expects an integer, found `2.5`"));
-  msg = error_of([] { load_dpo("bf16: maybe\n"); });
+  msg = test::input_error_of([] { load_dpo("bf16: maybe\n"); });
   CHECK_THAT(msg, Contains("expects a boolean"));
-  msg = error_of([] { load_dpo("beta: [1, 2]\n"); });
+  msg = test::input_error_of([] { load_dpo("beta: [1, 2]\n"); });
   CHECK_THAT(msg, Contains("found a list"));
-  msg = error_of([] { load_dpo("", Flags{{{"learning_rate", {"fast"}}}}); });
+  msg = test::input_error_of([] { load_dpo("", Flags{{{"learning_rate", {"fast"}}}}); });
   CHECK_THAT(msg, Contains("--learning_rate: expects a number, found `fast`"));
 }
 
 TEST_CASE("out of range and not among the choices", "[config]") {
-  auto msg = error_of([] { load_dpo("beta: -1\n"); });
+  auto msg = test::input_error_of([] { load_dpo("beta: -1\n"); });
   CHECK_THAT(msg, Contains("dpo.yaml:1:1"));
   CHECK_THAT(msg, Contains("`beta` must be >= 0.0, found -1.0"));
-  msg = error_of([] { load_dpo("lr_scheduler_type: cosin\n"); });
+  msg = test::input_error_of([] { load_dpo("lr_scheduler_type: cosin\n"); });
   CHECK_THAT(msg, Contains("must be one of linear, cosine"));
   CHECK_THAT(msg, Contains("did you mean `cosine`?"));
-  msg = error_of([] { load_dpo("loss_type: [sigmoid, hingee]\n"); });
+  msg = test::input_error_of([] { load_dpo("loss_type: [sigmoid, hingee]\n"); });
   CHECK_THAT(msg, Contains("found `hingee`"));
   CHECK_THAT(msg, Contains("did you mean `hinge`?"));
 }
 
 TEST_CASE("every problem is reported at once", "[config]") {
-  const auto msg = error_of([] { load_dpo("beta: x\nlerning_rate: 1\nmax_grad_norm: -2\n"); });
+  const auto msg = test::input_error_of([] { load_dpo("beta: x\nlerning_rate: 1\nmax_grad_norm: -2\n"); });
   CHECK_THAT(msg, Contains("3 problems"));
   CHECK_THAT(msg, Contains("beta"));
   CHECK_THAT(msg, Contains("lerning_rate"));
@@ -100,19 +91,19 @@ TEST_CASE("every problem is reported at once", "[config]") {
 }
 
 TEST_CASE("conflicting fields are named together with what to change", "[config]") {
-  auto msg = error_of([] { load_dpo("bf16: true\n", Flags{{{"fp16", {}}}}); });
+  auto msg = test::input_error_of([] { load_dpo("bf16: true\n", Flags{{{"fp16", {}}}}); });
   CHECK_THAT(msg, Contains("conflicting settings"));
   CHECK_THAT(msg, Contains("`bf16: true` (dpo.yaml:1:1)"));
   CHECK_THAT(msg, Contains("`fp16: true` (--fp16)"));
   CHECK_THAT(msg, Contains("set the other to false"));
-  msg = error_of([] { load_dpo("loss_type: [sigmoid, sft]\nloss_weights: [1.0]\n"); });
+  msg = test::input_error_of([] { load_dpo("loss_type: [sigmoid, sft]\nloss_weights: [1.0]\n"); });
   CHECK_THAT(msg, Contains("`loss_type"));
   CHECK_THAT(msg, Contains("`loss_weights"));
   CHECK_THAT(msg, Contains("2 losses, 1 weights"));
-  msg = error_of([] { load_dpo("precompute_ref_log_probs: true\nsync_ref_model: true\n"); });
+  msg = test::input_error_of([] { load_dpo("precompute_ref_log_probs: true\nsync_ref_model: true\n"); });
   CHECK_THAT(msg, Contains("precompute_ref_log_probs"));
   CHECK_THAT(msg, Contains("sync_ref_model"));
-  msg = error_of([] { load_dpo("lr_scheduler_type: cosine_with_min_lr\n"); });
+  msg = test::input_error_of([] { load_dpo("lr_scheduler_type: cosine_with_min_lr\n"); });
   CHECK_THAT(msg, Contains("lr_scheduler_kwargs.min_lr"));
 }
 
@@ -136,7 +127,7 @@ TEST_CASE("nested keys in YAML and as dotted flags", "[config]") {
   c = load_dpo("", Flags{{{"gradient_checkpointing_kwargs.use_reentrant", {"true"}}}});
   CHECK(*c.config.use_reentrant);
   CHECK_FALSE(load_dpo("").config.use_reentrant.has_value());
-  const auto msg = error_of([] { load_dpo("gradient_checkpointing_kwargs:\n  use_reentrat: true\n"); });
+  const auto msg = test::input_error_of([] { load_dpo("gradient_checkpointing_kwargs:\n  use_reentrat: true\n"); });
   CHECK_THAT(msg, Contains("dpo.yaml:2:3"));
   CHECK_THAT(msg, Contains("did you mean `gradient_checkpointing_kwargs.use_reentrant`?"));
   CHECK_THAT(c.loader->to_yaml(), Contains("gradient_checkpointing_kwargs:\n  use_reentrant: true"));
@@ -146,7 +137,7 @@ TEST_CASE("null: allowed for optional fields, an error elsewhere", "[config]") {
   auto c = load_dpo("max_length: null\n");
   CHECK_FALSE(c.config.max_length.has_value());
   CHECK(load_dpo("").config.max_length == 1024);
-  const auto msg = error_of([] { load_dpo("beta: null\n"); });
+  const auto msg = test::input_error_of([] { load_dpo("beta: null\n"); });
   CHECK_THAT(msg, Contains("`beta` expects a number, found null"));
   CHECK_FALSE(load_dpo("", Flags{{{"max_length", {"None"}}}}).config.max_length.has_value());
 }
@@ -161,13 +152,13 @@ TEST_CASE("booleans as TRL users write them", "[config]") {
 }
 
 TEST_CASE("duplicate keys and YAML syntax errors name their lines", "[config]") {
-  auto msg = error_of([] { load_dpo("beta: 0.1\nseed: 1\nbeta: 0.2\n"); });
+  auto msg = test::input_error_of([] { load_dpo("beta: 0.1\nseed: 1\nbeta: 0.2\n"); });
   CHECK_THAT(msg, Contains("dpo.yaml:3:1"));
   CHECK_THAT(msg, Contains("appears twice (first on line 1)"));
-  msg = error_of([] { load_dpo("beta: 0.1\nloss_type: [sigmoid\n"); });
+  msg = test::input_error_of([] { load_dpo("beta: 0.1\nloss_type: [sigmoid\n"); });
   CHECK_THAT(msg, Contains("dpo.yaml:"));
   CHECK_THAT(msg, Contains("YAML syntax error"));
-  msg = error_of([] { load_dpo("- beta\n- 0.1\n"); });
+  msg = test::input_error_of([] { load_dpo("- beta\n- 0.1\n"); });
   CHECK_THAT(msg, Contains("mapping"));
 }
 

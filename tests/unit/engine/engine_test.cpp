@@ -64,15 +64,6 @@ std::map<std::string, torch::Tensor> params_of(model::LanguageModelImpl& m) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
 
 }  // namespace
 
@@ -199,19 +190,19 @@ TEST_CASE("bad SFT input is a clear error and loses nothing", "[engine][sft]") {
     f << R"({"question": "2+2?", "answer": "4"})" << "\n";
   }
   auto c = sft_config({{"dataset_name", (root / "data").string()}});
-  auto msg = error_of([&] { make(c); });
+  auto msg = test::input_error_of([&] { make(c); });
   CHECK_THAT(msg, Contains("train.jsonl:1"));
 
   // max_length shorter than every prompt: nothing to train on.
   c = sft_config({{"max_length", "3"}});
-  msg = error_of([&] { make(c); });
+  msg = test::input_error_of([&] { make(c); });
   CHECK_THAT(msg, Contains("no example has a token to train on"));
   CHECK_THAT(msg, Contains("max_length 3"));
 
   // Resume from a missing or corrupt checkpoint.
   c = sft_config({{"output_dir", (root / "out").string()}, {"resume_from_checkpoint", (root / "nope").string()}});
   auto s = make(c);
-  msg = error_of([&] { s.engine->train(*s.trainer); });
+  msg = test::input_error_of([&] { s.engine->train(*s.trainer); });
   CHECK_THAT(msg, Contains("does not exist"));
   fs::create_directories(root / "out" / "checkpoint-3");
   {
@@ -220,7 +211,7 @@ TEST_CASE("bad SFT input is a clear error and loses nothing", "[engine][sft]") {
   }
   c = sft_config({{"output_dir", (root / "out").string()}, {"resume_from_checkpoint", "latest"}});
   s = make(c);
-  msg = error_of([&] { s.engine->train(*s.trainer); });
+  msg = test::input_error_of([&] { s.engine->train(*s.trainer); });
   CHECK_THAT(msg, Contains("checkpoint-3"));
   CHECK_THAT(msg, Contains("corrupt"));
   CHECK(fs::exists(root / "out" / "checkpoint-3" / "trainer_state.json"));  // left as it was

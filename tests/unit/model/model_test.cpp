@@ -25,15 +25,6 @@ double max_diff_on_real(const torch::Tensor& a, const torch::Tensor& b, const to
   return (a - b).abs().masked_select(m).max().item<double>();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
 
 }  // namespace
 
@@ -95,20 +86,20 @@ TEST_CASE("bf16 forward stays close to fp32", "[model]") {
 }
 
 TEST_CASE("bad model directories name the file and key or tensor", "[model]") {
-  auto msg = error_of([] { model::parse_model_config(R"({"model_type": "gpt2", "vocab_size": 8})", "c.json"); });
+  auto msg = test::input_error_of([] { model::parse_model_config(R"({"model_type": "gpt2", "vocab_size": 8})", "c.json"); });
   CHECK_THAT(msg, Contains("c.json: model_type `gpt2` is not supported"));
-  msg = error_of([] { model::parse_model_config(R"({"model_type": "llama", "vocab_size": 8})", "c.json"); });
+  msg = test::input_error_of([] { model::parse_model_config(R"({"model_type": "llama", "vocab_size": 8})", "c.json"); });
   CHECK_THAT(msg, Contains("c.json: required key `hidden_size` is missing"));
-  msg = error_of([] {
+  msg = test::input_error_of([] {
     model::parse_model_config(
         R"({"model_type": "llama", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
             "num_attention_heads": 2, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})",
         "c.json");
   });
   CHECK_THAT(msg, Contains("rope_type `yarn` is not supported"));
-  msg = error_of([] { model::parse_model_config("{not json", "c.json"); });
+  msg = test::input_error_of([] { model::parse_model_config("{not json", "c.json"); });
   CHECK_THAT(msg, Contains("c.json: not valid JSON"));
-  msg = error_of([] { model::load_language_model("/nonexistent/model", model::HeadKind::CausalLM); });
+  msg = test::input_error_of([] { model::load_language_model("/nonexistent/model", model::HeadKind::CausalLM); });
   CHECK_THAT(msg, Contains("does not exist"));
 
   // A checkpoint whose tensor shape does not match its config.
@@ -125,7 +116,7 @@ TEST_CASE("bad model directories name the file and key or tensor", "[model]") {
     tensors.emplace_back(n, t);
   }
   io::save_checkpoint(tmp, tensors);
-  msg = error_of([&] { model::load_language_model(tmp, model::HeadKind::CausalLM); });
+  msg = test::input_error_of([&] { model::load_language_model(tmp, model::HeadKind::CausalLM); });
   CHECK_THAT(msg, Contains("model.safetensors"));
   CHECK((msg.find("`model.layers.1.mlp.up_proj.weight` is missing") != std::string::npos ||
          msg.find("`model.norm.weight` has shape 7") != std::string::npos));
@@ -214,7 +205,9 @@ TEST_CASE("save then load gives the same model; a failed save keeps the old dire
   auto tmp = fs::temp_directory_path() / "trlx_model_save_test";
   fs::remove_all(tmp);
   auto src = model::load_language_model(models() / "qwen3", model::HeadKind::CausalLM);
-  model::save_language_model(tmp / "out", *src, {.max_shard_size = 40000});
+  model::SaveModelOptions sharded;
+  sharded.max_shard_size = 40000;
+  model::save_language_model(tmp / "out", *src, sharded);
   CHECK(fs::exists(tmp / "out" / "model.safetensors.index.json"));  // sharded by the small limit
   CHECK(fs::exists(tmp / "out" / "generation_config.json"));
   auto back = model::load_language_model(tmp / "out", model::HeadKind::CausalLM);
