@@ -341,15 +341,12 @@ int run_render_template(std::vector<std::string> args) {
   if (!template_file.empty()) {
     source = read_text_file(template_file, "--chat_template");
     origin = template_file;
-  } else if (const auto jinja = std::filesystem::path(tokenizer_dir) / "chat_template.jinja";
-             std::filesystem::exists(jinja)) {
-    // transformers prefers a chat_template.jinja file (how it saves templates
-    // since 4.50) to the template in tokenizer_config.json.
-    source = read_text_file(jinja.string(), "chat template");
-    origin = jinja.string();
   } else {
+    // Tokenizer::from_dir already prefers chat_template.jinja to tokenizer_config.json.
     source = tok.chat_template();
-    origin = (std::filesystem::path(tokenizer_dir) / "tokenizer_config.json").string() + ": chat_template";
+    origin = std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "chat_template.jinja")
+                 ? (std::filesystem::path(tokenizer_dir) / "chat_template.jinja").string()
+                 : (std::filesystem::path(tokenizer_dir) / "tokenizer_config.json").string() + ": chat_template";
     if (source.empty())
       fail_input("{}: the tokenizer has no chat template (no chat_template in tokenizer_config.json, no "
                  "chat_template.jinja); pass one with --chat_template FILE",

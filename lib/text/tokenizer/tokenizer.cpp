@@ -1353,7 +1353,12 @@ Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir, Compat compat) {
   const auto tj = dir / "tokenizer.json";
   const auto tc = dir / "tokenizer_config.json";
   if (!std::filesystem::exists(tj)) fail_input("{}: no tokenizer.json in this directory", dir.string());
-  return from_files(tj, std::filesystem::exists(tc) ? std::optional(tc) : std::nullopt, compat);
+  Tokenizer tok = from_files(tj, std::filesystem::exists(tc) ? std::optional(tc) : std::nullopt, compat);
+  // A chat_template.jinja beside the tokenizer (how transformers saves
+  // templates since 4.50) takes precedence over tokenizer_config.json's.
+  const auto jinja = dir / "chat_template.jinja";
+  if (std::filesystem::exists(jinja)) tok.impl_->chat_template = read_file(jinja);
+  return tok;
 }
 
 Tokenizer Tokenizer::from_files(const std::filesystem::path& tokenizer_json,
