@@ -206,9 +206,20 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   // padding, a chunk of several new tokens after a cache, or a sliding window
   // need an explicit mask.
   const bool padded = !key_mask.all().item<bool>();
+  const bool packed = batch.document_ids.defined();
+  TORCH_CHECK(!packed || past == 0, "packed sequences (document_ids) cannot be used with a KV cache");
   torch::Tensor full_mask, sliding_mask;
-  if (padded || (past > 0 && t > 1)) full_mask = build_attention_mask(key_mask, t, std::nullopt);
+  if (padded || packed || (past > 0 && t > 1)) full_mask = build_attention_mask(key_mask, t, std::nullopt);
   if (config_.sliding_window) sliding_mask = build_attention_mask(key_mask, t, config_.sliding_window);
+  if (packed) {
+    // Block-diagonal: no attention across document boundaries. The diagonal
+    // stays allowed (build_attention_mask's guarantee against empty rows).
+    const auto& d = batch.document_ids;
+    auto same = d.unsqueeze(2).eq(d.unsqueeze(1)).unsqueeze(1);
+    auto diag = torch::eye(t, torch::dtype(torch::kBool).device(d.device())).view({1, 1, t, t});
+    full_mask = full_mask.logical_and(same).logical_or(diag);
+    if (sliding_mask.defined()) sliding_mask = sliding_mask.logical_and(same).logical_or(diag);
+  }
 
   auto x = embed_tokens->forward(ids);
   auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_.to(device).view({1, 1, -1});

@@ -109,6 +109,9 @@ struct Batch {
   torch::Tensor input_ids;       // [B, T] int64
   torch::Tensor attention_mask;  // [B, T] 1 real / 0 pad
   torch::Tensor position_ids;    // [B, T]
+  // [B, T]: packed sequences; a token attends only to earlier tokens of its
+  // own document (no cache).
+  torch::Tensor document_ids{};
 };
 
 // embed_tokens -> layers -> norm: the hidden states every head reads.

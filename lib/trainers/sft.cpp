@@ -148,6 +148,54 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
       fail_input("{} split: no example has a token to train on after truncation, e.g. {}{}", split, first_dropped, why);
     log::warn("{} split: dropped {} example(s) with no token to train on, e.g. {}{}", split, n_dropped, first_dropped, why);
   }
+  if (c.packing) {
+    if (c.packing_strategy != "bfd")
+      fail_input("packing_strategy `{}` is not built yet in this version of trlx; use bfd", c.packing_strategy);
+    const size_t n = out.size();
+    out = pack_bfd(std::move(out), *c.max_length);
+    log::info("{} split: packed {} examples into {} sequences of at most {} tokens", split, n, out.size(), *c.max_length);
+  }
+  return out;
+}
+
+std::vector<SFTExample> pack_bfd(std::vector<SFTExample> examples, int64_t max_length) {
+  std::vector<size_t> order(examples.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return examples[a].ids.size() > examples[b].ids.size(); });
+  std::vector<std::vector<size_t>> bins;
+  std::multimap<int64_t, size_t> by_room;  // remaining room -> bin
+  for (size_t i : order) {
+    const int64_t len = static_cast<int64_t>(examples[i].ids.size());
+    auto it = by_room.lower_bound(len);  // the tightest bin that still fits
+    if (it == by_room.end()) {
+      bins.push_back({i});
+      by_room.emplace(max_length - len, bins.size() - 1);
+    } else {
+      const size_t bin = it->second;
+      const int64_t room = it->first - len;
+      by_room.erase(it);
+      bins[bin].push_back(i);
+      by_room.emplace(room, bin);
+    }
+  }
+  std::vector<SFTExample> out;
+  for (const auto& bin : bins) {
+    SFTExample p;
+    p.source_row = examples[bin.front()].source_row;
+    for (size_t d = 0; d < bin.size(); ++d) {
+      const auto& e = examples[bin[d]];
+      for (size_t t = 0; t < e.ids.size(); ++t) {
+        p.ids.push_back(e.ids[t]);
+        // The first token of a document is not predicted from the previous one.
+        p.loss_mask.push_back(t == 0 ? 0 : e.loss_mask[t]);
+        p.positions.push_back(static_cast<int64_t>(t));
+        p.documents.push_back(static_cast<int64_t>(d));
+      }
+      p.truncated = p.truncated || e.truncated;
+    }
+    out.push_back(std::move(p));
+  }
   return out;
 }
 
@@ -167,6 +215,12 @@ engine::TensorMap SFTTrainer::collate(const std::string& split, const std::vecto
   auto ids = torch::full({b, t}, pad_id_, torch::kInt64);
   auto attn = torch::zeros({b, t}, torch::kInt64);
   auto loss_mask = torch::zeros({b, t}, torch::kInt64);
+  const bool packed = !ex[indices.front()].positions.empty();
+  torch::Tensor positions, documents;
+  if (packed) {
+    positions = torch::ones({b, t}, torch::kInt64);
+    documents = torch::full({b, t}, -1, torch::kInt64);
+  }
   auto* pi = ids.data_ptr<int64_t>();
   auto* pa = attn.data_ptr<int64_t>();
   auto* pl = loss_mask.data_ptr<int64_t>();
@@ -177,8 +231,17 @@ engine::TensorMap SFTTrainer::collate(const std::string& split, const std::vecto
       pa[r * t + static_cast<int64_t>(j)] = 1;
       pl[r * t + static_cast<int64_t>(j)] = e.loss_mask[j];
     }
+    if (packed) {
+      positions[r].narrow(0, 0, static_cast<int64_t>(e.ids.size())).copy_(torch::tensor(e.positions, torch::kInt64));
+      documents[r].narrow(0, 0, static_cast<int64_t>(e.ids.size())).copy_(torch::tensor(e.documents, torch::kInt64));
+    }
   }
-  return {{"input_ids", ids}, {"attention_mask", attn}, {"loss_mask", loss_mask}};
+  engine::TensorMap out = {{"input_ids", ids}, {"attention_mask", attn}, {"loss_mask", loss_mask}};
+  if (packed) {
+    out["position_ids"] = positions;
+    out["document_ids"] = documents;
+  }
+  return out;
 }
 
 double SFTTrainer::num_items(const engine::TensorMap& batch) const {
@@ -189,8 +252,11 @@ double SFTTrainer::num_items(const engine::TensorMap& batch) const {
 engine::LossOutput SFTTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
   auto& policy = engine.policy();
   const auto& ids = batch.at("input_ids");
-  // Padding is on the right, so positions 0..T-1 need no position ids.
-  auto hidden = engine.forward(policy, {ids, batch.at("attention_mask"), {}});
+  // Padding is on the right, so unpacked rows need no position ids; packed
+  // rows restart positions at each document and attend within it.
+  const bool packed = batch.count("document_ids") != 0;
+  auto hidden = engine.forward(policy, {ids, batch.at("attention_mask"), packed ? batch.at("position_ids") : torch::Tensor(),
+                                        packed ? batch.at("document_ids") : torch::Tensor()});
   auto targets = ids.slice(1, 1);
   auto mask = batch.at("loss_mask").slice(1, 1);
   auto lp = engine.logprobs(policy, hidden.slice(1, 0, hidden.size(1) - 1), targets, mask,
@@ -208,7 +274,6 @@ engine::LossOutput SFTTrainer::loss(engine::Engine& engine, const engine::Tensor
 int run_sft(const RunRequest& request) {
   const auto& c = *static_cast<const SFTConfig*>(request.config);
   if (!c.model_name_or_path) fail_input("sft: set model_name_or_path (a Hugging Face model directory)");
-  if (c.packing) fail_input("sft: packing is not built yet in this version of trlx; set packing: false");
   if (c.use_peft) fail_input("sft: use_peft (LoRA) is not built yet in this version of trlx; set use_peft: false");
   if (c.gradient_checkpointing)
     log::warn("gradient_checkpointing is not built yet in this version of trlx: training without it (more memory)");

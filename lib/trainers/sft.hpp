@@ -24,7 +24,15 @@ struct SFTExample {
   std::vector<uint8_t> loss_mask;  // 1 where predicting this token counts
   size_t source_row = 0;
   bool truncated = false;
+  // Packed examples: position and document of each token (empty otherwise).
+  std::vector<int64_t> positions, documents;
 };
+
+// Best-fit-decreasing packing into sequences of at most `max_length` tokens:
+// longest examples first, each into the fullest sequence it still fits.
+// Positions restart at each document and the first token of each document is
+// no target, so the packed loss is the unpacked loss.
+std::vector<SFTExample> pack_bfd(std::vector<SFTExample> examples, int64_t max_length);
 
 // Tokenizes the rows of one split as TRL does (see sft.cpp).
 std::vector<SFTExample> prepare_sft_split(const SFTConfig& config, const text::Tokenizer& tokenizer,
