@@ -116,6 +116,22 @@ TEST_CASE("first SFT step equals TRL's: loss, grad norm and updated weights", "[
   }
 }
 
+TEST_CASE("first SFT step on conversations with assistant_only_loss equals TRL's", "[engine][golden][sft]") {
+  std::ifstream in(sft_data() / "first_step_chat.json");
+  REQUIRE(in);
+  const auto want = nlohmann::json::parse(in);
+  auto s = make(sft_config({{"dataset_name", (sft_data() / "chat").string()},
+                            {"assistant_only_loss", "true"},
+                            {"per_device_train_batch_size", "4"},
+                            {"gradient_accumulation_steps", "2"},
+                            {"learning_rate", "1e-3"},
+                            {"lr_scheduler_type", "constant"},
+                            {"max_steps", "1"}}));
+  auto [loss, grad_norm] = s.engine->step_on(*s.trainer, {{0, 1, 2, 3}, {4, 5, 6, 7}});
+  CHECK(loss == Approx(want["loss"].get<double>()).epsilon(1e-5));
+  CHECK(grad_norm == Approx(want["grad_norm"].get<double>()).epsilon(1e-4));
+}
+
 TEST_CASE("batch 1 x accumulation 8 equals batch 8 x accumulation 1", "[engine][sft]") {
   auto a = make(sft_config({{"per_device_train_batch_size", "8"}, {"gradient_accumulation_steps", "1"}, {"max_steps", "1"}}));
   auto b = make(sft_config({{"per_device_train_batch_size", "1"}, {"gradient_accumulation_steps", "8"}, {"max_steps", "1"}}));
