@@ -288,3 +288,14 @@ TEST_CASE("best-fit decreasing fills the tightest sequence first", "[sft][packin
   CHECK(packed[0].documents == std::vector<int64_t>{0, 0, 0, 0, 0, 0, 1, 1});
   CHECK(packed[0].loss_mask == std::vector<uint8_t>{0, 1, 1, 1, 1, 1, 0, 1});
 }
+
+TEST_CASE("bf16 mixed precision trains close to fp32 with fp32 weights", "[engine][sft]") {
+  auto f32 = make(sft_config({{"max_steps", "1"}, {"per_device_train_batch_size", "8"}}));
+  auto b16 = make(sft_config({{"max_steps", "1"}, {"per_device_train_batch_size", "8"}, {"bf16", "true"}}));
+  auto [l1, g1] = f32.engine->step_on(*f32.trainer, {{0, 1, 2, 3, 4, 5, 6, 7}});
+  auto [l2, g2] = b16.engine->step_on(*b16.trainer, {{0, 1, 2, 3, 4, 5, 6, 7}});
+  CHECK(l2 != l1);  // the matmuls really ran in bf16
+  CHECK(l2 == Approx(l1).epsilon(0.02));
+  CHECK(g2 == Approx(g1).epsilon(0.05));
+  for (const auto& p : b16.engine->policy().parameters()) CHECK(p.scalar_type() == torch::kFloat32);
+}
