@@ -255,10 +255,13 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     for (const auto& l : log_history_) state["log_history"].push_back(nlohmann::ordered_json::parse(l));
     io::write_file_atomic(tmp / "trainer_state.json", state.dump(2) + "\n");
     io::fsync_directory(tmp);
-    // Only a complete checkpoint gets its final name.
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);
+    // Only a complete checkpoint gets its final name; one already there under
+    // that name (saved again after a resume) is moved aside until then.
+    const fs::path old = output_dir_ / fmt::format(".checkpoint-{}.old-{}", step_, getpid());
+    if (fs::exists(final_dir)) fs::rename(final_dir, old);
     fs::rename(tmp, final_dir);
     io::fsync_directory(output_dir_);
+    fs::remove_all(old);
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
