@@ -35,6 +35,7 @@ int run_docs(const std::string& name, std::vector<std::string> args);
 int run_env_cmd(const std::string&, std::vector<std::string> args) { return run_env(args); }
 int run_init_model_cmd(const std::string&, std::vector<std::string> args) { return run_init_model(std::move(args)); }
 int run_generate_cmd(const std::string&, std::vector<std::string> args) { return run_generate(std::move(args)); }
+int run_score_cmd(const std::string&, std::vector<std::string> args) { return run_score(std::move(args)); }
 int run_tokenize_cmd(const std::string&, std::vector<std::string> args) { return run_tokenize(std::move(args)); }
 int run_render_template_cmd(const std::string&, std::vector<std::string> args) { return run_render_template(std::move(args)); }
 
@@ -51,6 +52,7 @@ std::vector<Command> command_table() {
   cmds.push_back({"print-config", "Print the fully resolved config as YAML, with where each value came from", &run_print_config});
   cmds.push_back({"init-model", "Write a new random model in Hugging Face format (tests, quickstarts)", &run_init_model_cmd});
   cmds.push_back({"generate", "Generate from a model directory (greedy or sampled, optional chat template)", &run_generate_cmd});
+  cmds.push_back({"score", "Log-probs of completions (causal LM) or rewards (score model) for rows of a JSONL file", &run_score_cmd});
   cmds.push_back({"tokenize", "Token ids and strings of text with a tokenizer (or --decode ids), as the trainers tokenize", &run_tokenize_cmd});
   cmds.push_back({"render-template", "Render a conversation through a chat template (and its assistant mask)", &run_render_template_cmd});
   cmds.push_back({"env", "Versions, devices and launcher environment (paste this into bug reports)", &run_env_cmd});

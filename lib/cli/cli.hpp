@@ -9,6 +9,7 @@ int run_cli(int argc, char** argv);
 int run_env(const std::vector<std::string>& args);
 int run_init_model(std::vector<std::string> args);
 int run_generate(std::vector<std::string> args);
+int run_score(std::vector<std::string> args);
 // lib/cli/text_commands.cpp
 int run_tokenize(std::vector<std::string> args);
 int run_render_template(std::vector<std::string> args);

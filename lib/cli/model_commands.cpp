@@ -12,7 +12,10 @@
 #include "cli/cli.hpp"
 #include "cli/parse.hpp"
 #include "core/error.hpp"
+#include "config/loader.hpp"
 #include "core/log.hpp"
+#include "losses/logprobs.hpp"
+#include "trainers/sft.hpp"
 #include "model/generate.hpp"
 #include "model/loading.hpp"
 #include "model/saving.hpp"
@@ -182,6 +185,98 @@ int run_generate(std::vector<std::string> args) {
   }
   log::info("generated {} tokens for {} prompt(s) in {:.2f} s ({:.1f} tokens/s)", total, batch.size(), secs,
             secs > 0 ? static_cast<double>(total) / secs : 0.0);
+  return 0;
+}
+
+}  // namespace trlx::cli
+
+namespace trlx::cli {
+
+int run_score(std::vector<std::string> args) {
+  CLI::App app("Score rows with a model: log-probs of completions under a causal LM, or rewards from a "
+               "sequence-classification model",
+               "trlx score");
+  std::string model_dir, input, dtype = "float32";
+  int64_t batch_size = 8;
+  bool tokens = false;
+  app.add_option("--model", model_dir, "Model directory (Hugging Face format, with tokenizer files)")->required();
+  app.add_option("--input", input, "JSONL: prompt+completion, text or messages per row")->required();
+  app.add_option("--batch_size", batch_size, "Rows per forward")->capture_default_str();
+  app.add_flag("--tokens", tokens, "Also print each target token's log-prob (causal LMs)");
+  app.add_option("--dtype", dtype, "float32, bfloat16, float16 or auto")->capture_default_str();
+  app.add_flag("--json", [](int64_t) {}, "Output is always one JSON object per row (accepted for symmetry)");
+  if (auto rc = parse_args(app, args)) return *rc;
+  if (batch_size < 1) fail_input("--batch_size must be at least 1");
+
+  const auto config = model::load_model_config(model_dir);
+  bool reward = false;
+  for (const auto& a : config.architectures) reward = reward || a.find("ForSequenceClassification") != std::string::npos;
+  auto tok = text::Tokenizer::from_dir(model_dir);
+  std::optional<text::ChatTemplate> tmpl;
+  if (!tok.chat_template().empty()) tmpl.emplace(tok.chat_template(), model_dir + ": chat_template");
+  // The rows go through the SFT trainer's own preparation, so the scored
+  // tokens are exactly those SFT trains on (completion only for
+  // prompt-completion rows, eos appended).
+  trainers::SFTConfig c;
+  {
+    config::ConfigLoader loader(trainers::sft_schema());
+    loader.apply_flag("dataset_name", {input});
+    loader.apply_flag("max_length", {"null"});
+    loader.resolve(&c);
+  }
+  std::vector<trainers::SFTExample> rows = trainers::prepare_sft_split(c, tok, tmpl ? &*tmpl : nullptr, "train", true);
+  const auto head = reward ? model::HeadKind::SequenceClassification : model::HeadKind::CausalLM;
+  auto m = model::load_language_model(model_dir, head, dtype);
+  const int64_t pad = tok.pad_token_id().value_or(tok.eos_token_id().value_or(0));
+  torch::NoGradGuard no_grad;
+  for (size_t start = 0; start < rows.size(); start += static_cast<size_t>(batch_size)) {
+    const size_t end = std::min(rows.size(), start + static_cast<size_t>(batch_size));
+    size_t width = 1;
+    for (size_t i = start; i < end; ++i) width = std::max(width, rows[i].ids.size());
+    const int64_t b = static_cast<int64_t>(end - start), t = static_cast<int64_t>(width);
+    auto ids = torch::full({b, t}, pad, torch::kInt64);
+    auto attn = torch::zeros({b, t}, torch::kInt64);
+    auto mask = torch::zeros({b, t}, torch::kInt64);
+    for (size_t i = start; i < end; ++i) {
+      const auto& r = rows[i];
+      const auto n = static_cast<int64_t>(r.ids.size());
+      const int64_t row = static_cast<int64_t>(i - start);
+      ids[row].narrow(0, 0, n).copy_(torch::tensor(r.ids, torch::kInt64));
+      attn[row].narrow(0, 0, n).fill_(1);
+      mask[row].narrow(0, 0, n).copy_(torch::tensor(std::vector<int64_t>(r.loss_mask.begin(), r.loss_mask.end()), torch::kInt64));
+    }
+    auto hidden = m->hidden_states({ids, attn, {}});
+    if (reward) {
+      // The last real token of each (right-padded) row.
+      auto last = attn.sum(1) - 1;
+      auto scores = m->head(hidden).index({torch::arange(b), last}).to(torch::kFloat32).contiguous();
+      for (int64_t row = 0; row < b; ++row) {
+        nlohmann::ordered_json j = {{"row", rows[start + static_cast<size_t>(row)].source_row}};
+        if (scores.size(1) == 1) j["reward"] = scores[row][0].item<double>();
+        else j["scores"] = std::vector<double>(scores[row].data_ptr<float>(), scores[row].data_ptr<float>() + scores.size(1));
+        std::cout << j.dump() << "\n";
+      }
+      continue;
+    }
+    auto lp = losses::token_logprobs(hidden.slice(1, 0, t - 1), m->head_weight(), ids.slice(1, 1), mask.slice(1, 1));
+    auto logps = lp.logps.to(torch::kFloat64);
+    for (int64_t row = 0; row < b; ++row) {
+      const auto& r = rows[start + static_cast<size_t>(row)];
+      const double n = mask[row].slice(0, 1).sum().item<double>();
+      const double sum = logps[row].sum().item<double>();
+      nlohmann::ordered_json j = {{"row", r.source_row}, {"sum_logprob", sum}, {"mean_logprob", n > 0 ? sum / n : 0.0},
+                                  {"num_tokens", static_cast<int64_t>(n)}};
+      if (tokens) {
+        nlohmann::ordered_json per = nlohmann::ordered_json::array();
+        for (int64_t k = 1; k < static_cast<int64_t>(r.ids.size()); ++k)
+          if (r.loss_mask[static_cast<size_t>(k)])
+            per.push_back({{"id", r.ids[static_cast<size_t>(k)]}, {"token", tok.id_to_token(static_cast<int32_t>(r.ids[static_cast<size_t>(k)]))},
+                           {"logprob", logps[row][k - 1].item<double>()}});
+        j["tokens"] = per;
+      }
+      std::cout << j.dump() << "\n";
+    }
+  }
   return 0;
 }
 
