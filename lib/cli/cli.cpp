@@ -29,6 +29,7 @@ struct Command {
 };
 
 int run_trainer(const std::string& name, std::vector<std::string> args);
+int run_preview(const std::string& name, std::vector<std::string> args);
 int run_validate(const std::string& name, std::vector<std::string> args);
 int run_print_config(const std::string& name, std::vector<std::string> args);
 int run_docs(const std::string& name, std::vector<std::string> args);
@@ -49,6 +50,7 @@ std::vector<Command> command_table() {
   std::vector<Command> cmds;
   for (const auto& t : trainers::trainer_table()) cmds.push_back({t.name, trainer_summary(t), &run_trainer});
   cmds.push_back({"validate", "Check a config (and its accelerate config) without running anything", &run_validate});
+  cmds.push_back({"preview", "Show what a trainer will train on: rendered examples, token counts, loss tokens marked", &run_preview});
   cmds.push_back({"print-config", "Print the fully resolved config as YAML, with where each value came from", &run_print_config});
   cmds.push_back({"init-model", "Write a new random model in Hugging Face format (tests, quickstarts)", &run_init_model_cmd});
   cmds.push_back({"generate", "Generate from a model directory (greedy or sampled, optional chat template)", &run_generate_cmd});
@@ -287,6 +289,35 @@ std::optional<ResolvedRun> resolve_for_tool(const std::string& cmd, std::vector<
         cmd, path.empty() ? "the config" : path, cmd, path.empty() ? "FILE" : path));
   }
   return resolve_run(require_trainer(trainer_name, cmd), cmd, args, rc);
+}
+
+int run_preview(const std::string& cmd, std::vector<std::string> args) {
+  size_t num_examples = 3;
+  bool json = false;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--json") {
+      json = true;
+    } else if (args[i] == "--num_examples") {
+      if (i + 1 >= args.size()) throw InputError("--num_examples needs a number");
+      try {
+        num_examples = static_cast<size_t>(std::stoul(args[++i]));
+      } catch (const std::exception&) {
+        throw InputError(fmt::format("--num_examples expects a number, found `{}`", args[i]));
+      }
+    } else {
+      rest.push_back(args[i]);
+    }
+  }
+  int rc = 0;
+  std::optional<config::DistributedConfig> accel;
+  auto run = resolve_for_tool(cmd, rest, &rc, &accel);
+  if (accel) throw InputError("trlx preview needs a training config, not an accelerate config");
+  if (!run) return rc;
+  if (!run->trainer->preview)
+    throw Error(fmt::format("trlx preview {} is not built yet (the {} trainer is not built)", run->trainer->name,
+                            run->trainer->name));
+  return run->trainer->preview({run->loader.get(), run->config.get()}, num_examples, json);
 }
 
 int run_validate(const std::string& cmd, std::vector<std::string> args) {

@@ -18,9 +18,9 @@ const std::vector<TrainerEntry>& trainer_table() {
   // Rows are added as trainers are built; a row without `run` has its config
   // table (validate, print-config, docs) but cannot train yet.
   static const std::vector<TrainerEntry> table = {
-      {"sft", &sft_schema, &make<SFTConfig>, &run_sft},
-      {"dpo", &dpo_schema, &make<DPOConfig>, {}},
-      {"rloo", &rloo_schema, &make<RLOOConfig>, {}},
+      {"sft", &sft_schema, &make<SFTConfig>, &run_sft, &preview_sft},
+      {"dpo", &dpo_schema, &make<DPOConfig>, {}, {}},
+      {"rloo", &rloo_schema, &make<RLOOConfig>, {}, {}},
   };
   return table;
 }

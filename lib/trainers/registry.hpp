@@ -25,6 +25,8 @@ struct TrainerEntry {
   std::shared_ptr<void> (*make_config)();
   // Training entry point; empty while the trainer is not built yet.
   std::function<int(const RunRequest&)> run;
+  // `trlx preview <trainer>`; empty while not built.
+  std::function<int(const RunRequest&, size_t num_examples, bool json)> preview;
 };
 
 const std::vector<TrainerEntry>& trainer_table();

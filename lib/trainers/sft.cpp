@@ -1,6 +1,9 @@
 #include "trainers/sft.hpp"
 
+#include <unistd.h>
+
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -271,12 +274,13 @@ engine::LossOutput SFTTrainer::loss(engine::Engine& engine, const engine::Tensor
   return out;
 }
 
-int run_sft(const RunRequest& request) {
-  const auto& c = *static_cast<const SFTConfig*>(request.config);
+namespace {
+
+// The tokenizer of the model and the chat template the config asks for
+// (chat_template_path: a Jinja file or a tokenizer directory), else the
+// tokenizer's own. Shared by training, preview and score.
+std::pair<text::Tokenizer, std::optional<text::ChatTemplate>> load_text_inputs(const SFTConfig& c) {
   if (!c.model_name_or_path) fail_input("sft: set model_name_or_path (a Hugging Face model directory)");
-  if (c.use_peft) fail_input("sft: use_peft (LoRA) is not built yet in this version of trlx; set use_peft: false");
-  if (c.gradient_checkpointing)
-    log::warn("gradient_checkpointing is not built yet in this version of trlx: training without it (more memory)");
   const std::filesystem::path model_dir = *c.model_name_or_path;
   auto tok = text::Tokenizer::from_dir(model_dir);
   std::optional<text::ChatTemplate> tmpl;
@@ -296,6 +300,91 @@ int run_sft(const RunRequest& request) {
   } else if (!tok.chat_template().empty()) {
     tmpl.emplace(tok.chat_template(), (model_dir / "tokenizer_config.json").string() + ": chat_template");
   }
+  return {std::move(tok), std::move(tmpl)};
+}
+
+}  // namespace
+
+int preview_sft(const RunRequest& request, size_t num_examples, bool json) {
+  const auto& c = *static_cast<const SFTConfig*>(request.config);
+  auto [tok, tmpl] = load_text_inputs(c);
+  auto examples = prepare_sft_split(c, tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true);
+  const bool tty = !json && isatty(STDOUT_FILENO);
+  const auto eos = tok.eos_token_id();
+  size_t warned_no_eos = 0;
+  if (tmpl && !tmpl->has_generation_tag() && c.assistant_only_loss)
+    log::warn("{}: assistant_only_loss needs a {{% generation %}} block in the chat template", tmpl->origin());
+  if (tmpl) {
+    // A template that ignores add_generation_prompt renders prompts without
+    // the assistant header the model must learn to answer after.
+    text::ChatOptions with, without;
+    with.add_generation_prompt = true;
+    const nlohmann::ordered_json probe = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+    if (text::apply_chat_template(*tmpl, probe, with).text == text::apply_chat_template(*tmpl, probe, without).text)
+      log::warn("{}: the chat template writes nothing for add_generation_prompt; prompts will lack the assistant "
+                "header at inference",
+                tmpl->origin());
+  }
+  for (size_t i = 0; i < std::min(num_examples, examples.size()); ++i) {
+    const auto& e = examples[i];
+    std::vector<std::string> warnings;
+    size_t targets = 0, first_target = e.ids.size();
+    for (size_t t = 1; t < e.ids.size(); ++t)
+      if (e.loss_mask[t]) {
+        ++targets;
+        first_target = std::min(first_target, t);
+      }
+    if (targets == 0) warnings.push_back("loss on zero tokens");
+    if (!e.truncated && eos && e.positions.empty() && (e.ids.empty() || e.ids.back() != *eos)) {
+      warnings.push_back("no EOS at the end: the model will not learn to stop");
+      ++warned_no_eos;
+    }
+    if (e.truncated && first_target >= e.ids.size()) warnings.push_back("truncation removed the whole completion");
+    if (e.truncated) warnings.push_back(fmt::format("truncated to max_length {}", *c.max_length));
+    if (json) {
+      nlohmann::ordered_json j = {{"row", e.source_row}, {"num_tokens", e.ids.size()}, {"num_loss_tokens", targets},
+                                  {"truncated", e.truncated}};
+      j["text"] = tok.decode(std::vector<int32_t>(e.ids.begin(), e.ids.end()), false);
+      nlohmann::ordered_json toks = nlohmann::ordered_json::array();
+      for (size_t t = 0; t < e.ids.size(); ++t)
+        toks.push_back({{"id", e.ids[t]}, {"token", tok.id_to_token(static_cast<int32_t>(e.ids[t]))}, {"loss", t > 0 && e.loss_mask[t]}});
+      j["tokens"] = toks;
+      j["warnings"] = warnings;
+      std::cout << j.dump() << "\n";
+      continue;
+    }
+    std::cout << fmt::format("=== example {} (row {}): {} tokens, {} with loss{}\n", i, e.source_row, e.ids.size(), targets,
+                             e.truncated ? ", truncated" : "");
+    // Runs of tokens with and without loss, decoded; loss runs marked.
+    std::string out;
+    size_t t = 0;
+    while (t < e.ids.size()) {
+      const bool loss = t > 0 && e.loss_mask[t];
+      size_t u = t;
+      std::vector<int32_t> run;
+      while (u < e.ids.size() && (u > 0 && e.loss_mask[u]) == loss) run.push_back(static_cast<int32_t>(e.ids[u++]));
+      const std::string text = tok.decode(run, false);
+      if (loss) out += tty ? "\033[42;30m" + text + "\033[0m" : "[" + text + "]";
+      else out += text;
+      t = u;
+    }
+    std::cout << out << "\n";
+    for (const auto& w : warnings) std::cout << "  warning: " << w << "\n";
+  }
+  if (!json)
+    std::cout << fmt::format("{} of {} training examples shown; {}\n", std::min(num_examples, examples.size()), examples.size(),
+                             tty ? "tokens with loss are highlighted" : "tokens with loss are in [brackets]");
+  return 0;
+}
+
+int run_sft(const RunRequest& request) {
+  const auto& c = *static_cast<const SFTConfig*>(request.config);
+  if (!c.model_name_or_path) fail_input("sft: set model_name_or_path (a Hugging Face model directory)");
+  if (c.use_peft) fail_input("sft: use_peft (LoRA) is not built yet in this version of trlx; set use_peft: false");
+  if (c.gradient_checkpointing)
+    log::warn("gradient_checkpointing is not built yet in this version of trlx: training without it (more memory)");
+  const std::filesystem::path model_dir = *c.model_name_or_path;
+  auto [tok, tmpl] = load_text_inputs(c);
   std::map<std::string, std::vector<SFTExample>> splits;
   splits["train"] = prepare_sft_split(c, tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true);
   if (c.eval_strategy != "no")

@@ -55,5 +55,7 @@ class SFTTrainer : public engine::Trainer {
 };
 
 int run_sft(const RunRequest& request);
+// `trlx preview sft`: what the trainer will train on, tokens with loss marked.
+int preview_sft(const RunRequest& request, size_t num_examples, bool json);
 
 }  // namespace trlx::trainers

@@ -69,5 +69,18 @@ rc=$?
 check "[ $rc = 2 ]"
 check "grep -q 'does not exist' '$TMP/bad2.log'"
 
+# preview: what SFT trains on, loss tokens marked, JSON lines, warnings.
+"$TRLX" preview sft --config configs/sft.yaml --num_examples 2 >"$TMP/pv.txt" 2>&1
+rc=$?
+check "[ $rc = 0 ]"
+check "grep -q '^\\[8 plus 36 is 44.<|im_end|>\\]$' '$TMP/pv.txt'"
+check "grep -q '2 of 2000 training examples shown' '$TMP/pv.txt'"
+"$TRLX" preview --config configs/sft.yaml --num_examples 3 --json --max_length 12 >"$TMP/pv.jsonl" 2>/dev/null
+check "[ \$(wc -l <'$TMP/pv.jsonl') = 3 ]"
+check "grep -q '\"truncated\":true' '$TMP/pv.jsonl' && grep -q 'truncated to max_length 12' '$TMP/pv.jsonl'"
+check "grep -q '\"loss\":true' '$TMP/pv.jsonl' && grep -q '\"loss\":false' '$TMP/pv.jsonl'"
+"$TRLX" preview dpo --config configs/dpo.yaml >"$TMP/pv2.txt" 2>&1
+check "[ $? = 1 ] && grep -q 'not built yet' '$TMP/pv2.txt'"
+
 echo "$pass passed, $failures failed"
 [ "$failures" = 0 ]
