@@ -90,6 +90,13 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
     : config_(config), policy_(std::move(policy)), trainer_name_(std::move(trainer_name)),
       tokenizer_dir_(std::move(tokenizer_dir)) {
   output_dir_ = config_.output_dir.value_or("trainer_output");
+  // Switches every trainer shares that this version does not have yet: said
+  // once here rather than in each trainer.
+  if (config_.use_peft) fail_input("use_peft (LoRA) is not built yet in this version of trlx; set use_peft: false");
+  if (config_.use_liger_kernel)
+    log::warn("use_liger_kernel (chunked log-probs) is not built yet in this version of trlx: using the plain path");
+  if (config_.gradient_checkpointing)
+    log::warn("gradient_checkpointing is not built yet in this version of trlx: training without it (more memory)");
   // One seed for everything: weights drawn by the trainer, dropout, sampling.
   torch::manual_seed(static_cast<uint64_t>(config_.seed));
   std::vector<torch::Tensor> decay, plain;

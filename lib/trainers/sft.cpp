@@ -380,9 +380,6 @@ int preview_sft(const RunRequest& request, size_t num_examples, bool json) {
 int run_sft(const RunRequest& request) {
   const auto& c = *static_cast<const SFTConfig*>(request.config);
   if (!c.model_name_or_path) fail_input("sft: set model_name_or_path (a Hugging Face model directory)");
-  if (c.use_peft) fail_input("sft: use_peft (LoRA) is not built yet in this version of trlx; set use_peft: false");
-  if (c.gradient_checkpointing)
-    log::warn("gradient_checkpointing is not built yet in this version of trlx: training without it (more memory)");
   const std::filesystem::path model_dir = *c.model_name_or_path;
   auto [tok, tmpl] = load_text_inputs(c);
   std::map<std::string, std::vector<SFTExample>> splits;
