@@ -58,6 +58,25 @@ int slurm_first_count(const std::string& spec) {
   return out;
 }
 
+// The variables an MPI launcher sets for each process.
+struct MpiVars {
+  Launcher launcher;
+  const char *rank, *size, *local_rank, *local_size, *node_rank;
+};
+
+const MpiVars* mpi_launcher(const Reader& env) {
+  static const MpiVars table[] = {
+      {Launcher::OpenMPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+       "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK"},
+      {Launcher::MPICH, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", nullptr},
+      {Launcher::MVAPICH, "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
+       "MV2_COMM_WORLD_LOCAL_SIZE", nullptr},
+  };
+  for (const auto& m : table)
+    if (env.has(m.rank)) return &m;
+  return nullptr;
+}
+
 }  // namespace
 
 std::string first_slurm_host(const std::string& nodelist) {
@@ -107,25 +126,14 @@ LauncherEnv detect_launcher(const EnvLookup& lookup) {
     out.torchelastic = env.has("TORCHELASTIC_RUN_ID") || env.has("TORCHELASTIC_RESTART_COUNT");
     out.run_id = env.str("TORCHELASTIC_RUN_ID").value_or("");
     if (!local_rank) fail_input("RANK and WORLD_SIZE are set but LOCAL_RANK is not; launch with torchrun or set LOCAL_RANK");
-  } else if (env.has("OMPI_COMM_WORLD_RANK")) {
-    out.launcher = Launcher::OpenMPI;
-    rank = env.num("OMPI_COMM_WORLD_RANK"), world = env.num("OMPI_COMM_WORLD_SIZE");
-    rank_var = "OMPI_COMM_WORLD_RANK", world_var = "OMPI_COMM_WORLD_SIZE";
-    local_rank = env.num("OMPI_COMM_WORLD_LOCAL_RANK");
-    local_world = env.num("OMPI_COMM_WORLD_LOCAL_SIZE");
-    node_rank = env.num("OMPI_COMM_WORLD_NODE_RANK");
-  } else if (env.has("PMI_RANK")) {
-    out.launcher = Launcher::MPICH;
-    rank = env.num("PMI_RANK"), world = env.num("PMI_SIZE");
-    rank_var = "PMI_RANK", world_var = "PMI_SIZE";
-    local_rank = env.num("MPI_LOCALRANKID");
-    local_world = env.num("MPI_LOCALNRANKS");
-  } else if (env.has("MV2_COMM_WORLD_RANK")) {
-    out.launcher = Launcher::MVAPICH;
-    rank = env.num("MV2_COMM_WORLD_RANK"), world = env.num("MV2_COMM_WORLD_SIZE");
-    rank_var = "MV2_COMM_WORLD_RANK", world_var = "MV2_COMM_WORLD_SIZE";
-    local_rank = env.num("MV2_COMM_WORLD_LOCAL_RANK");
-    local_world = env.num("MV2_COMM_WORLD_LOCAL_SIZE");
+  } else if (const MpiVars* m = mpi_launcher(env)) {
+    // MPI launchers differ only in their variables' names.
+    out.launcher = m->launcher;
+    rank = env.num(m->rank), world = env.num(m->size);
+    rank_var = m->rank, world_var = m->size;
+    local_rank = env.num(m->local_rank);
+    local_world = env.num(m->local_size);
+    if (m->node_rank) node_rank = env.num(m->node_rank);
   } else if (env.has("SLURM_PROCID") && env.has("SLURM_STEP_ID")) {
     // SLURM_PROCID alone is also set in a batch script; a task started by
     // srun has a job step.
