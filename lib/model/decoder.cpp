@@ -82,6 +82,16 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
   if (with_bias) bias = register_parameter("bias", torch::empty({out_features}));
 }
 
+torch::Tensor LinearImpl::forward_with_lora(const torch::Tensor& x) {
+  auto y = torch::linear(x, weight, bias);
+  // The adapter may keep a wider dtype than the base (fp32 adapters on a bf16
+  // model): its input is cast to it and its output back.
+  auto h = x.to(lora_A->weight.scalar_type());
+  if (lora_dropout > 0.0 && is_training()) h = torch::dropout(h, lora_dropout, /*train=*/true);
+  auto delta = torch::linear(torch::linear(h, lora_A->weight), lora_B->weight) * lora_scale;
+  return y + delta.to(y.scalar_type());
+}
+
 EmbeddingImpl::EmbeddingImpl(int64_t num, int64_t dim, std::optional<int64_t> padding_idx) {
   weight = register_parameter("weight", torch::empty({num, dim}));
   if (padding_idx && *padding_idx >= 0 && *padding_idx < num) padding_idx_ = *padding_idx;

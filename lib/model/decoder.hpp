@@ -25,11 +25,28 @@ struct KVCache {
 // is either loaded from a checkpoint or set by init_weights, and skipping
 // LibTorch's default initialisation makes loading a model several times
 // faster.
+//
+// A LoRA adapter (lib/model/lora.hpp) may be attached: `lora_A` [r, in] and
+// `lora_B` [out, r] submodules, so that their parameters are named
+// `<layer>.lora_A.weight` / `<layer>.lora_B.weight`, and the output gains
+// B(A(dropout(x))) * lora_scale while `lora_enabled`. Without one, forward is
+// the plain linear.
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features, bool with_bias);
-  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(x, weight, bias); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (!lora_A || !lora_enabled) return torch::linear(x, weight, bias);
+    return forward_with_lora(x);
+  }
   torch::Tensor weight, bias;
+
+  std::shared_ptr<LinearImpl> lora_A, lora_B;
+  double lora_scale = 0.0;
+  double lora_dropout = 0.0;  // applied only in training mode
+  bool lora_enabled = true;
+
+ private:
+  torch::Tensor forward_with_lora(const torch::Tensor& x);
 };
 TORCH_MODULE(Linear);
 

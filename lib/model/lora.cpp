@@ -1,0 +1,551 @@
+#include "model/lora.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "io/atomic_write.hpp"
+#include "io/safetensors.hpp"
+
+namespace trlx::model {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+namespace {
+
+// Where a modules_to_save module keeps its original parameters: a child
+// module, so they move with the model (.to) and merge can drop them.
+constexpr const char* kOriginal = "original_module";
+constexpr const char* kPrefix = "base_model.model.";
+constexpr const char* kAllLinear = "all-linear";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string leaf_name(const std::string& name) {
+  auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(dot + 1);
+}
+
+// Names of LoRA's own submodules (adapters, originals) never take part in
+// matching.
+bool is_lora_internal(const std::string& name) {
+  for (const char* part : {"lora_A", "lora_B", kOriginal}) {
+    const std::string p = part;
+    if (name == p || ends_with(name, "." + p) || name.find("." + p + ".") != std::string::npos ||
+        name.rfind(p + ".", 0) == 0)
+      return true;
+  }
+  return false;
+}
+
+// A target name matches a module named exactly so, or one whose name ends
+// with "." + target.
+bool target_matches(const std::string& module, const std::string& target) {
+  return module == target || ends_with(module, "." + target);
+}
+
+// A module to save excludes from adapters every module on its path: the
+// module itself and anything inside it.
+bool inside_module_to_save(const std::string& module, const std::string& save) {
+  const std::string dotted = "." + module + ".";
+  return dotted.find("." + save + ".") != std::string::npos;
+}
+
+bool is_head(const LanguageModelImpl& m, const std::string& name) {
+  (void)m;
+  return name == "lm_head" || name == "score";
+}
+
+struct Named {
+  std::string name;
+  std::shared_ptr<torch::nn::Module> module;
+};
+
+std::vector<Named> modules_of(LanguageModelImpl& m) {
+  std::vector<Named> out;
+  for (const auto& item : m.named_modules("", /*include_self=*/false)) {
+    if (is_lora_internal(item.key())) continue;
+    out.push_back({item.key(), item.value()});
+  }
+  return out;
+}
+
+// The member tensors a module's forward reads, which AdaptersDisabled points
+// at the originals of a modules_to_save copy.
+std::pair<torch::Tensor*, torch::Tensor*> weight_slots(torch::nn::Module& module) {
+  if (auto* l = dynamic_cast<LinearImpl*>(&module)) return {&l->weight, &l->bias};
+  if (auto* e = dynamic_cast<EmbeddingImpl*>(&module)) return {&e->weight, nullptr};
+  if (auto* n = dynamic_cast<RMSNormImpl*>(&module)) return {&n->weight, nullptr};
+  return {nullptr, nullptr};
+}
+
+std::string join_sorted(std::set<std::string> names) { return fmt::format("{}", fmt::join(names, ", ")); }
+
+std::vector<std::string> default_targets(const std::string& model_type) {
+  // The attention query and value projections, the default PEFT users know
+  // for these architectures.
+  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3")
+    return {"q_proj", "v_proj"};
+  fail_input("no default LoRA target modules for model type `{}`; set lora_target_modules", model_type);
+}
+
+int64_t count(LanguageModelImpl& m, bool trainable_only) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters(true))
+    if (!trainable_only || p.requires_grad()) n += p.numel();
+  return n;
+}
+
+ordered_json read_json(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) fail_input("{}: cannot read (an adapter directory holds adapter_config.json and adapter_model.safetensors)",
+                      file.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return ordered_json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("{}: not valid JSON: {}", file.string(), e.what());
+  }
+}
+
+void copy_tokenizer_files(const fs::path& from, const fs::path& to) {
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                        "tokenizer.model", "vocab.json", "merges.txt"}) {
+    if (!fs::exists(from / f)) continue;
+    fs::copy_file(from / f, to / f, fs::copy_options::overwrite_existing);
+    fs::permissions(to / f, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
+  }
+}
+
+}  // namespace
+
+double LoraInfo::scale() const {
+  return config.use_rslora ? config.alpha / std::sqrt(static_cast<double>(config.r))
+                           : config.alpha / static_cast<double>(config.r);
+}
+
+bool has_lora(LanguageModelImpl& m) {
+  for (const auto& item : m.named_modules("", false)) {
+    if (auto* l = dynamic_cast<LinearImpl*>(item.value().get()); l && l->lora_A) return true;
+    if (ends_with(item.key(), std::string(".") + kOriginal) || item.key() == kOriginal) return true;
+  }
+  return false;
+}
+
+LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
+  if (config.r <= 0) fail_input("lora_r must be a positive rank, found {}", config.r);
+  if (config.dropout < 0 || config.dropout >= 1) fail_input("lora_dropout must be in [0, 1), found {}", config.dropout);
+  if (has_lora(m)) fail_input("the model already has LoRA adapters; merge or load them once");
+  const bool seq_cls = m.head_kind() == HeadKind::SequenceClassification;
+  const auto modules = modules_of(m);
+
+  LoraInfo info;
+  info.config = config;
+
+  // Modules to save: the sequence-classification head always trains (it is
+  // new); "classifier" is the name other architectures use for it.
+  std::vector<std::string> save_names = config.modules_to_save.value_or(std::vector<std::string>{});
+  if (seq_cls)
+    for (const char* h : {"classifier", "score"})
+      if (std::find(save_names.begin(), save_names.end(), h) == save_names.end()) save_names.push_back(h);
+  info.modules_to_save = save_names;
+  std::set<std::string> with_params;
+  for (const auto& [name, module] : modules)
+    if (!module->named_parameters(false).is_empty()) with_params.insert(name);
+  std::vector<Named> to_copy;
+  for (const auto& want : save_names) {
+    if (seq_cls && want == "classifier") continue;
+    bool found = false;
+    for (const auto& n : modules) {
+      if (!with_params.count(n.name) || !ends_with(n.name, want)) continue;
+      if (!weight_slots(*n.module).first)
+        fail_input("lora_modules_to_save: `{}` matches `{}`, which trlx cannot copy", want, n.name);
+      found = true;
+      if (std::none_of(to_copy.begin(), to_copy.end(), [&](const Named& c) { return c.name == n.name; }))
+        to_copy.push_back(n);
+    }
+    if (!found) {
+      std::set<std::string> avail;
+      for (const auto& n : with_params) avail.insert(n.find("layers.") != std::string::npos ? leaf_name(n) : n);
+      fail_input("lora_modules_to_save: `{}` matches no module of this {} model; modules with weights: {}", want,
+                 m.config().model_type, join_sorted(avail));
+    }
+  }
+
+  // Targets.
+  std::vector<Named> linears;
+  for (const auto& n : modules)
+    if (dynamic_cast<LinearImpl*>(n.module.get())) linears.push_back(n);
+  std::set<std::string> linear_leaves;
+  for (const auto& n : linears)
+    if (!is_head(m, n.name)) linear_leaves.insert(leaf_name(n.name));
+  auto excluded = [&](const std::string& name) {
+    return std::any_of(save_names.begin(), save_names.end(),
+                       [&](const std::string& s) { return inside_module_to_save(name, s); });
+  };
+  std::vector<Named> targets;
+  std::set<std::string> listed;
+  const bool all_linear = config.target_modules && config.target_modules->size() == 1 &&
+                          (*config.target_modules)[0] == kAllLinear;
+  if (all_linear) {
+    for (const auto& n : linears) {
+      if (is_head(m, n.name) || excluded(n.name)) continue;
+      targets.push_back(n);
+      listed.insert(leaf_name(n.name));
+    }
+    if (targets.empty()) fail_input("lora_target_modules: all-linear found no linear layer outside the head");
+  } else {
+    const auto wanted = config.target_modules ? *config.target_modules : default_targets(m.config().model_type);
+    if (wanted.empty()) fail_input("lora_target_modules is an empty list; name modules (e.g. q_proj) or all-linear");
+    for (const auto& t : wanted) {
+      if (t == kAllLinear)
+        fail_input("lora_target_modules: all-linear must be the only entry, found it among {}", fmt::join(wanted, ", "));
+      listed.insert(t);
+    }
+    for (const auto& n : linears) {
+      bool hit = std::any_of(wanted.begin(), wanted.end(), [&](const std::string& t) { return target_matches(n.name, t); });
+      if (!hit || excluded(n.name)) continue;
+      if (is_head(m, n.name))
+        fail_input("lora_target_modules: `{}` is the output head; trlx puts adapters inside the decoder only. Train the "
+                   "head in full with lora_modules_to_save: [{}]",
+                   n.name, n.name);
+      targets.push_back(n);
+    }
+    for (const auto& t : wanted) {
+      bool hit = std::any_of(targets.begin(), targets.end(), [&](const Named& n) { return target_matches(n.name, t); });
+      if (!hit)
+        fail_input("lora_target_modules: `{}` matches no linear layer of this {} model; linear layers: {} (or "
+                   "all-linear)",
+                   t, m.config().model_type, join_sorted(linear_leaves));
+    }
+  }
+  info.target_modules.assign(listed.begin(), listed.end());
+
+  torch::NoGradGuard no_grad;
+  for (auto& p : m.parameters(true)) p.requires_grad_(false);
+  const double scale = info.scale();
+  for (const auto& n : targets) {
+    auto& lin = *dynamic_cast<LinearImpl*>(n.module.get());
+    const int64_t out = lin.weight.size(0), in = lin.weight.size(1);
+    auto opts = lin.weight.options().dtype(config.adapter_dtype.value_or(lin.weight.scalar_type()));
+    lin.lora_A = std::make_shared<LinearImpl>(in, config.r, false);
+    lin.lora_B = std::make_shared<LinearImpl>(config.r, out, false);
+    // A: kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)),
+    // drawn in fp32 whatever the dtype; B: zero, so the output is unchanged.
+    auto a = torch::empty({config.r, in}, torch::kFloat32);
+    torch::nn::init::kaiming_uniform_(a, std::sqrt(5.0));
+    lin.lora_A->weight.set_data(a.to(opts));
+    lin.lora_B->weight.set_data(torch::zeros({out, config.r}, opts));
+    lin.register_module("lora_A", lin.lora_A);
+    lin.register_module("lora_B", lin.lora_B);
+    lin.lora_A->weight.requires_grad_(true);
+    lin.lora_B->weight.requires_grad_(true);
+    lin.lora_scale = scale;
+    lin.lora_dropout = config.dropout;
+    lin.lora_enabled = true;
+    info.adapted.push_back(n.name);
+  }
+  for (const auto& n : to_copy) {
+    // The registered parameters become the trained copies (their names stay
+    // the model's own, as the adapter file stores them); the originals move
+    // to a frozen child module for the disabled-adapter view.
+    auto original = std::make_shared<torch::nn::Module>();
+    for (auto& p : n.module->named_parameters(false)) {
+      original->register_parameter(p.key(), p.value().detach().clone(), /*requires_grad=*/false);
+      p.value().requires_grad_(true);
+    }
+    n.module->register_module(kOriginal, original);
+    info.copied.push_back(n.name);
+  }
+  info.trainable_parameters = count(m, true);
+  info.total_parameters = count(m, false);
+  log::info("LoRA: r {}, alpha {}, scale {:.4g}, adapters on {} layers ({}), {} module(s) trained in full{}; "
+            "{} trainable of {} parameters ({:.3f}%)",
+            config.r, config.alpha, scale, info.adapted.size(), fmt::join(info.target_modules, ", "),
+            info.copied.size(), info.copied.empty() ? "" : fmt::format(" ({})", fmt::join(info.copied, ", ")),
+            info.trainable_parameters, info.total_parameters,
+            100.0 * static_cast<double>(info.trainable_parameters) / static_cast<double>(info.total_parameters));
+  return info;
+}
+
+AdaptersDisabled::AdaptersDisabled(LanguageModelImpl& m) {
+  for (const auto& item : m.named_modules("", false)) {
+    auto& module = *item.value();
+    if (auto* l = dynamic_cast<LinearImpl*>(&module); l && l->lora_A) {
+      Saved s;
+      s.linear = l;
+      s.enabled = l->lora_enabled;
+      l->lora_enabled = false;
+      saved_.push_back(std::move(s));
+    }
+    auto children = module.named_children();
+    if (!children.contains(kOriginal)) continue;
+    auto& original = *children[kOriginal];
+    auto [w, b] = weight_slots(module);
+    if (!w) continue;
+    Saved s;
+    s.weight_slot = w;
+    s.weight = *w;
+    *w = original.named_parameters(false)["weight"];
+    if (b && b->defined()) {
+      s.bias_slot = b;
+      s.bias = *b;
+      *b = original.named_parameters(false)["bias"];
+    }
+    saved_.push_back(std::move(s));
+  }
+}
+
+AdaptersDisabled::~AdaptersDisabled() {
+  for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+    if (it->linear) it->linear->lora_enabled = it->enabled;
+    if (it->weight_slot) *it->weight_slot = it->weight;
+    if (it->bias_slot) *it->bias_slot = it->bias;
+  }
+}
+
+void save_adapter(const fs::path& dir, LanguageModelImpl& m, const LoraInfo& info, const AdapterSaveOptions& o) {
+  io::NamedTensors tensors;
+  auto named = m.named_modules("", false);
+  for (const auto& name : info.adapted) {
+    auto* l = dynamic_cast<LinearImpl*>(named[name].get());
+    if (!l || !l->lora_A) fail("save_adapter: `{}` has no adapter (merged already?)", name);
+    tensors.emplace_back(kPrefix + name + ".lora_A.weight", l->lora_A->weight.detach());
+    tensors.emplace_back(kPrefix + name + ".lora_B.weight", l->lora_B->weight.detach());
+  }
+  for (const auto& name : info.copied)
+    for (const auto& p : named[name]->named_parameters(false))
+      tensors.emplace_back(kPrefix + name + "." + p.key(), p.value().detach());
+
+  const auto& c = info.config;
+  nlohmann::json j;  // keys sorted, as PEFT writes them
+  j["alora_invocation_tokens"] = nullptr;
+  j["alpha_pattern"] = nlohmann::json::object();
+  j["arrow_config"] = nullptr;
+  j["auto_mapping"] = nullptr;
+  j["base_model_name_or_path"] = o.base_model_name_or_path;
+  j["bias"] = "none";
+  j["corda_config"] = nullptr;
+  j["ensure_weight_tying"] = false;
+  j["eva_config"] = nullptr;
+  j["exclude_modules"] = nullptr;
+  j["fan_in_fan_out"] = false;
+  j["inference_mode"] = true;
+  j["init_lora_weights"] = true;
+  j["kasa_config"] = nullptr;
+  j["layer_replication"] = nullptr;
+  j["layers_pattern"] = nullptr;
+  j["layers_to_transform"] = nullptr;
+  j["loftq_config"] = nlohmann::json::object();
+  if (c.alpha == std::floor(c.alpha)) j["lora_alpha"] = static_cast<int64_t>(c.alpha);
+  else j["lora_alpha"] = c.alpha;
+  j["lora_bias"] = false;
+  j["lora_dropout"] = c.dropout;
+  j["lora_ga_config"] = nullptr;
+  j["megatron_config"] = nullptr;
+  j["megatron_core"] = "megatron.core";
+  if (info.modules_to_save.empty()) j["modules_to_save"] = nullptr;
+  else j["modules_to_save"] = info.modules_to_save;
+  j["monteclora_config"] = nullptr;
+  j["peft_type"] = "LORA";
+  j["qalora_group_size"] = 16;
+  j["r"] = c.r;
+  j["rank_pattern"] = nlohmann::json::object();
+  j["revision"] = nullptr;
+  j["target_modules"] = info.target_modules;
+  j["target_parameters"] = nullptr;
+  j["task_type"] = m.head_kind() == HeadKind::SequenceClassification ? "SEQ_CLS" : "CAUSAL_LM";
+  j["trainable_token_indices"] = nullptr;
+  j["use_bdlora"] = nullptr;
+  j["use_dora"] = false;
+  j["use_qalora"] = false;
+  j["use_rslora"] = c.use_rslora;
+  j["velora_config"] = nullptr;
+  const std::string config_text = j.dump(2);
+
+  const fs::path target = fs::absolute(dir).lexically_normal();
+  const fs::path parent = target.parent_path();
+  if (o.into_existing_dir) {
+    // Weights first: a crash between the two renames leaves new weights with
+    // the old config, which describes the same adapter shapes for a run that
+    // kept its settings.
+    fs::create_directories(target);
+    io::save_safetensors(target / "adapter_model.safetensors", tensors);
+    io::write_file_atomic(target / "adapter_config.json", config_text);
+    if (o.tokenizer_dir) copy_tokenizer_files(*o.tokenizer_dir, target);
+    io::fsync_directory(target);
+    return;
+  }
+  fs::create_directories(parent);
+  const fs::path tmp = parent / fmt::format(".{}.tmp-{}", target.filename().string(), getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    io::save_safetensors(tmp / "adapter_model.safetensors", tensors);
+    io::write_file_atomic(tmp / "adapter_config.json", config_text);
+    if (o.tokenizer_dir) copy_tokenizer_files(*o.tokenizer_dir, tmp);
+    io::fsync_directory(tmp);
+    const fs::path old = parent / fmt::format(".{}.old-{}", target.filename().string(), getpid());
+    if (fs::exists(target)) fs::rename(target, old);
+    fs::rename(tmp, target);
+    io::fsync_directory(parent);
+    fs::remove_all(old);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+std::string adapter_task_type(const fs::path& dir) {
+  auto j = read_json(dir / "adapter_config.json");
+  return j.contains("task_type") && j["task_type"].is_string() ? j["task_type"].get<std::string>() : "";
+}
+
+LoraConfig read_adapter_config(const fs::path& dir) {
+  const fs::path file = dir / "adapter_config.json";
+  auto j = read_json(file);
+  const std::string f = file.string();
+  auto str = [&](const char* key) -> std::string {
+    return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+  };
+  auto truthy = [&](const char* key) {
+    if (!j.contains(key) || j[key].is_null()) return false;
+    const auto& v = j[key];
+    if (v.is_boolean()) return v.get<bool>();
+    if (v.is_object() || v.is_array()) return !v.empty();
+    return true;
+  };
+  if (str("peft_type") != "LORA")
+    fail_input("{}: peft_type is `{}`; trlx reads LoRA adapters only (peft_type LORA)", f,
+               j.contains("peft_type") ? j["peft_type"].dump() : "missing");
+  for (const char* key : {"use_dora", "use_qalora", "lora_bias", "alpha_pattern", "rank_pattern", "layers_to_transform",
+                          "layers_pattern", "layer_replication", "exclude_modules", "target_parameters",
+                          "trainable_token_indices", "alora_invocation_tokens", "use_bdlora", "fan_in_fan_out"})
+    if (truthy(key))
+      fail_input("{}: `{}` is set ({}); trlx supports plain LoRA adapters only (no DoRA, patterns, layer selection "
+                 "or excluded modules)",
+                 f, key, j[key].dump());
+  if (j.contains("bias") && str("bias") != "none")
+    fail_input("{}: bias is `{}`; trlx supports bias \"none\" only", f, j["bias"].dump());
+  LoraConfig c;
+  try {
+    c.r = j.at("r").get<int64_t>();
+    c.alpha = j.contains("lora_alpha") ? j["lora_alpha"].get<double>() : 8.0;
+    c.dropout = j.contains("lora_dropout") && !j["lora_dropout"].is_null() ? j["lora_dropout"].get<double>() : 0.0;
+    c.use_rslora = j.contains("use_rslora") && j["use_rslora"].get<bool>();
+    const auto& t = j.at("target_modules");
+    if (t.is_string()) {
+      const auto s = t.get<std::string>();
+      std::string lower = s;
+      std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+      if (lower != kAllLinear)
+        fail_input("{}: target_modules is the pattern `{}`; trlx reads a list of module names or \"all-linear\"", f, s);
+      c.target_modules = std::vector<std::string>{kAllLinear};
+    } else if (t.is_array()) {
+      c.target_modules = t.get<std::vector<std::string>>();
+    } else {
+      fail_input("{}: target_modules must be a list of module names, found {}", f, t.dump());
+    }
+    if (j.contains("modules_to_save") && !j["modules_to_save"].is_null())
+      c.modules_to_save = j["modules_to_save"].get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("{}: {}", f, e.what());
+  }
+  return c;
+}
+
+LoraInfo load_adapter(const fs::path& dir, LanguageModelImpl& m, std::optional<torch::Dtype> adapter_dtype) {
+  LoraConfig config = read_adapter_config(dir);
+  const fs::path config_file = dir / "adapter_config.json";
+  const std::string task = adapter_task_type(dir);
+  const bool seq_cls = m.head_kind() == HeadKind::SequenceClassification;
+  if (task == "SEQ_CLS" && !seq_cls)
+    fail_input("{}: the adapter is for a sequence-classification (score) model, but the model has a language-model head",
+               config_file.string());
+  if (task == "CAUSAL_LM" && seq_cls)
+    fail_input("{}: the adapter is for a causal language model, but the model has a score head", config_file.string());
+  config.adapter_dtype = adapter_dtype;
+  const fs::path weights = dir / "adapter_model.safetensors";
+  if (!fs::exists(weights)) {
+    if (fs::exists(dir / "adapter_model.bin"))
+      fail_input("{}: trlx reads adapters in safetensors only; save it with safe_serialization=True",
+                 (dir / "adapter_model.bin").string());
+    fail_input("{}: missing (the adapter's weights)", weights.string());
+  }
+  auto file = io::SafetensorsFile::open(weights);
+  LoraInfo info;
+  try {
+    info = apply_lora(m, config);
+  } catch (const InputError& e) {
+    fail_input("{}: {}", config_file.string(), e.what());
+  }
+  std::set<std::string> used;
+  auto named = m.named_modules("", false);
+  torch::NoGradGuard no_grad;
+  auto fill = [&](torch::Tensor& param, const std::string& name) {
+    if (!file.contains(name))
+      fail_input("{}: tensor `{}` is missing (adapter_config.json targets this layer)", weights.string(), name);
+    auto t = file.get(name);
+    if (t.sizes() != param.sizes())
+      fail_input("{}: tensor `{}` has shape {} but this model and r = {} need {}", weights.string(), name,
+                 fmt::format("{}", fmt::join(t.sizes(), "x")), config.r,
+                 fmt::format("{}", fmt::join(param.sizes(), "x")));
+    param.copy_(t);
+    used.insert(name);
+  };
+  for (const auto& name : info.adapted) {
+    auto* l = dynamic_cast<LinearImpl*>(named[name].get());
+    fill(l->lora_A->weight, kPrefix + name + ".lora_A.weight");
+    fill(l->lora_B->weight, kPrefix + name + ".lora_B.weight");
+  }
+  for (const auto& name : info.copied)
+    for (auto& p : named[name]->named_parameters(false)) fill(p.value(), kPrefix + name + "." + p.key());
+  for (const auto& t : file.tensors()) {
+    if (used.count(t.name)) continue;
+    if (t.name.find(".lora_") != std::string::npos)
+      fail_input("{}: tensor `{}` belongs to no layer that trlx adapts from adapter_config.json's target_modules; "
+                 "the adapter does not fit this model",
+                 weights.string(), t.name);
+    log::warn("{}: tensor `{}` is not used", weights.string(), t.name);
+  }
+  log::info("loaded LoRA adapter {} ({} adapted layers)", dir.string(), info.adapted.size());
+  return info;
+}
+
+void merge_lora(LanguageModelImpl& m) {
+  torch::NoGradGuard no_grad;
+  for (const auto& item : m.named_modules("", false)) {
+    auto& module = *item.value();
+    if (auto* l = dynamic_cast<LinearImpl*>(&module); l && l->lora_A) {
+      auto delta = torch::matmul(l->lora_B->weight.to(torch::kFloat32), l->lora_A->weight.to(torch::kFloat32));
+      auto merged = (l->weight.to(torch::kFloat32) + delta.to(l->weight.device()) * l->lora_scale)
+                        .to(l->weight.scalar_type());
+      l->weight.copy_(merged);
+      l->unregister_module("lora_A");
+      l->unregister_module("lora_B");
+      l->lora_A.reset();
+      l->lora_B.reset();
+      l->lora_scale = 0.0;
+      l->lora_enabled = true;
+    }
+  }
+  // The copies already are the modules' registered weights; the originals go.
+  for (const auto& item : m.named_modules("", false))
+    if (item.value()->named_children().contains(kOriginal)) item.value()->unregister_module(kOriginal);
+}
+
+}  // namespace trlx::model
