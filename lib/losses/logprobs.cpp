@@ -1,8 +1,18 @@
 #include "losses/logprobs.hpp"
 
+#include <ATen/autocast_mode.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "core/error.hpp"
+
 namespace trlx::losses {
 
-TokenLogProbs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+namespace {
+
+std::string shape(c10::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
+
+TokenLogProbs plain_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                              const torch::Tensor& mask, const LogProbOptions& o) {
   // Log-softmax in fp32 whatever the compute dtype: bf16 log-probs lose the
   // small differences preference losses are made of.
@@ -24,6 +34,162 @@ TokenLogProbs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& w
     out.correct = (logits.argmax(-1) == safe_targets).logical_and(m);
   }
   return out;
+}
+
+// Inside the chunked Function the inputs already have the compute dtype, so
+// autocast must not recast anything (the fp32 softmax math stays fp32 and the
+// in-place accumulations keep their buffers' dtypes).
+class AutocastOff {
+ public:
+  explicit AutocastOff(c10::DeviceType device) : device_(device), prev_(at::autocast::is_autocast_enabled(device)) {
+    at::autocast::set_autocast_enabled(device_, false);
+  }
+  ~AutocastOff() { at::autocast::set_autocast_enabled(device_, prev_); }
+  AutocastOff(const AutocastOff&) = delete;
+  AutocastOff& operator=(const AutocastOff&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool prev_;
+};
+
+// fp32 logits of the rows `rows` of hidden [N, H] against weight [V, H],
+// rounded to the compute dtype first exactly as the plain path rounds them.
+torch::Tensor chunk_logits(const torch::Tensor& hidden_rows, const torch::Tensor& weight, double temperature) {
+  auto logits = torch::mm(hidden_rows, weight.t()).to(torch::kFloat32);
+  if (temperature != 1.0) logits.div_(temperature);
+  return logits;
+}
+
+// Log-probs of targets over token chunks; backward recomputes each chunk's
+// logits instead of keeping [tokens x vocab] alive between the passes.
+//   inputs: hidden [N, H], weight [V, H] (both in the compute dtype),
+//           rows [n] int64 (the tokens whose mask is set), targets [n] int64
+//   outputs: logps [N] fp32, then entropy [N] fp32 and correct [N] bool when
+//            asked (both without gradient); 0 / false outside `rows`.
+struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                                                const torch::Tensor& weight, const torch::Tensor& rows,
+                                                const torch::Tensor& targets, int64_t chunk_size, double temperature,
+                                                bool want_entropy, bool want_accuracy) {
+    AutocastOff no_autocast(hidden.device().type());
+    const int64_t n_tokens = hidden.size(0), n_rows = rows.size(0);
+    auto f32 = hidden.options().dtype(torch::kFloat32);
+    auto logps = torch::zeros({n_tokens}, f32);
+    auto lse = torch::empty({n_rows}, f32);
+    torch::Tensor entropy, correct;
+    if (want_entropy) entropy = torch::zeros({n_tokens}, f32);
+    if (want_accuracy) correct = torch::zeros({n_tokens}, hidden.options().dtype(torch::kBool));
+    for (int64_t s = 0; s < n_rows; s += chunk_size) {
+      const int64_t e = std::min(n_rows, s + chunk_size);
+      auto rows_c = rows.slice(0, s, e);
+      auto t_c = targets.slice(0, s, e);
+      auto logits = chunk_logits(hidden.index_select(0, rows_c), weight, temperature);
+      auto lse_c = logits.logsumexp(-1);
+      lse.slice(0, s, e).copy_(lse_c);
+      auto picked = logits.gather(1, t_c.unsqueeze(1)).squeeze(1);
+      logps.index_copy_(0, rows_c, picked - lse_c);
+      if (want_accuracy) correct.index_copy_(0, rows_c, logits.argmax(-1) == t_c);
+      if (want_entropy) {
+        auto& logp = logits.sub_(lse_c.unsqueeze(1));
+        entropy.index_copy_(0, rows_c, -(logp.exp().mul_(logp)).sum(-1));
+      }
+    }
+    ctx->save_for_backward({hidden, weight, rows, targets, lse});
+    ctx->saved_data["chunk_size"] = chunk_size;
+    ctx->saved_data["temperature"] = temperature;
+    torch::autograd::variable_list out{logps};
+    if (want_entropy) out.push_back(entropy);
+    if (want_accuracy) out.push_back(correct);
+    if (out.size() > 1) ctx->mark_non_differentiable(torch::autograd::variable_list(out.begin() + 1, out.end()));
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &hidden = saved[0], &weight = saved[1], &rows = saved[2], &targets = saved[3], &lse = saved[4];
+    const int64_t chunk_size = ctx->saved_data["chunk_size"].toInt();
+    const double temperature = ctx->saved_data["temperature"].toDouble();
+    const bool need_hidden = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
+    torch::autograd::variable_list grads(8);
+    const auto& grad_logps = grad_outputs[0];
+    if (!grad_logps.defined() || !(need_hidden || need_weight)) return grads;
+    AutocastOff no_autocast(hidden.device().type());
+    const auto compute = hidden.scalar_type();
+    torch::Tensor grad_hidden, grad_weight;
+    if (need_hidden) grad_hidden = torch::zeros_like(hidden);
+    // Reduced-precision weights accumulate their gradient over chunks in
+    // fp32 and round once, as one full-size matmul would.
+    if (need_weight) grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    const int64_t n_rows = rows.size(0);
+    for (int64_t s = 0; s < n_rows; s += chunk_size) {
+      const int64_t e = std::min(n_rows, s + chunk_size);
+      auto rows_c = rows.slice(0, s, e);
+      auto t_c = targets.slice(0, s, e).unsqueeze(1);
+      auto g = grad_logps.index_select(0, rows_c).to(torch::kFloat32).unsqueeze(1);
+      auto h_c = hidden.index_select(0, rows_c);
+      // d log p(t) / d logits = (onehot(t) - softmax) / temperature, in place
+      // in the recomputed logits so that one [chunk x vocab] buffer serves.
+      auto d = chunk_logits(h_c, weight, temperature);
+      d.sub_(lse.slice(0, s, e).unsqueeze(1)).exp_().mul_(-g);
+      d.scatter_add_(1, t_c, g);
+      if (temperature != 1.0) d.div_(temperature);
+      auto d_c = d.to(compute);
+      if (need_hidden) grad_hidden.index_copy_(0, rows_c, torch::mm(d_c, weight));
+      if (need_weight) {
+        if (compute == torch::kFloat32)
+          grad_weight.addmm_(d_c.t(), h_c);
+        else
+          grad_weight.add_(torch::mm(d_c.t(), h_c));
+      }
+    }
+    grads[0] = grad_hidden;
+    if (need_weight) grads[1] = grad_weight.to(weight.scalar_type());
+    return grads;
+  }
+};
+
+TokenLogProbs chunked_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                               const torch::Tensor& mask, const LogProbOptions& o) {
+  if (hidden.dim() < 1 || weight.dim() != 2 || hidden.size(-1) != weight.size(1))
+    fail("chunked log-probs: hidden {} does not match the head weight {}", shape(hidden.sizes()),
+         shape(weight.sizes()));
+  const auto token_shape = hidden.sizes().slice(0, hidden.dim() - 1);
+  if (targets.sizes() != token_shape || mask.sizes() != token_shape)
+    fail("chunked log-probs: hidden {} needs targets and mask of shape {}, got {} and {}", shape(hidden.sizes()),
+         shape(token_shape), shape(targets.sizes()), shape(mask.sizes()));
+  // The matmul dtype is the one the plain path's matmul would use: the
+  // autocast dtype when autocast is on, otherwise the inputs' common dtype.
+  // Casting here, outside the Function, lets autograd return each input's
+  // gradient in that input's own dtype.
+  const auto device = hidden.device().type();
+  auto compute = c10::promoteTypes(hidden.scalar_type(), weight.scalar_type());
+  if (at::autocast::is_autocast_enabled(device) && compute != torch::kFloat64)
+    compute = at::autocast::get_autocast_dtype(device);
+  const int64_t h = hidden.size(-1);
+  auto flat_hidden = hidden.reshape({-1, h}).to(compute);
+  auto flat_mask = mask.reshape({-1}).to(torch::kBool);
+  auto rows = flat_mask.nonzero().squeeze(1);
+  auto row_targets = targets.reshape({-1}).index_select(0, rows).to(torch::kInt64);
+  auto outs = ChunkedLogProbs::apply(flat_hidden, weight.to(compute), rows, row_targets, o.chunk_size, o.temperature,
+                                     o.entropy, o.accuracy);
+  TokenLogProbs out;
+  size_t i = 0;
+  out.logps = outs[i++].view(token_shape);
+  if (o.entropy) out.entropy = outs[i++].view(token_shape);
+  if (o.accuracy) out.correct = outs[i++].view(token_shape);
+  return out;
+}
+
+}  // namespace
+
+TokenLogProbs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                             const torch::Tensor& mask, const LogProbOptions& o) {
+  if (o.chunk_size < 0) fail_input("log-prob chunk size must be 0 (off) or a positive token count, got {}", o.chunk_size);
+  if (o.temperature <= 0.0) fail_input("temperature must be positive, got {}", o.temperature);
+  if (o.chunk_size > 0) return chunked_logprobs(hidden, weight, targets, mask, o);
+  return plain_logprobs(hidden, weight, targets, mask, o);
 }
 
 }  // namespace trlx::losses

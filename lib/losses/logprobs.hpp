@@ -3,14 +3,26 @@
 // target tokens under hidden states times the head weight, with entropy and
 // argmax accuracy when asked. Pure tensor code; the engine decides where the
 // hidden states come from.
+//
+// Two paths with the same results (fp32 log-probs, 0 where masked):
+//  - plain (chunk_size 0): [tokens x vocab] fp32 logits, autograd keeps them
+//    and their gradient alive through backward;
+//  - chunked (chunk_size > 0): at most [chunk_size x vocab] logits exist at a
+//    time, in forward and again in backward, which recomputes them from the
+//    saved hidden states and per-token log-sum-exp. Only tokens whose mask is
+//    set are computed at all, so prompt and padding tokens cost nothing.
 #include <torch/torch.h>
 
 namespace trlx::losses {
 
 struct LogProbOptions {
-  bool entropy = false;   // per-token entropy of the distribution
+  bool entropy = false;   // per-token entropy of the distribution (no gradient)
   bool accuracy = false;  // whether the argmax is the target
   double temperature = 1.0;
+  // 0: the plain path. > 0: the chunked path over this many (masked-in)
+  // tokens at a time; its peak extra memory is about 3 x chunk_size x vocab x
+  // 4 bytes, on top of the weight's gradient.
+  int64_t chunk_size = 0;
 };
 
 struct TokenLogProbs {
@@ -21,6 +33,7 @@ struct TokenLogProbs {
 
 // hidden [B, T, H] (positions that predict), targets [B, T] (the next
 // tokens), mask [B, T] (1 where a target counts), weight [V, H].
+// Under autocast the matmul runs in the autocast dtype; the softmax is fp32.
 TokenLogProbs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                              const torch::Tensor& mask, const LogProbOptions& options = {});
 
