@@ -1,0 +1,42 @@
+#pragma once
+// Shared by the communicators: argument checks, how an operation is named in
+// errors, and the marker of the collective a thread is blocked in.
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "dist/comm/communicator.hpp"
+
+namespace trlx::dist::detail {
+
+// "all_reduce #12 (sum, 1024 x float32)"
+std::string describe(const char* op, int64_t seq, const torch::Tensor& t, std::optional<ReduceOp> reduce = std::nullopt,
+                     int root = -1);
+
+// Throws Error for a tensor a collective cannot take (wrong device, not
+// contiguous, unsupported dtype).
+void check_tensor(const char* op, const torch::Tensor& t, torch::DeviceType device);
+// The shard of `total` elements rank `rank` holds; throws Error when
+// `shard_numel` (the caller's tensor) does not match it.
+Shard check_shard(const char* op, int64_t total, int64_t shard_numel, int world_size, int rank);
+
+[[noreturn]] void throw_timeout(const std::string& what, int rank, int world_size, std::chrono::seconds timeout);
+[[noreturn]] void throw_broken(const std::string& what, int rank);
+
+// Rank 0's `value` on every rank, over MPI_COMM_WORLD (the NCCL rendezvous
+// under an MPI launcher). Throws InputError in a build without MPI.
+std::string mpi_broadcast_string(const std::string& value, std::chrono::seconds timeout);
+
+// While alive, a SIGTERM (what mpirun and `trlx launch` send to the other
+// ranks when one fails) first prints which collective this rank was waiting
+// in, then goes to the handler that was there before (the engine's "save and
+// stop" flag) or, with none, ends the process as SIGTERM would.
+class WaitingIn {
+ public:
+  WaitingIn(const std::string& what, int rank, int world_size);
+  ~WaitingIn();
+  WaitingIn(const WaitingIn&) = delete;
+  WaitingIn& operator=(const WaitingIn&) = delete;
+};
+
+}  // namespace trlx::dist::detail

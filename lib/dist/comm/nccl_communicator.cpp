@@ -1,0 +1,280 @@
+// GPU collectives through LibTorch's c10d ProcessGroupNCCL, so trlx uses the
+// NCCL that LibTorch itself loads and c10d's watchdog. Each collective is
+// ordered after the work already queued on the current CUDA stream, runs on
+// c10d's NCCL stream (so DDP can overlap it with backward), and wait() makes
+// the current stream wait for it.
+//
+// Timeouts: ProcessGroupNCCL's watchdog thread watches every collective; one
+// that has not finished after ddp_timeout makes it log the operation (type,
+// sequence number) and the rank, then end the process (c10d's default
+// TORCH_NCCL_ASYNC_ERROR_HANDLING), which torchrun, srun and `trlx launch`
+// turn into the end of every rank. Errors c10d reports in wait() become
+// CommError naming the operation and the rank.
+//
+// Only a LibTorch built with NCCL defines USE_C10D_NCCL (its CMake package
+// adds it with the torch_cuda target); elsewhere this file only says so.
+#include "core/log.hpp"
+#include "dist/comm/comm_common.hpp"
+#include "dist/comm/make_communicator.hpp"
+
+#if defined(USE_C10D_NCCL)
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+
+namespace trlx::dist {
+
+#if !defined(USE_C10D_NCCL)
+
+bool nccl_available() { return false; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(const Rendezvous&, torch::Device device, std::chrono::seconds) {
+  fail_input("{} asks for NCCL, but this trlx was built against a LibTorch without NCCL (a CPU-only LibTorch, or "
+             "a CUDA one configured without a CUDA toolkit); rebuild with the CUDA toolkit installed "
+             "(scripts/gpu_check.sh shows how), or train on CPU",
+             device.str());
+}
+
+#else
+
+bool nccl_available() { return true; }
+
+namespace {
+
+c10d::ReduceOp nccl_op(ReduceOp op, bool floating) {
+  switch (op) {
+    case ReduceOp::Sum: return c10d::ReduceOp::SUM;
+    case ReduceOp::Max: return c10d::ReduceOp::MAX;
+    case ReduceOp::Avg: return floating ? c10d::ReduceOp(c10d::ReduceOp::AVG) : c10d::ReduceOp(c10d::ReduceOp::SUM);
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+class NcclWork : public Work {
+ public:
+  NcclWork(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank)
+      : work_(std::move(work)), what_(std::move(what)), rank_(rank) {}
+  void wait() override {
+    if (done_) return;
+    try {
+      work_->wait();
+    } catch (const std::exception& e) {
+      throw CommError(fmt::format("{} failed on rank {}: {}", what_, rank_, e.what()));
+    }
+    if (finish) finish();
+    keep_alive.clear();
+    done_ = true;
+  }
+  std::vector<torch::Tensor> keep_alive;
+  std::function<void()> finish;
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string what_;
+  int rank_;
+  bool done_ = false;
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int world, torch::Device device,
+                   std::chrono::seconds timeout)
+      : rank_(rank), world_(world), device_(device), timeout_(timeout) {
+    c10::cuda::set_device(device.index());
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+    try {
+      pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(std::move(store), rank, world, opts);
+    } catch (const std::exception& e) {
+      throw CommError(fmt::format("NCCL setup failed on rank {} of {}: {}", rank, world, e.what()));
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string backend() const override { return "nccl"; }
+
+  WorkPtr all_reduce(torch::Tensor& t, ReduceOp op) override {
+    detail::check_tensor("all_reduce", t, torch::kCUDA);
+    const std::string what = detail::describe("all_reduce", ++seq_, t, op);
+    c10d::AllreduceOptions o;
+    o.reduceOp = nccl_op(op, t.is_floating_point());
+    o.timeout = ms();
+    std::vector<torch::Tensor> v{t};
+    auto w = wrap(guarded(what, [&] { return pg_->allreduce(v, o); }), what);
+    w->keep_alive = {t};
+    if (op == ReduceOp::Avg && !t.is_floating_point()) w->finish = [t, n = world_]() mutable { t.floor_divide_(n); };
+    bytes_ += t.nbytes();
+    return w;
+  }
+
+  WorkPtr all_gather(const torch::Tensor& in, torch::Tensor& out) override {
+    detail::check_tensor("all_gather", in, torch::kCUDA);
+    detail::check_tensor("all_gather", out, torch::kCUDA);
+    const int64_t total = out.numel();
+    detail::check_shard("all_gather", total, in.numel(), world_, rank_);
+    const std::string what = detail::describe("all_gather", ++seq_, in);
+    c10d::AllgatherOptions o;
+    o.timeout = ms();
+    bytes_ += in.nbytes();
+    const int64_t most = shard_of(total, world_, 0).numel;
+    if (most * world_ == total) {
+      torch::Tensor src = in.reshape({-1}), dst = out.view({-1});
+      auto w = wrap(guarded(what, [&] { return pg_->all_gather_single(dst, src, o); }), what);
+      w->keep_alive = {src, dst};
+      return w;
+    }
+    // Uneven shards: NCCL gathers equal pieces, so each rank pads its shard
+    // to the largest and the padding is dropped when copying out.
+    torch::Tensor src = torch::zeros({most}, in.options());
+    src.narrow(0, 0, in.numel()).copy_(in.reshape({-1}));
+    torch::Tensor gathered = torch::empty({most * world_}, in.options());
+    auto w = wrap(guarded(what, [&] { return pg_->all_gather_single(gathered, src, o); }), what);
+    w->keep_alive = {src, gathered, out};
+    w->finish = [gathered, out, total, world = world_, most]() mutable {
+      torch::Tensor flat = out.view({-1});
+      for (int r = 0; r < world; ++r) {
+        const Shard s = shard_of(total, world, r);
+        flat.narrow(0, s.offset, s.numel).copy_(gathered.narrow(0, r * most, s.numel));
+      }
+    };
+    return w;
+  }
+
+  WorkPtr reduce_scatter(const torch::Tensor& in, torch::Tensor& out, ReduceOp op) override {
+    detail::check_tensor("reduce_scatter", in, torch::kCUDA);
+    detail::check_tensor("reduce_scatter", out, torch::kCUDA);
+    const int64_t total = in.numel();
+    detail::check_shard("reduce_scatter", total, out.numel(), world_, rank_);
+    const std::string what = detail::describe("reduce_scatter", ++seq_, in, op);
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = nccl_op(op, in.is_floating_point());
+    o.timeout = ms();
+    bytes_ += in.nbytes();
+    const int64_t most = shard_of(total, world_, 0).numel;
+    std::shared_ptr<NcclWork> w;
+    torch::Tensor result = out.view({-1});
+    if (most * world_ == total) {
+      torch::Tensor src = in.reshape({-1});
+      w = wrap(guarded(what, [&] { return pg_->reduce_scatter_single(result, src, o); }), what);
+      w->keep_alive = {src, result};
+    } else {
+      torch::Tensor src = torch::zeros({most * world_}, in.options());
+      torch::Tensor flat = in.reshape({-1});
+      for (int r = 0; r < world_; ++r) {
+        const Shard s = shard_of(total, world_, r);
+        src.narrow(0, r * most, s.numel).copy_(flat.narrow(0, s.offset, s.numel));
+      }
+      torch::Tensor piece = torch::empty({most}, in.options());
+      w = wrap(guarded(what, [&] { return pg_->reduce_scatter_single(piece, src, o); }), what);
+      w->keep_alive = {src, piece, result};
+      w->finish = [piece, result]() mutable { result.copy_(piece.narrow(0, 0, result.numel())); };
+    }
+    if (op == ReduceOp::Avg && !in.is_floating_point()) {
+      auto prev = w->finish;
+      w->finish = [prev, result, n = world_]() mutable {
+        if (prev) prev();
+        result.floor_divide_(n);
+      };
+    }
+    return w;
+  }
+
+  WorkPtr broadcast(torch::Tensor& t, int root) override {
+    detail::check_tensor("broadcast", t, torch::kCUDA);
+    if (root < 0 || root >= world_) fail("broadcast: root {} is not a rank of this world of {}", root, world_);
+    const std::string what = detail::describe("broadcast", ++seq_, t, std::nullopt, root);
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    o.timeout = ms();
+    std::vector<torch::Tensor> v{t};
+    auto w = wrap(guarded(what, [&] { return pg_->broadcast(v, o); }), what);
+    w->keep_alive = {t};
+    bytes_ += t.nbytes();
+    return w;
+  }
+
+  void barrier() override {
+    const std::string what = fmt::format("barrier #{}", ++seq_);
+    c10d::BarrierOptions o;
+    o.device_ids = {device_.index()};
+    o.timeout = ms();
+    detail::WaitingIn marker(what, rank_, world_);
+    wrap(guarded(what, [&] { return pg_->barrier(o); }), what)->wait();
+  }
+
+  int64_t bytes_communicated() const override { return bytes_; }
+
+ private:
+  std::chrono::milliseconds ms() const { return std::chrono::duration_cast<std::chrono::milliseconds>(timeout_); }
+  template <typename F>
+  c10::intrusive_ptr<c10d::Work> guarded(const std::string& what, F&& start) {
+    try {
+      return start();
+    } catch (const std::exception& e) {
+      throw CommError(fmt::format("{} failed on rank {} of {}: {}", what, rank_, world_, e.what()));
+    }
+  }
+  std::shared_ptr<NcclWork> wrap(c10::intrusive_ptr<c10d::Work> w, const std::string& what) {
+    return std::make_shared<NcclWork>(std::move(w), what, rank_);
+  }
+
+  int rank_;
+  int world_;
+  torch::Device device_;
+  std::chrono::seconds timeout_;
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
+  int64_t seq_ = 0;
+  int64_t bytes_ = 0;
+};
+
+c10::intrusive_ptr<c10d::Store> connect_store(const Rendezvous& rv, std::chrono::seconds timeout) {
+  auto make = [&](const std::string& host, int port, bool server) {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(port);
+    o.isServer = server;
+    if (server) o.numWorkers = static_cast<size_t>(rv.world_size);
+    o.waitWorkers = false;
+    o.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(host, o);
+    } catch (const std::exception& e) {
+      throw CommError(fmt::format("rank {} of {}: the rendezvous store at {}:{} ({}) failed: {}", rv.rank,
+                                  rv.world_size, host, port, server ? "hosted by this rank" : "client", e.what()));
+    }
+  };
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  if (rv.share_over_mpi) {
+    // Rank 0 hosts the store on a free port; MPI tells the other ranks where.
+    std::string where;
+    if (rv.rank == 0) {
+      store = make(rv.host, 0, true);
+      where = fmt::format("{}:{}", rv.host, store->getPort());
+    }
+    where = detail::mpi_broadcast_string(where, timeout);
+    if (rv.rank != 0) {
+      const auto colon = where.rfind(':');
+      store = make(where.substr(0, colon), std::stoi(where.substr(colon + 1)), false);
+    }
+  } else {
+    store = make(rv.host, rv.port, rv.is_server);
+  }
+  if (rv.prefix.empty()) return store;
+  return c10::make_intrusive<c10d::PrefixStore>(rv.prefix, store);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(const Rendezvous& rv, torch::Device device,
+                                                     std::chrono::seconds timeout) {
+  if (!device.is_cuda()) fail("NCCL communicator: {} is not a CUDA device", device.str());
+  if (!device.has_index()) device = torch::Device(torch::kCUDA, 0);
+  auto store = connect_store(rv, timeout);
+  return std::make_unique<NcclCommunicator>(std::move(store), rv.rank, rv.world_size, device, timeout);
+}
+
+#endif
+
+}  // namespace trlx::dist
