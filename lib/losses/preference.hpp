@@ -63,7 +63,8 @@ struct DpoInputs {
 struct DpoLossOutput {
   torch::Tensor loss;    // scalar: sum over loss types of weight * mean over pairs
   torch::Tensor losses;  // [B] sum over loss types of weight * per-pair loss (aot*: sorted order;
-                         // sft: the batch value on every row); mean(losses) == loss
+                         // sft: the batch value on every row); mean(losses) equals
+                         // loss up to rounding
   torch::Tensor chosen_rewards, rejected_rewards;  // [B] detached beta * (policy - ref)
   torch::Tensor chosen_logps, rejected_logps;      // [B] detached policy log-probs as TRL logs them
                                                    // (ld_alpha applied)
