@@ -20,6 +20,8 @@
 
 namespace trlx::cli {
 
+int run_launch(const std::string& name, std::vector<std::string> args);  // lib/cli/launch_command.cpp
+
 namespace {
 
 struct Command {
@@ -57,6 +59,7 @@ std::vector<Command> command_table() {
   cmds.push_back({"score", "Log-probs of completions (causal LM) or rewards (score model) for rows of a JSONL file", &run_score_cmd});
   cmds.push_back({"tokenize", "Token ids and strings of text with a tokenizer (or --decode ids), as the trainers tokenize", &run_tokenize_cmd});
   cmds.push_back({"render-template", "Render a conversation through a chat template (and its assistant mask)", &run_render_template_cmd});
+  cmds.push_back({"launch", "Start N ranks of a command on this machine (trlx launch --nproc_per_node 2 -- trlx sft ...)", &run_launch});
   cmds.push_back({"env", "Versions, devices and launcher environment (paste this into bug reports)", &run_env_cmd});
   cmds.push_back({"docs", "Print the config reference (Markdown) generated from the config tables", &run_docs});
   return cmds;
