@@ -20,6 +20,7 @@
 
 namespace trlx::cli {
 
+int run_merge_lora(std::vector<std::string> args);  // lib/cli/lora_commands.cpp
 int run_launch(const std::string& name, std::vector<std::string> args);  // lib/cli/launch_command.cpp
 
 namespace {
@@ -41,6 +42,7 @@ int run_generate_cmd(const std::string&, std::vector<std::string> args) { return
 int run_score_cmd(const std::string&, std::vector<std::string> args) { return run_score(std::move(args)); }
 int run_tokenize_cmd(const std::string&, std::vector<std::string> args) { return run_tokenize(std::move(args)); }
 int run_render_template_cmd(const std::string&, std::vector<std::string> args) { return run_render_template(std::move(args)); }
+int run_merge_lora_cmd(const std::string&, std::vector<std::string> args) { return run_merge_lora(std::move(args)); }
 
 std::string trainer_summary(const trainers::TrainerEntry& t) {
   std::string s = t.schema().summary();
@@ -55,6 +57,7 @@ std::vector<Command> command_table() {
   cmds.push_back({"preview", "Show what a trainer will train on: rendered examples, token counts, loss tokens marked", &run_preview});
   cmds.push_back({"print-config", "Print the fully resolved config as YAML, with where each value came from", &run_print_config});
   cmds.push_back({"init-model", "Write a new random model in Hugging Face format (tests, quickstarts)", &run_init_model_cmd});
+  cmds.push_back({"merge-lora", "Fold a LoRA adapter (PEFT format) into its base model: a plain Hugging Face model", &run_merge_lora_cmd});
   cmds.push_back({"generate", "Generate from a model directory (greedy or sampled, optional chat template)", &run_generate_cmd});
   cmds.push_back({"score", "Log-probs of completions (causal LM) or rewards (score model) for rows of a JSONL file", &run_score_cmd});
   cmds.push_back({"tokenize", "Token ids and strings of text with a tokenizer (or --decode ids), as the trainers tokenize", &run_tokenize_cmd});

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# trlx merge-lora: a PEFT adapter folded into its base gives a plain HF model
+# that trlx loads and that differs from the base; bad input exits 2.
+# Usage: lora.sh <path to trlx> <source dir>
+set -u
+TRLX=$1
+SRC=$2
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cd "$SRC"
+pass=0
+failures=0
+check() { if eval "$1"; then pass=$((pass + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi; }
+
+check "\"$TRLX\" --help | grep -q merge-lora"
+ADAPTER=tests/data/lora/all_linear/adapter
+"$TRLX" merge-lora --base examples/tiny-model --adapter $ADAPTER --out "$TMP/merged" >"$TMP/o" 2>&1
+check "[ $? = 0 ]"
+check "grep -q '14 adapted layers' '$TMP/o'"
+for f in config.json model.safetensors generation_config.json tokenizer.json tokenizer_config.json; do
+  check "[ -f '$TMP/merged/$f' ]"
+done
+check "! ls '$TMP/merged' | grep -q adapter"
+# The merged model loads as a plain model, and the adapter changed it.
+"$TRLX" score --model examples/tiny-model --input tests/data/sft/data/train.jsonl >"$TMP/base.jsonl" 2>/dev/null
+"$TRLX" score --model "$TMP/merged" --input tests/data/sft/data/train.jsonl >"$TMP/merged.jsonl" 2>"$TMP/err"
+check "[ $? = 0 ]"
+check "[ \$(wc -l <'$TMP/merged.jsonl') = 8 ]"
+check "! cmp -s '$TMP/base.jsonl' '$TMP/merged.jsonl'"
+# A second merge into the same directory replaces it whole.
+"$TRLX" merge-lora --base examples/tiny-model --adapter tests/data/lora/default/adapter --out "$TMP/merged" >"$TMP/o" 2>&1
+check "[ $? = 0 ] && grep -q '4 adapted layers' '$TMP/o'"
+"$TRLX" merge-lora --base examples/tiny-model --adapter tests/data/lora/default/adapter --out "$TMP/merged" --dtype bfloat16 >/dev/null 2>&1
+check "[ $? = 0 ] && grep -q '\"bfloat16\"' '$TMP/merged/config.json'"
+
+# Bad input: exit 2, naming what is wrong; a failed merge leaves --out alone.
+"$TRLX" merge-lora --base examples/tiny-model --adapter "$TMP/nothing" --out "$TMP/m2" >"$TMP/o" 2>&1
+check "[ $? = 2 ] && grep -q 'adapter_config.json' '$TMP/o' && [ ! -e '$TMP/m2' ]"
+mkdir -p "$TMP/bad"
+cp $ADAPTER/adapter_model.safetensors "$TMP/bad/"
+sed 's/"model.layers.0.self_attn.q_proj"/"no_such_proj"/' $ADAPTER/adapter_config.json >"$TMP/bad/adapter_config.json"
+"$TRLX" merge-lora --base examples/tiny-model --adapter "$TMP/bad" --out "$TMP/merged" >"$TMP/o" 2>&1
+check "[ $? = 2 ] && grep -q 'no_such_proj' '$TMP/o' && grep -q 'bfloat16' '$TMP/merged/config.json'"
+"$TRLX" merge-lora --base examples/tiny-model --adapter $ADAPTER --out examples/tiny-model >"$TMP/o" 2>&1
+check "[ $? = 2 ] && grep -q 'must differ' '$TMP/o'"
+"$TRLX" merge-lora --base examples/tiny-model --adapter $ADAPTER >"$TMP/o" 2>&1
+check "[ $? = 2 ]"
+
+echo "$pass passed, $failures failed"
+[ "$failures" = 0 ]
