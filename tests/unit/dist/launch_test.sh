@@ -71,7 +71,6 @@ has '\[rank [01]\] got TERM'
 run 2 launch --nproc_per_node 2
 has 'no command'
 run 2 launch --nproc_per_node 0 -- trlx env
-run 2 launch --accelerate_config no_such_preset -- trlx env
 
 echo "launch: $pass passed, $failures failed"
 [ $failures = 0 ]
