@@ -53,7 +53,7 @@ class AutocastOff {
   bool prev_;
 };
 
-// fp32 logits of the rows `rows` of hidden [N, H] against weight [V, H],
+// fp32 logits of some hidden rows [c, H] against weight [V, H] (temperature applied),
 // rounded to the compute dtype first exactly as the plain path rounds them.
 torch::Tensor chunk_logits(const torch::Tensor& hidden_rows, const torch::Tensor& weight, double temperature) {
   auto logits = torch::mm(hidden_rows, weight.t()).to(torch::kFloat32);
