@@ -57,6 +57,7 @@ struct TrainingConfig {
   bool gradient_checkpointing = false;
   std::optional<bool> use_reentrant;
   bool use_liger_kernel = false;
+  int64_t logprob_chunk_size = 0;
   // logging, evaluation, checkpoints
   std::optional<std::string> output_dir;
   double logging_steps = 0;
@@ -73,6 +74,9 @@ struct TrainingConfig {
   // distribution
   std::optional<std::string> accelerate_config;
   int64_t ddp_timeout = 0;
+  std::optional<double> ddp_bucket_cap_mb;
+  std::optional<bool> ddp_find_unused_parameters;
+  int64_t debug_check_grad_sync_steps = 0;
 
   // Derived: bf16 resolves to true unless fp16 is set, as in TRL.
   bool use_bf16() const { return bf16.value_or(!fp16); }
@@ -171,6 +175,8 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
           "backward; null lets trlx choose.");
   b.field(&T::use_liger_kernel, "use_liger_kernel", false,
           "Chunked log-prob/cross-entropy that never builds the [tokens x vocab] logits.");
+  b.field(&T::logprob_chunk_size, "logprob_chunk_size", 1024,
+          "Tokens per chunk of the chunked log-prob path (with use_liger_kernel).").min(1);
 
   b.group("logging and checkpoints");
   b.field(&T::output_dir, "output_dir", std::nullopt, "Where checkpoints, metrics and the final model go (default trainer_output).");
@@ -194,6 +200,15 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::accelerate_config, "accelerate_config", std::nullopt,
           "Distributed preset (single_gpu, multi_gpu, fsdp, zero1, zero2, zero3) or an accelerate config file.");
   b.field(&T::ddp_timeout, "ddp_timeout", 1800, "Seconds a collective may wait before the run fails.").min(1);
+  b.field(&T::ddp_bucket_cap_mb, "ddp_bucket_cap_mb", std::nullopt,
+          "DDP: gradients are all-reduced in buckets of this many MB as backward produces them (null = 25).")
+      .min(0, true);
+  b.field(&T::ddp_find_unused_parameters, "ddp_find_unused_parameters", std::nullopt,
+          "DDP: allow parameters that get no gradient in a step (they are reduced as zeros); "
+          "null reports them as an error.");
+  b.field(&T::debug_check_grad_sync_steps, "debug_check_grad_sync_steps", 0,
+          "Every N steps, compare a hash of the reduced gradients across ranks and stop on a mismatch "
+          "(0 = off).").min(0);
 
   b.rule([](const C& c, Conflicts& out) {
     if (c.bf16.value_or(false) && c.fp16)

@@ -4,17 +4,25 @@
 #include <ATen/autocast_mode.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <set>
 #include <chrono>
 #include <csignal>
 #include <fstream>
 #include <iostream>
 #include <regex>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "dist/comm/make_communicator.hpp"
+#include "dist/env/launcher_env.hpp"
+#include "model/lora.hpp"
+#include "engine/autocast.hpp"
+#include "engine/checkpoint.hpp"
 #include "io/atomic_write.hpp"
 #include "model/loading.hpp"
 #include "model/saving.hpp"
@@ -32,29 +40,6 @@ std::atomic<bool> g_stop{false};
 const Clock::time_point g_process_start = Clock::now();
 
 void on_signal(int) { g_stop = true; }
-
-// bf16 autocast for the duration of a forward/backward, as mixed precision
-// does: matmuls in bf16, reductions and the weights in fp32.
-class Autocast {
- public:
-  Autocast(bool on, c10::DeviceType device) : on_(on), device_(device) {
-    if (!on_) return;
-    prev_ = at::autocast::is_autocast_enabled(device_);
-    at::autocast::set_autocast_enabled(device_, true);
-    at::autocast::set_autocast_dtype(device_, at::kBFloat16);
-    at::autocast::increment_nesting();
-  }
-  ~Autocast() {
-    if (!on_) return;
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(device_, prev_);
-  }
-
- private:
-  bool on_;
-  c10::DeviceType device_;
-  bool prev_ = false;
-};
 
 // Parameters that get no weight decay: biases and norm weights, by the same
 // name rules as the reference Trainer.
@@ -81,29 +66,87 @@ std::string duration(double s) {
   return fmt::format("{}m{:02d}s", t / 60, t % 60);
 }
 
+model::LoraConfig lora_config(const config::TrainingConfig& c) {
+  model::LoraConfig l;
+  l.r = c.lora_r;
+  l.alpha = static_cast<double>(c.lora_alpha);
+  l.dropout = c.lora_dropout;
+  l.target_modules = c.lora_target_modules;
+  l.modules_to_save = c.lora_modules_to_save;
+  l.use_rslora = c.use_rslora;
+  return l;
+}
+
 }  // namespace
 
 void Engine::request_stop() { g_stop = true; }
 
-Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy, std::string trainer_name,
-               std::optional<fs::path> tokenizer_dir)
-    : config_(config), policy_(std::move(policy)), trainer_name_(std::move(trainer_name)),
-      tokenizer_dir_(std::move(tokenizer_dir)) {
-  output_dir_ = config_.output_dir.value_or("trainer_output");
-  // Switches every trainer shares that this version does not have yet: said
-  // once here rather than in each trainer.
-  if (config_.use_peft) fail_input("use_peft (LoRA) is not built yet in this version of trlx; set use_peft: false");
-  if (config_.use_liger_kernel)
-    log::warn("use_liger_kernel (chunked log-probs) is not built yet in this version of trlx: using the plain path");
-  if (config_.gradient_checkpointing)
-    log::warn("gradient_checkpointing is not built yet in this version of trlx: training without it (more memory)");
-  // One seed for everything: weights drawn by the trainer, dropout, sampling.
-  torch::manual_seed(static_cast<uint64_t>(config_.seed));
-  std::vector<torch::Tensor> decay, plain;
-  for (auto& p : policy_->named_parameters(true)) {
-    if (!p.value().requires_grad()) continue;
-    (no_decay(p.key()) ? plain : decay).push_back(p.value());
+LoadedPolicy load_policy(const config::TrainingConfig& c, model::HeadKind head) {
+  if (!c.model_name_or_path) fail_input("{}: set model_name_or_path (a Hugging Face model directory)", c.trainer);
+  const fs::path dir = *c.model_name_or_path;
+  LoadedPolicy out;
+  out.tokenizer_dir = dir;
+  if (!fs::exists(dir / "adapter_config.json")) {
+    out.base_dir = dir;
+    out.model = model::load_language_model(dir, head, c.dtype);
+    return out;
   }
+  // An adapter: its config names the base model.
+  std::string base;
+  try {
+    std::ifstream in(dir / "adapter_config.json");
+    base = nlohmann::json::parse(in).value("base_model_name_or_path", "");
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("{}: not valid JSON: {}", (dir / "adapter_config.json").string(), e.what());
+  }
+  if (base.empty() || !fs::is_directory(base))
+    fail_input("{} is a LoRA adapter whose base_model_name_or_path (`{}`) is not a local model directory; "
+               "set it to the base model's directory",
+               (dir / "adapter_config.json").string(), base);
+  out.base_dir = base;
+  if (!fs::exists(dir / "tokenizer.json")) out.tokenizer_dir = base;
+  out.model = model::load_language_model(base, head, c.dtype);
+  out.lora = model::load_adapter(dir, *out.model);
+  log::info("continuing from the LoRA adapter in {} (base {})", dir.string(), base);
+  return out;
+}
+
+Engine::Engine(const config::TrainingConfig& config, LoadedPolicy policy, std::string trainer_name)
+    : Engine(config, policy.model, std::move(trainer_name), policy.tokenizer_dir, std::move(policy.lora)) {
+  base_dir_ = policy.base_dir;
+}
+
+Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy, std::string trainer_name,
+               std::optional<fs::path> tokenizer_dir, std::optional<model::LoraInfo> lora,
+               std::shared_ptr<dist::Communicator> comm)
+    : config_(config), policy_(std::move(policy)), lora_(std::move(lora)), comm_(std::move(comm)),
+      trainer_name_(std::move(trainer_name)), tokenizer_dir_(std::move(tokenizer_dir)) {
+  output_dir_ = config_.output_dir.value_or("trainer_output");
+  dist_ = config_.accelerate_config ? config::read_accelerate_config(*config_.accelerate_config)
+                                    : config::DistributedConfig{};
+  plan_ = plan_memory(config_, dist_);
+  for (const auto& n : plan_.notes) log::info("{}", n);
+  const auto env = dist::detect_launcher();
+  device_ = torch::Device(torch::kCPU);
+  if (!dist_.use_cpu && torch::cuda::is_available())
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % torch::cuda::device_count()));
+  if (!comm_) comm_ = dist::make_communicator(env, device_, std::chrono::seconds(config_.ddp_timeout));
+  // One seed for everything: weights drawn by the trainer or for adapters,
+  // dropout, sampling.
+  torch::manual_seed(static_cast<uint64_t>(config_.seed));
+  if (plan_.lora && !lora_) lora_ = model::apply_lora(*policy_, lora_config(config_));
+  if (!plan_.lora && lora_)
+    fail_input("{} holds a LoRA adapter; set use_peft: true to train it",
+               config_.model_name_or_path.value_or("the model"));
+  policy_->to(device_);
+  if (plan_.checkpointing) checkpoint_layers(*policy_, plan_.reentrant);
+  strategy_ = make_strategy();
+  std::vector<dist::NamedParam> trainable;
+  for (auto& p : policy_->named_parameters(true))
+    if (p.value().requires_grad()) trainable.push_back({p.key(), p.value()});
+  strategy_->setup(trainable);
+  std::vector<torch::Tensor> decay, plain;
+  for (const auto& p : trainable) (no_decay(p.name) ? plain : decay).push_back(p.param);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   auto opts = [&](double wd) {
     return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(config_.learning_rate)
@@ -116,16 +159,57 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
   optimizer_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(config_.learning_rate));
 }
 
-torch::Tensor Engine::forward(model::LanguageModelImpl& model, const model::Batch& batch) {
-  Autocast ac(config_.use_bf16(), model.head_weight().device().type());
-  return model.hidden_states(batch);
+std::unique_ptr<dist::Strategy> Engine::make_strategy() {
+  if (comm_->world_size() == 1) return dist::make_single_strategy(comm_);
+  if (dist_.strategy == config::Strategy::Zero || dist_.strategy == config::Strategy::FSDP)
+    fail_input("{} is not built yet in this version of trlx; use --accelerate_config multi_gpu (DDP)", dist_.describe());
+  dist::DDPOptions o;
+  o.bucket_cap_mb = config_.ddp_bucket_cap_mb.value_or(25.0);
+  o.find_unused_parameters = config_.ddp_find_unused_parameters.value_or(false);
+  o.sum_gradients = config_.average_tokens_across_devices;
+  return dist::make_ddp_strategy(comm_, o);
 }
 
-losses::TokenLogProbs Engine::logprobs(model::LanguageModelImpl& model, const torch::Tensor& hidden,
-                                       const torch::Tensor& targets, const torch::Tensor& mask,
-                                       const losses::LogProbOptions& options) {
-  Autocast ac(config_.use_bf16(), hidden.device().type());
-  return losses::token_logprobs(hidden, model.head_weight(), targets, mask, options);
+model::LanguageModelImpl& Engine::model_for(Role role) {
+  if (role == Role::Policy) return *policy_;
+  if (reference_) return *reference_;
+  if (lora_) return *policy_;  // with adapters disabled, see forward()
+  throw Error("this trainer asked for a reference model, but the engine was given none");
+}
+
+torch::Tensor Engine::forward(Role role, const model::Batch& batch) {
+  auto& m = model_for(role);
+  std::optional<model::AdaptersDisabled> base_only;
+  std::optional<torch::NoGradGuard> no_grad;
+  if (role == Role::Reference) {
+    no_grad.emplace();
+    if (!reference_) base_only.emplace(*policy_);
+  }
+  Autocast ac(config_.use_bf16(), device_.type());
+  return m.hidden_states(to_device(batch));
+}
+
+losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, const torch::Tensor& targets,
+                                       const torch::Tensor& mask, const losses::LogProbOptions& options) {
+  auto& m = model_for(role);
+  std::optional<torch::NoGradGuard> no_grad;
+  if (role == Role::Reference) no_grad.emplace();
+  Autocast ac(config_.use_bf16(), device_.type());
+  auto o = options;
+  o.chunk_size = plan_.logprob_chunk_size;
+  return losses::token_logprobs(hidden, m.head_weight(), targets.to(device_), mask.to(device_), o);
+}
+
+model::Batch Engine::to_device(const model::Batch& b) const {
+  auto mv = [&](const torch::Tensor& t) { return t.defined() ? t.to(device_) : t; };
+  return {mv(b.input_ids), mv(b.attention_mask), mv(b.position_ids), mv(b.document_ids)};
+}
+
+void Engine::set_reference(model::LanguageModel reference) {
+  reference_ = std::move(reference);
+  for (auto& p : reference_->parameters()) p.requires_grad_(false);
+  reference_->to(device_);
+  reference_->eval();
 }
 
 std::vector<std::vector<size_t>> Engine::epoch_batches(size_t n, int64_t epoch) const {
@@ -136,7 +220,9 @@ std::vector<std::vector<size_t>> Engine::epoch_batches(size_t n, int64_t epoch) 
   auto gen = at::detail::createCPUGenerator(seed);
   auto perm = torch::randperm(static_cast<int64_t>(n), gen, torch::kInt64);
   const auto* p = perm.data_ptr<int64_t>();
-  const size_t bs = static_cast<size_t>(config_.per_device_train_batch_size);
+  // Global batches: every rank's examples of a step together, so that N
+  // ranks x batch B see the examples 1 rank x batch N*B sees.
+  const size_t bs = static_cast<size_t>(config_.per_device_train_batch_size * world_size());
   std::vector<std::vector<size_t>> out;
   for (size_t i = 0; i < n; i += bs) {
     if (config_.dataloader_drop_last && i + bs > n) break;
@@ -152,9 +238,9 @@ void Engine::setup(Trainer& trainer) {
   if (n == 0) fail_input("the training split has no examples");
   batches_per_epoch_ = epoch_batches(n, 0).size();
   if (batches_per_epoch_ == 0)
-    fail_input("per_device_train_batch_size ({}) is larger than the {} training examples and dataloader_drop_last "
-               "is set: no batch to train on",
-               config_.per_device_train_batch_size, n);
+    fail_input("per_device_train_batch_size ({}) x {} process(es) is larger than the {} training examples and "
+               "dataloader_drop_last is set: no batch to train on",
+               config_.per_device_train_batch_size, world_size(), n);
   micro_per_step_ = config_.gradient_accumulation_steps;
   const int64_t steps_per_epoch =
       std::max<int64_t>(1, (static_cast<int64_t>(batches_per_epoch_) + micro_per_step_ - 1) / micro_per_step_);
@@ -170,39 +256,67 @@ void Engine::setup(Trainer& trainer) {
     schedule_.min_lr_rate = config_.learning_rate > 0 ? *config_.lr_scheduler_min_lr / config_.learning_rate : 0;
 }
 
+TensorMap Engine::collate_local(Trainer& trainer, const std::string& split,
+                                const std::vector<size_t>& global_batch) const {
+  // This rank's consecutive share of a global batch; an uneven last batch
+  // leaves later ranks fewer examples, possibly none.
+  const size_t w = static_cast<size_t>(world_size()), r = static_cast<size_t>(rank());
+  const size_t per = (global_batch.size() + w - 1) / w;
+  const size_t lo = std::min(global_batch.size(), r * per), hi = std::min(global_batch.size(), lo + per);
+  if (lo == hi) return {};
+  TensorMap b = trainer.collate(split, std::vector<size_t>(global_batch.begin() + static_cast<std::ptrdiff_t>(lo),
+                                                           global_batch.begin() + static_cast<std::ptrdiff_t>(hi)));
+  for (auto& [k, v] : b)
+    if (v.defined()) v = v.to(device_);
+  return b;
+}
+
 std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
                                                  MetricSums& metrics) {
   policy_->train();
   // The loss is normalised by the items (target tokens) of the whole
-  // accumulated step, so 1 x 8 and 8 x 1 give the same gradients.
+  // accumulated step on all ranks, so 1 x 8 and 8 x 1 and 2 ranks x 4 give
+  // the same gradients; the strategy then sums the ranks' gradients.
   std::vector<TensorMap> batches;
-  double items = 0;
+  double local_items = 0;
   for (const auto& idx : micro) {
-    batches.push_back(trainer.collate("train", idx));
-    items += trainer.num_items(batches.back());
+    batches.push_back(collate_local(trainer, "train", idx));
+    if (!batches.back().empty()) local_items += trainer.num_items(batches.back());
   }
-  const double denom = std::max(1.0, items);
+  std::vector<double> counts = {local_items};
+  strategy_->sum_across_ranks(counts);
+  const double denom = std::max(1.0, config_.average_tokens_across_devices ? counts[0] : local_items);
   for (auto& lr_group : optimizer_->param_groups())
     static_cast<torch::optim::AdamWOptions&>(lr_group.options()).lr(schedule_.lr(step_));
   optimizer_->zero_grad(true);
-  double loss_total = 0;
-  for (auto& b : batches) {
-    LossOutput out = trainer.loss(*this, b);
-    auto loss = out.loss_sum / denom;
-    loss.backward();
-    loss_total += loss.item<double>();
-    metrics.merge(out.metrics);
-    if (b.count("attention_mask")) tokens_seen_ += b.at("attention_mask").sum().item<double>();
+  double loss_total = 0, tokens = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    auto& b = batches[i];
+    strategy_->begin_backward(/*sync=*/i + 1 == batches.size(), /*has_data=*/!b.empty());
+    if (!b.empty()) {
+      LossOutput out = trainer.loss(*this, b);
+      auto loss = out.loss_sum / denom;
+      loss.backward();
+      loss_total += loss.item<double>();
+      metrics.merge(out.metrics);
+      if (b.count("attention_mask")) tokens += b.at("attention_mask").sum().item<double>();
+    }
+    strategy_->end_backward();
   }
-  std::vector<torch::Tensor> params;
-  for (auto& g : optimizer_->param_groups())
-    for (auto& p : g.params())
-      if (p.grad().defined()) params.push_back(p);
+  if (config_.debug_check_grad_sync_steps > 0 && (step_ + 1) % config_.debug_check_grad_sync_steps == 0)
+    strategy_->check_grads_in_sync();
   const double max_norm = config_.max_grad_norm > 0 ? config_.max_grad_norm : std::numeric_limits<double>::infinity();
-  const double grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
+  const double grad_norm = strategy_->clip_grad_norm(max_norm);
   optimizer_->step();
   ++step_;
-  return {loss_total, grad_norm};
+  // Rank sums: the loss (already a share of the global mean when gradients
+  // are summed), tokens, and whether any rank was asked to stop.
+  std::vector<double> sums = {loss_total, tokens, g_stop ? 1.0 : 0.0};
+  strategy_->sum_across_ranks(sums);
+  if (sums[2] > 0) g_stop = true;
+  tokens_seen_ += sums[1];
+  const double loss = config_.average_tokens_across_devices ? sums[0] : sums[0] / world_size();
+  return {loss, grad_norm};
 }
 
 std::pair<double, double> Engine::step_on(Trainer& trainer, const std::vector<std::vector<size_t>>& micro_batches) {
@@ -216,20 +330,67 @@ MetricSums Engine::evaluate(Trainer& trainer) {
   policy_->eval();
   MetricSums m;
   const size_t n = trainer.num_examples("test");
-  const size_t bs = static_cast<size_t>(config_.per_device_eval_batch_size);
+  // Each rank evaluates a consecutive share of every global batch.
+  const size_t bs = static_cast<size_t>(config_.per_device_eval_batch_size * world_size());
   double loss_sum = 0, items = 0;
   for (size_t i = 0; i < n; i += bs) {
     std::vector<size_t> idx;
     for (size_t j = i; j < std::min(n, i + bs); ++j) idx.push_back(j);
-    auto b = trainer.collate("test", idx);
+    auto b = collate_local(trainer, "test", idx);
+    if (b.empty()) continue;
     auto out = trainer.loss(*this, b);
     loss_sum += out.loss_sum.item<double>();
     items += trainer.num_items(b);
     m.merge(out.metrics);
   }
   m.add("loss", loss_sum, std::max(1.0, items));
+  reduce_metrics(m);
   policy_->train();
   return m;
+}
+
+void Engine::reduce_metrics(MetricSums& m) {
+  if (world_size() == 1) return;
+  // Ranks normally log the same names; if one has a name another lacks (a
+  // rank that saw no data in the window), the window is summed by name over
+  // the union of names.
+  std::string names;
+  for (const auto& [k, v] : m.values) names += k + '\n';
+  std::vector<double> lens(static_cast<size_t>(world_size()), 0);
+  lens[static_cast<size_t>(rank())] = static_cast<double>(names.size());
+  strategy_->sum_across_ranks(lens);
+  const size_t maxlen = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
+  auto mine = torch::zeros({static_cast<int64_t>(maxlen)}, torch::kInt64);
+  for (size_t i = 0; i < names.size(); ++i) mine[static_cast<int64_t>(i)] = static_cast<int64_t>(names[i]);
+  auto all = torch::zeros({static_cast<int64_t>(maxlen) * world_size()}, torch::kInt64);
+  comm_->all_gather(mine, all)->wait();
+  std::set<std::string> keys;
+  auto* a = all.data_ptr<int64_t>();
+  for (int r = 0; r < world_size(); ++r) {
+    std::string cur;
+    for (size_t i = 0; i < maxlen; ++i) {
+      const char c = static_cast<char>(a[static_cast<size_t>(r) * maxlen + i]);
+      if (c == '\n') {
+        keys.insert(cur);
+        cur.clear();
+      } else if (c) {
+        cur += c;
+      }
+    }
+  }
+  std::vector<double> flat;
+  for (const auto& k : keys) {
+    auto it = m.values.find(k);
+    flat.push_back(it == m.values.end() ? 0.0 : it->second.first);
+    flat.push_back(it == m.values.end() ? 0.0 : it->second.second);
+  }
+  strategy_->sum_across_ranks(flat);
+  m.values.clear();
+  size_t i = 0;
+  for (const auto& k : keys) {
+    m.values[k] = {flat[i], flat[i + 1]};
+    i += 2;
+  }
 }
 
 void Engine::log_metrics(const std::map<std::string, double>& m) {
@@ -237,18 +398,41 @@ void Engine::log_metrics(const std::map<std::string, double>& m) {
   for (const auto& [k, v] : m) j[k] = v;
   j["step"] = step_;
   log_history_.push_back(j.dump());
+  if (rank() != 0) return;
   std::ofstream out(output_dir_ / "metrics.jsonl", std::ios::app);
   out << j.dump() << "\n";
 }
 
+void Engine::save_model(const fs::path& dir, bool into_existing_dir) {
+  if (lora_) {
+    model::AdapterSaveOptions ao;
+    ao.base_model_name_or_path = base_dir_ ? base_dir_->string() : config_.model_name_or_path.value_or("");
+    ao.tokenizer_dir = tokenizer_dir_;
+    ao.into_existing_dir = into_existing_dir;
+    model::save_adapter(dir, *policy_, *lora_, ao);
+    return;
+  }
+  model::SaveModelOptions so;
+  so.tokenizer_dir = tokenizer_dir_;
+  so.into_existing_dir = into_existing_dir;
+  model::save_language_model(dir, *policy_, so);
+}
+
 void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
+  // Rank 0 writes (every rank holds the same weights and optimizer state);
+  // the others wait so that no rank runs ahead of a checkpoint.
+  struct Barrier {
+    dist::Communicator& c;
+    ~Barrier() noexcept(false) {
+      if (std::uncaught_exceptions() == 0) c.barrier();
+    }
+  } barrier{*comm_};
+  if (rank() != 0) return;
   const fs::path final_dir = output_dir_ / fmt::format("checkpoint-{}", step_);
   const fs::path tmp = output_dir_ / fmt::format(".checkpoint-{}.tmp-{}", step_, getpid());
   fs::remove_all(tmp);
   try {
-    model::SaveModelOptions so;
-    so.tokenizer_dir = tokenizer_dir_;
-    model::save_language_model(tmp, *policy_, so);
+    save_model(tmp, false);
     torch::save(*optimizer_, (tmp / "optimizer.pt").string());
     auto rng = at::detail::getDefaultCPUGenerator().get_state();
     torch::save(rng, (tmp / "rng_state.pt").string());
@@ -311,8 +495,22 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
   }
   for (const char* f : {"optimizer.pt", "rng_state.pt"})
     if (!fs::exists(dir / f)) fail_input("resume_from_checkpoint: {} is missing {}", dir.string(), f);
-  auto loaded = model::load_language_model(dir, policy_->head_kind(), "auto");
-  {
+  if (lora_) {
+    // The checkpoint holds the adapter: attach it to a fresh base and take
+    // the trained tensors from there.
+    const auto base = base_dir_ ? *base_dir_ : fs::path(config_.model_name_or_path.value_or(""));
+    auto fresh = model::load_language_model(base, policy_->head_kind(), "auto");
+    model::load_adapter(dir, *fresh);
+    torch::NoGradGuard no_grad;
+    auto src = fresh->named_parameters(true);
+    for (auto& p : policy_->named_parameters(true))
+      if (p.value().requires_grad()) {
+        if (!src.contains(p.key()))
+          fail_input("resume_from_checkpoint: {} has no adapter tensor for {}", dir.string(), p.key());
+        p.value().copy_(src[p.key()]);
+      }
+  } else {
+    auto loaded = model::load_language_model(dir, policy_->head_kind(), "auto");
     torch::NoGradGuard no_grad;
     auto src = loaded->named_parameters(true);
     for (auto& p : policy_->named_parameters(true)) p.value().copy_(src[p.key()]);
@@ -325,13 +523,24 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
   log::info("resumed from {} at step {}", dir.string(), step_);
 }
 
+std::string Engine::memory_savers() const {
+  std::vector<std::string> on;
+  if (lora_)
+    on.push_back(fmt::format("LoRA r={} on {} layers", lora_->config.r, lora_->adapted.size()));
+  if (plan_.checkpointing)
+    on.push_back(fmt::format("gradient checkpointing ({})", plan_.reentrant ? "reentrant" : "non-reentrant"));
+  if (plan_.logprob_chunk_size > 0)
+    on.push_back(fmt::format("chunked log-probs ({} tokens per chunk)", plan_.logprob_chunk_size));
+  return on.empty() ? "none" : fmt::format("{}", fmt::join(on, ", "));
+}
+
 void Engine::print_startup(Trainer& trainer) {
   int64_t total = 0, trainable = 0;
   for (const auto& p : policy_->parameters()) {
     total += p.numel();
     if (p.requires_grad()) trainable += p.numel();
   }
-  const int64_t world = 1;
+  const int64_t world = world_size();
   const int64_t total_batch = config_.per_device_train_batch_size * config_.gradient_accumulation_steps * world;
   // Weights, gradients and two Adam moments in fp32 for what trains.
   const double mem = static_cast<double>(total) * 4 + static_cast<double>(trainable) * 12;
@@ -346,6 +555,10 @@ void Engine::print_startup(Trainer& trainer) {
       {"steps", fmt::format("{} ({} batches per epoch)", schedule_.total_steps, batches_per_epoch_)},
       {"schedule", fmt::format("{}, peak lr {:g}, warmup {} steps", schedule_.type, schedule_.base_lr, schedule_.warmup_steps)},
       {"precision", config_.use_bf16() ? "bf16 mixed" : "fp32"},
+      {"device", fmt::format("{} x {}", world, device_.is_cuda() ? "cuda" : "cpu")},
+      {"distributed", fmt::format("{} ({} communicator{})", strategy_->name(), comm_->backend(),
+                                  dist_.source.empty() ? "" : ", " + dist_.source)},
+      {"memory savers", memory_savers()},
       {"memory estimate", fmt::format("{:.1f} MB (weights + grads + Adam state, no activations)", mem / 1e6)},
       {"output_dir", output_dir_.string()},
   };
@@ -389,7 +602,7 @@ RunSummary Engine::train(Trainer& trainer) {
     }
     resume(dir, &epoch, &batch_in_epoch);
   } else {
-    fs::remove(output_dir_ / "metrics.jsonl");
+    if (rank() == 0) fs::remove(output_dir_ / "metrics.jsonl");
   }
   print_startup(trainer);
   auto prev_term = std::signal(SIGTERM, on_signal);
@@ -443,6 +656,7 @@ RunSummary Engine::train(Trainer& trainer) {
     const bool log_now = config_.logging_strategy == "steps" &&
                          (step_ % log_every == 0 || (config_.logging_first_step && step_ == 1) || step_ == schedule_.total_steps);
     if (log_now) {
+      reduce_metrics(window);
       std::map<std::string, double> m;
       m["loss"] = window_loss / std::max<int64_t>(1, window_steps);
       m["grad_norm"] = last_grad_norm;
@@ -500,10 +714,8 @@ RunSummary Engine::train(Trainer& trainer) {
                  {"first_step_seconds", first_step_seconds}});
   }
   if (!summary.interrupted) {
-    model::SaveModelOptions so;
-    so.tokenizer_dir = tokenizer_dir_;
-    so.into_existing_dir = true;
-    model::save_language_model(output_dir_, *policy_, so);
+    if (rank() == 0) save_model(output_dir_, true);
+    comm_->barrier();
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     log::info("done: {} steps in {}, final loss {:.4g}, model saved to {}", step_, duration(elapsed), last_loss,
               output_dir_.string());

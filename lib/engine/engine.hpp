@@ -16,10 +16,14 @@
 
 #include <torch/torch.h>
 
+#include "config/accelerate.hpp"
 #include "config/training.hpp"
+#include "engine/memory_plan.hpp"
 #include "engine/schedule.hpp"
+#include "dist/strategy/strategy.hpp"
 #include "losses/logprobs.hpp"
 #include "model/decoder.hpp"
+#include "model/lora.hpp"
 
 namespace trlx::engine {
 
@@ -46,6 +50,11 @@ struct LossOutput {
 
 class Engine;
 
+// Which model a forward runs: the one being trained, or the frozen reference
+// (a separate model set with set_reference, or the policy with its LoRA
+// adapters disabled). Trainers name a role; only the engine holds models.
+enum class Role { Policy, Reference };
+
 // What a trainer provides.
 class Trainer {
  public:
@@ -66,23 +75,51 @@ struct RunSummary {
   std::filesystem::path output_dir;
 };
 
+// The model a run trains, as the config names it: a Hugging Face model
+// directory, or a LoRA adapter directory (PEFT format) whose base it names.
+struct LoadedPolicy {
+  model::LanguageModel model{nullptr};
+  std::optional<model::LoraInfo> lora;   // set when the directory was an adapter
+  std::filesystem::path base_dir;        // the full model's directory
+  std::filesystem::path tokenizer_dir;   // where tokenizer files are
+};
+LoadedPolicy load_policy(const config::TrainingConfig& config, model::HeadKind head);
+
 class Engine {
  public:
+  Engine(const config::TrainingConfig& config, LoadedPolicy policy, std::string trainer_name);
+  // `lora`: the policy already carries this adapter (a run continuing from
+  // a saved adapter); otherwise use_peft attaches new ones.
   Engine(const config::TrainingConfig& config, model::LanguageModel policy, std::string trainer_name,
-         std::optional<std::filesystem::path> tokenizer_dir = std::nullopt);
+         std::optional<std::filesystem::path> tokenizer_dir = std::nullopt,
+         std::optional<model::LoraInfo> lora = std::nullopt,
+         std::shared_ptr<dist::Communicator> comm = nullptr);  // default: from the launcher
 
   // Runs training to the end (or to an interruption). Resumes first when the
   // config asks for it.
   RunSummary train(Trainer& trainer);
 
-  // The forward every loss goes through: final hidden states of `model`.
-  torch::Tensor forward(model::LanguageModelImpl& model, const model::Batch& batch);
-  // The policy's per-token log-probs of `targets` (see losses::token_logprobs).
-  losses::TokenLogProbs logprobs(model::LanguageModelImpl& model, const torch::Tensor& hidden,
-                                 const torch::Tensor& targets, const torch::Tensor& mask,
-                                 const losses::LogProbOptions& options = {});
+  // The forward every loss goes through: final hidden states of the model
+  // in `role`, on the engine's device, under the run's precision. Reference
+  // forwards keep no graph.
+  torch::Tensor forward(Role role, const model::Batch& batch);
+  // Per-token log-probs of `targets` under the head of the model in `role`
+  // (see losses::token_logprobs); the chunked path when the memory plan says so.
+  losses::TokenLogProbs logprobs(Role role, const torch::Tensor& hidden, const torch::Tensor& targets,
+                                 const torch::Tensor& mask, const losses::LogProbOptions& options = {});
+  // A separate frozen reference model (otherwise Role::Reference is the
+  // policy with adapters disabled).
+  void set_reference(model::LanguageModel reference);
+  // Sums values over ranks (counts a trainer's loss needs globally).
+  void sum_across_ranks(std::vector<double>& values) { strategy_->sum_across_ranks(values); }
+  int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->world_size(); }
+  torch::Device device() const { return device_; }
+
+  // For tests and commands that inspect the trained weights.
   model::LanguageModelImpl& policy() { return *policy_; }
   const config::TrainingConfig& config() const { return config_; }
+  const MemoryPlan& memory_plan() const { return plan_; }
   int64_t global_step() const { return step_; }
   int64_t total_steps() const { return schedule_.total_steps; }
 
@@ -95,6 +132,12 @@ class Engine {
 
  private:
   void setup(Trainer& trainer);
+  std::unique_ptr<dist::Strategy> make_strategy();
+  model::LanguageModelImpl& model_for(Role role);
+  model::Batch to_device(const model::Batch& b) const;
+  TensorMap collate_local(Trainer& trainer, const std::string& split, const std::vector<size_t>& global_batch) const;
+  void reduce_metrics(MetricSums& m);
+  void save_model(const std::filesystem::path& dir, bool into_existing_dir);
   std::vector<std::vector<size_t>> epoch_batches(size_t n, int64_t epoch) const;
   std::pair<double, double> optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
                                            MetricSums& metrics);
@@ -103,11 +146,20 @@ class Engine {
   void resume(const std::filesystem::path& dir, int64_t* epoch, size_t* batch_in_epoch);
   void log_metrics(const std::map<std::string, double>& m);
   void print_startup(Trainer& trainer);
+  std::string memory_savers() const;
 
   config::TrainingConfig config_;
+  config::DistributedConfig dist_;
+  MemoryPlan plan_;
   model::LanguageModel policy_;
+  model::LanguageModel reference_{nullptr};
+  std::optional<model::LoraInfo> lora_;
+  torch::Device device_{torch::kCPU};
+  std::shared_ptr<dist::Communicator> comm_;
+  std::unique_ptr<dist::Strategy> strategy_;
   std::string trainer_name_;
   std::optional<std::filesystem::path> tokenizer_dir_;
+  std::optional<std::filesystem::path> base_dir_;
   std::filesystem::path output_dir_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   Schedule schedule_;

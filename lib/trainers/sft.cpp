@@ -253,16 +253,15 @@ double SFTTrainer::num_items(const engine::TensorMap& batch) const {
 }
 
 engine::LossOutput SFTTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
-  auto& policy = engine.policy();
   const auto& ids = batch.at("input_ids");
   // Padding is on the right, so unpacked rows need no position ids; packed
   // rows restart positions at each document and attend within it.
   const bool packed = batch.count("document_ids") != 0;
-  auto hidden = engine.forward(policy, {ids, batch.at("attention_mask"), packed ? batch.at("position_ids") : torch::Tensor(),
+  auto hidden = engine.forward(engine::Role::Policy, {ids, batch.at("attention_mask"), packed ? batch.at("position_ids") : torch::Tensor(),
                                         packed ? batch.at("document_ids") : torch::Tensor()});
   auto targets = ids.slice(1, 1);
   auto mask = batch.at("loss_mask").slice(1, 1);
-  auto lp = engine.logprobs(policy, hidden.slice(1, 0, hidden.size(1) - 1), targets, mask,
+  auto lp = engine.logprobs(engine::Role::Policy, hidden.slice(1, 0, hidden.size(1) - 1), targets, mask,
                             {.entropy = true, .accuracy = true});
   auto per_token = -lp.logps;
   if (config_.loss_type == "dft") per_token = per_token * lp.logps.detach().exp();
@@ -391,8 +390,7 @@ int run_sft(const RunRequest& request) {
   if (!pad) pad = tok.eos_token_id();
   if (!pad) fail_input("sft: the tokenizer has neither a pad nor an eos token; set pad_token");
 
-  auto policy = model::load_language_model(model_dir, model::HeadKind::CausalLM, c.dtype);
-  engine::Engine engine(c, policy, "sft", model_dir);
+  engine::Engine engine(c, engine::load_policy(c, model::HeadKind::CausalLM), "sft");
   SFTTrainer trainer(c, std::move(splits), *pad);
   auto summary = engine.train(trainer);
   if (summary.interrupted) {

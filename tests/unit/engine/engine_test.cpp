@@ -299,3 +299,23 @@ TEST_CASE("bf16 mixed precision trains close to fp32 with fp32 weights", "[engin
   CHECK(g2 == Approx(g1).epsilon(0.05));
   for (const auto& p : b16.engine->policy().parameters()) CHECK(p.scalar_type() == torch::kFloat32);
 }
+
+TEST_CASE("SFT steps with gradient checkpointing, both modes, equal steps without", "[engine][sft][checkpoint]") {
+  auto steps = [](const std::string& ckpt, const std::string& reentrant) {
+    std::vector<std::pair<std::string, std::string>> f = {
+        {"per_device_train_batch_size", "4"}, {"max_steps", "2"}, {"gradient_checkpointing", ckpt}};
+    if (!reentrant.empty()) f.push_back({"gradient_checkpointing_kwargs.use_reentrant", reentrant});
+    auto s = make(sft_config(f));
+    s.engine->step_on(*s.trainer, {{0, 1, 2, 3}});
+    s.engine->step_on(*s.trainer, {{4, 5, 6, 7}});
+    return params_of(s.engine->policy());
+  };
+  auto plain = steps("false", "");
+  for (const auto* mode : {"true", "false"}) {
+    auto got = steps("true", mode);
+    double worst = 0;
+    for (const auto& [k, v] : plain) worst = std::max(worst, (v - got.at(k)).abs().max().item<double>());
+    INFO("use_reentrant " << mode);
+    CHECK(worst < 1e-6);
+  }
+}

@@ -1,0 +1,76 @@
+#include "dist/strategy/strategy.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace trlx::dist {
+
+namespace {
+
+// An exact fingerprint of a tensor's bytes: its bits as integers, weighted by
+// position so that permutations differ too.
+int64_t fingerprint(const torch::Tensor& t) {
+  auto c = t.detach().contiguous().view({-1});
+  torch::Tensor bits;
+  switch (c.element_size()) {
+    case 8: bits = c.view(torch::kInt64); break;
+    case 4: bits = c.view(torch::kInt32).to(torch::kInt64); break;
+    case 2: bits = c.view(torch::kInt16).to(torch::kInt64); break;
+    default: bits = c.view(torch::kUInt8).to(torch::kInt64); break;
+  }
+  auto w = torch::arange(bits.numel(), torch::kInt64).remainder(1000003) + 1;
+  return (bits * w).sum().item<int64_t>();
+}
+
+class SingleStrategy : public Strategy {
+ public:
+  using Strategy::Strategy;
+  std::string name() const override { return "single"; }
+  void setup(const std::vector<NamedParam>& trainable) override { params_ = trainable; }
+  void begin_backward(bool, bool) override {}
+  void end_backward() override {}
+  double clip_grad_norm(double max_norm) override {
+    std::vector<torch::Tensor> ps;
+    for (const auto& p : params_)
+      if (p.param.grad().defined()) ps.push_back(p.param);
+    return torch::nn::utils::clip_grad_norm_(ps, max_norm);
+  }
+};
+
+}  // namespace
+
+void Strategy::check_grads_in_sync() {
+  const int64_t n = static_cast<int64_t>(params_.size());
+  auto mine = torch::zeros({n}, torch::kInt64);
+  auto* m = mine.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& g = params_[static_cast<size_t>(i)].param.grad();
+    m[i] = g.defined() ? fingerprint(g.cpu()) : 0;
+  }
+  auto all = torch::zeros({n * world_size()}, torch::kInt64);
+  comm_->all_gather(mine, all)->wait();
+  auto table = all.view({world_size(), n});
+  auto* t = table.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int r = 1; r < world_size(); ++r)
+      if (t[r * n + i] != t[i])
+        throw Error(fmt::format("gradients are out of sync across ranks: parameter {} differs between rank 0 and "
+                                "rank {} after reduction (debug_check_grad_sync_steps). Every forward that feeds "
+                                "the loss must go through the engine.",
+                                params_[static_cast<size_t>(i)].name, r));
+}
+
+void Strategy::sum_across_ranks(std::vector<double>& values) {
+  if (world_size() == 1 || values.empty()) return;
+  auto t = torch::tensor(values, torch::kFloat64);
+  comm_->all_reduce(t, ReduceOp::Sum)->wait();
+  auto* p = t.data_ptr<double>();
+  for (size_t i = 0; i < values.size(); ++i) values[i] = p[i];
+}
+
+std::unique_ptr<Strategy> make_single_strategy(std::shared_ptr<Communicator> comm) {
+  return std::make_unique<SingleStrategy>(std::move(comm));
+}
+
+}  // namespace trlx::dist

@@ -1,0 +1,75 @@
+#pragma once
+// How the trained model's parameters, gradients and optimizer state are laid
+// out across ranks, and the collectives that keep them consistent. The engine
+// owns one Strategy and calls it at fixed points of every step; trainers never
+// see it.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "config/accelerate.hpp"
+#include "dist/comm/communicator.hpp"
+
+namespace trlx::dist {
+
+struct NamedParam {
+  std::string name;
+  torch::Tensor param;
+};
+
+class Strategy {
+ public:
+  explicit Strategy(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+  Communicator& comm() { return *comm_; }
+  std::shared_ptr<Communicator> comm_ptr() { return comm_; }
+  int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->world_size(); }
+
+  // Called once with the parameters that train (in the same order on every
+  // rank), before the optimizer is built: checks that ranks agree on them
+  // and makes them equal (rank 0's values).
+  virtual void setup(const std::vector<NamedParam>& trainable) = 0;
+
+  // Around each micro-step's backward. `sync`: the last micro-step of an
+  // optimizer step, whose gradients are reduced (earlier ones only
+  // accumulate locally). `has_data`: this rank has examples in this
+  // micro-step (an uneven last batch can leave a rank none).
+  virtual void begin_backward(bool sync, bool has_data) = 0;
+  // After backward returned: waits for every reduction of a sync step.
+  virtual void end_backward() = 0;
+
+  // Global gradient norm before clipping, then clips to `max_norm`.
+  virtual double clip_grad_norm(double max_norm) = 0;
+
+  // Checks that every rank holds the same reduced gradients (the
+  // debug_check_grad_sync_steps check); throws naming the first parameter
+  // that differs.
+  virtual void check_grads_in_sync();
+
+  // Sums `values` over ranks, in place (metrics, token counts).
+  void sum_across_ranks(std::vector<double>& values);
+
+ protected:
+  std::shared_ptr<Communicator> comm_;
+  std::vector<NamedParam> params_;
+};
+
+// Single process (world 1): nothing to reduce.
+std::unique_ptr<Strategy> make_single_strategy(std::shared_ptr<Communicator> comm);
+
+struct DDPOptions {
+  double bucket_cap_mb = 25;
+  bool find_unused_parameters = false;
+  // true: gradients are summed (the loss is already normalised by the items of
+  // all ranks); false: averaged.
+  bool sum_gradients = true;
+};
+// Data parallel: every rank holds the whole model; gradients are all-reduced
+// in buckets while backward still runs.
+std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<Communicator> comm, const DDPOptions& options);
+
+}  // namespace trlx::dist

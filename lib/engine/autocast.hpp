@@ -1,0 +1,36 @@
+#pragma once
+// bf16 autocast for the duration of a scope, as mixed precision does: matmuls
+// in bf16, reductions and the weights in fp32. Used by the engine's forwards
+// and by checkpoint recomputation, which must run under the same precision as
+// the forward it repeats.
+#include <ATen/autocast_mode.h>
+
+namespace trlx::engine {
+
+class Autocast {
+ public:
+  Autocast(bool on, c10::DeviceType device, at::ScalarType dtype = at::kBFloat16) : on_(on), device_(device) {
+    if (!on_) return;
+    prev_ = at::autocast::is_autocast_enabled(device_);
+    prev_dtype_ = at::autocast::get_autocast_dtype(device_);
+    at::autocast::set_autocast_enabled(device_, true);
+    at::autocast::set_autocast_dtype(device_, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~Autocast() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(device_, prev_);
+    at::autocast::set_autocast_dtype(device_, prev_dtype_);
+  }
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  bool on_;
+  c10::DeviceType device_;
+  bool prev_ = false;
+  at::ScalarType prev_dtype_ = at::kBFloat16;
+};
+
+}  // namespace trlx::engine
