@@ -139,14 +139,21 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
     fail_input("{} holds a LoRA adapter; set use_peft: true to train it",
                config_.model_name_or_path.value_or("the model"));
   policy_->to(device_);
-  if (plan_.checkpointing) checkpoint_layers(*policy_, plan_.reentrant);
   strategy_ = make_strategy();
+  // The strategy first (a sharded model gathers in its layer runner), then
+  // checkpointing around it, so a recompute gathers again.
+  strategy_->wrap_model(*policy_);
+  if (plan_.checkpointing) checkpoint_layers(*policy_, plan_.reentrant);
   std::vector<dist::NamedParam> trainable;
   for (auto& p : policy_->named_parameters(true))
     if (p.value().requires_grad()) trainable.push_back({p.key(), p.value()});
   strategy_->setup(trainable);
-  std::vector<torch::Tensor> decay, plain;
-  for (const auto& p : trainable) (no_decay(p.name) ? plain : decay).push_back(p.param);
+  std::vector<size_t> decay_idx, plain_idx;
+  for (size_t i = 0; i < trainable.size(); ++i) (no_decay(trainable[i].name) ? plain_idx : decay_idx).push_back(i);
+  // What the optimizer updates: the parameters, or this rank's shards of them.
+  auto opt_groups = strategy_->optimizer_groups({decay_idx, plain_idx});
+  const auto& decay = opt_groups.at(0);
+  const auto& plain = opt_groups.at(1);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   auto opts = [&](double wd) {
     return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(config_.learning_rate)
@@ -308,6 +315,7 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::ve
   const double max_norm = config_.max_grad_norm > 0 ? config_.max_grad_norm : std::numeric_limits<double>::infinity();
   const double grad_norm = strategy_->clip_grad_norm(max_norm);
   optimizer_->step();
+  strategy_->after_optimizer_step();
   ++step_;
   // Rank sums: the loss (already a share of the global mean when gradients
   // are summed), tokens, and whether any rank was asked to stop.
@@ -418,22 +426,34 @@ void Engine::save_model(const fs::path& dir, bool into_existing_dir) {
   model::save_language_model(dir, *policy_, so);
 }
 
+std::string Engine::optimizer_file() const {
+  return strategy_->shards_optimizer_state() ? fmt::format("optimizer-rank{}-of-{}.pt", rank(), world_size())
+                                             : "optimizer.pt";
+}
+
 void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
-  // Rank 0 writes (every rank holds the same weights and optimizer state);
-  // the others wait so that no rank runs ahead of a checkpoint.
+  // Rank 0 writes what every rank holds alike; with sharded optimizer state
+  // each rank adds its own shard first. The others wait so that no rank runs
+  // ahead of a checkpoint.
   struct Barrier {
     dist::Communicator& c;
     ~Barrier() noexcept(false) {
       if (std::uncaught_exceptions() == 0) c.barrier();
     }
   } barrier{*comm_};
-  if (rank() != 0) return;
   const fs::path final_dir = output_dir_ / fmt::format("checkpoint-{}", step_);
-  const fs::path tmp = output_dir_ / fmt::format(".checkpoint-{}.tmp-{}", step_, getpid());
-  fs::remove_all(tmp);
+  const fs::path tmp = output_dir_ / fmt::format(".checkpoint-{}.tmp", step_);
+  if (rank() == 0) fs::remove_all(tmp);
+  if (strategy_->shards_optimizer_state()) {
+    comm_->barrier();
+    fs::create_directories(tmp);
+    torch::save(*optimizer_, (tmp / optimizer_file()).string());
+    comm_->barrier();
+  }
+  if (rank() != 0) return;
   try {
     save_model(tmp, false);
-    torch::save(*optimizer_, (tmp / "optimizer.pt").string());
+    if (!strategy_->shards_optimizer_state()) torch::save(*optimizer_, (tmp / optimizer_file()).string());
     auto rng = at::detail::getDefaultCPUGenerator().get_state();
     torch::save(rng, (tmp / "rng_state.pt").string());
     nlohmann::ordered_json state = {{"global_step", step_},
@@ -493,8 +513,14 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
   } catch (const nlohmann::json::exception& e) {
     fail_input("resume_from_checkpoint: {} is corrupt: {}", state_file.string(), e.what());
   }
-  for (const char* f : {"optimizer.pt", "rng_state.pt"})
-    if (!fs::exists(dir / f)) fail_input("resume_from_checkpoint: {} is missing {}", dir.string(), f);
+  for (const std::string& f : {optimizer_file(), std::string("rng_state.pt")})
+    if (!fs::exists(dir / f))
+      fail_input("resume_from_checkpoint: {} is missing {}{}", dir.string(), f,
+                 strategy_->shards_optimizer_state()
+                     ? fmt::format(" (optimizer state is saved per rank; resume with the same number of processes, {}, "
+                                   "and the same strategy)",
+                                   world_size())
+                     : "");
   if (lora_) {
     // The checkpoint holds the adapter: attach it to a fresh base and take
     // the trained tensors from there.
@@ -515,7 +541,7 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
     auto src = loaded->named_parameters(true);
     for (auto& p : policy_->named_parameters(true)) p.value().copy_(src[p.key()]);
   }
-  torch::load(*optimizer_, (dir / "optimizer.pt").string());
+  torch::load(*optimizer_, (dir / optimizer_file()).string());
   torch::Tensor rng;
   torch::load(rng, (dir / "rng_state.pt").string());
   at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the default generator's state

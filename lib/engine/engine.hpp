@@ -138,6 +138,7 @@ class Engine {
   TensorMap collate_local(Trainer& trainer, const std::string& split, const std::vector<size_t>& global_batch) const;
   void reduce_metrics(MetricSums& m);
   void save_model(const std::filesystem::path& dir, bool into_existing_dir);
+  std::string optimizer_file() const;
   std::vector<std::vector<size_t>> epoch_batches(size_t n, int64_t epoch) const;
   std::pair<double, double> optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
                                            MetricSums& metrics);

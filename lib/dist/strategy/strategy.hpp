@@ -12,6 +12,10 @@
 #include "config/accelerate.hpp"
 #include "dist/comm/communicator.hpp"
 
+namespace trlx::model {
+class LanguageModelImpl;
+}
+
 namespace trlx::dist {
 
 struct NamedParam {
@@ -33,6 +37,30 @@ class Strategy {
   // rank), before the optimizer is built: checks that ranks agree on them
   // and makes them equal (rank 0's values).
   virtual void setup(const std::vector<NamedParam>& trainable) = 0;
+
+  // Called once before setup with the model being trained, before
+  // checkpointing wraps its layers: a strategy that shards parameters
+  // installs its gather/release around each unit here (the model's
+  // run_layer, and whatever the embedding and head need).
+  virtual void wrap_model(model::LanguageModelImpl& /*model*/) {}
+
+  // The tensors the optimizer updates, one list per group; `groups` holds
+  // indices into setup's parameters (weight decay / none). Replicated
+  // strategies return the parameters themselves; ZeRO returns this rank's
+  // fp32 shards.
+  virtual std::vector<std::vector<torch::Tensor>> optimizer_groups(const std::vector<std::vector<size_t>>& groups) {
+    std::vector<std::vector<torch::Tensor>> out;
+    for (const auto& g : groups) {
+      out.emplace_back();
+      for (size_t i : g) out.back().push_back(params_[i].param);
+    }
+    return out;
+  }
+  // After optimizer.step(): ZeRO puts the updated shards back into the
+  // parameters every rank computes with.
+  virtual void after_optimizer_step() {}
+  // Whether each rank's optimizer state differs (saved per rank).
+  virtual bool shards_optimizer_state() const { return false; }
 
   // Around each micro-step's backward. `sync`: the last micro-step of an
   // optimizer step, whose gradients are reduced (earlier ones only
