@@ -168,6 +168,17 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
 
 std::unique_ptr<dist::Strategy> Engine::make_strategy() {
   if (comm_->world_size() == 1) return dist::make_single_strategy(comm_);
+  if (dist_.strategy == config::Strategy::Zero && dist_.zero_stage <= 2) {
+    // ZeRO-1/2 (lib/dist/strategy/zero.cpp): optimizer state, and for stage 2
+    // gradients, sharded; bucketing and summing as DDP.
+    dist::ZeroOptions z;
+    z.stage = std::max(1, dist_.zero_stage);
+    z.bucket_cap_mb = config_.ddp_bucket_cap_mb.value_or(25.0);
+    z.find_unused_parameters = config_.ddp_find_unused_parameters.value_or(false);
+    z.sum_gradients = config_.average_tokens_across_devices;
+    z.offload_optimizer_device = dist_.offload_optimizer_device;
+    return dist::make_zero_strategy(comm_, z);
+  }
   if (dist_.strategy == config::Strategy::Zero || dist_.strategy == config::Strategy::FSDP)
     fail_input("{} is not built yet in this version of trlx; use --accelerate_config multi_gpu (DDP)", dist_.describe());
   dist::DDPOptions o;
@@ -205,6 +216,18 @@ losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, c
   auto o = options;
   o.chunk_size = plan_.logprob_chunk_size;
   return losses::token_logprobs(hidden, m.head_weight(), targets.to(device_), mask.to(device_), o);
+}
+
+torch::Tensor Engine::head(Role role, const torch::Tensor& hidden) {
+  auto& m = model_for(role);
+  std::optional<model::AdaptersDisabled> base_only;
+  std::optional<torch::NoGradGuard> no_grad;
+  if (role == Role::Reference) {
+    no_grad.emplace();
+    if (!reference_) base_only.emplace(*policy_);
+  }
+  Autocast ac(config_.use_bf16(), device_.type());
+  return m.head(hidden);
 }
 
 model::Batch Engine::to_device(const model::Batch& b) const {
@@ -541,6 +564,7 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
     auto src = loaded->named_parameters(true);
     for (auto& p : policy_->named_parameters(true)) p.value().copy_(src[p.key()]);
   }
+  strategy_->on_weights_loaded();  // ZeRO: master shards from the loaded weights
   torch::load(*optimizer_, (dir / optimizer_file()).string());
   torch::Tensor rng;
   torch::load(rng, (dir / "rng_state.pt").string());

@@ -107,6 +107,11 @@ class Engine {
   // (see losses::token_logprobs); the chunked path when the memory plan says so.
   losses::TokenLogProbs logprobs(Role role, const torch::Tensor& hidden, const torch::Tensor& targets,
                                  const torch::Tensor& mask, const losses::LogProbOptions& options = {});
+  // The head of the model in `role` on every position: scores
+  // [B, T, labels] of a sequence-classification (reward/value) model, or
+  // logits. Causal-LM losses use logprobs() instead, which never builds
+  // the logits when the chunked path is on.
+  torch::Tensor head(Role role, const torch::Tensor& hidden);
   // A separate frozen reference model (otherwise Role::Reference is the
   // policy with adapters disabled).
   void set_reference(model::LanguageModel reference);
