@@ -7,6 +7,8 @@
 #include "config/loader.hpp"
 #include "support.hpp"
 #include "trainers/dpo_config.hpp"
+#include "trainers/kto_config.hpp"
+#include "trainers/reward_config.hpp"
 #include "trainers/rloo_config.hpp"
 #include "trainers/sft_config.hpp"
 
@@ -73,5 +75,7 @@ TEST_CASE("defaults equal TRL's for every field trlx shares with it", "[config][
   compare(trainers::sft_schema(), j.at("sft"), j.at("model"), j.at("script"), &compared);
   compare(trainers::dpo_schema(), j.at("dpo"), j.at("model"), j.at("script"), &compared);
   compare(trainers::rloo_schema(), j.at("rloo"), j.at("model"), j.at("script"), &compared);
+  compare(trainers::kto_schema(), j.at("kto"), j.at("model"), j.at("script"), &compared);
+  compare(trainers::reward_schema(), j.at("reward"), j.at("model"), j.at("script"), &compared);
   CHECK(compared > 150);  // most fields exist in TRL under the same name
 }
