@@ -1,6 +1,10 @@
 #include "trainers/registry.hpp"
 
 #include "trainers/dpo_config.hpp"
+#include "trainers/kto.hpp"
+#include "trainers/kto_config.hpp"
+#include "trainers/reward.hpp"
+#include "trainers/reward_config.hpp"
 #include "trainers/rloo_config.hpp"
 #include "trainers/sft.hpp"
 #include "trainers/sft_config.hpp"
@@ -20,6 +24,8 @@ const std::vector<TrainerEntry>& trainer_table() {
   static const std::vector<TrainerEntry> table = {
       {"sft", &sft_schema, &make<SFTConfig>, &run_sft, &preview_sft},
       {"dpo", &dpo_schema, &make<DPOConfig>, {}, {}},
+      {"kto", &kto_schema, &make<KTOConfig>, &run_kto, &preview_kto},
+      {"reward", &reward_schema, &make<RewardConfig>, &run_reward, {}},
       {"rloo", &rloo_schema, &make<RLOOConfig>, {}, {}},
   };
   return table;

@@ -1,0 +1,396 @@
+#include "trainers/kto.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "losses/preference.hpp"
+#include "model/loading.hpp"
+#include "text/data/dataset.hpp"
+#include "trainers/reward.hpp"
+
+namespace trlx::trainers {
+
+namespace {
+
+size_t common_prefix(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+bool is_empty_text(const data::Value& v) { return (v.is_string() && v.get<std::string>().empty()) || (v.is_array() && v.empty()); }
+
+double round2(double x) { return std::round(x * 100.0) / 100.0; }
+
+}  // namespace
+
+std::string kto_class_imbalance_advice(size_t n_desirable, size_t n_undesirable, double dw, double uw) {
+  // Counted as TRL counts them: at least one of each.
+  const double d = static_cast<double>(std::max<size_t>(n_desirable, 1));
+  const double u = std::max(1.0, static_cast<double>(n_desirable + n_undesirable) - d);
+  if (d == u) return "";
+  const double d_lo = round2(u * uw / d), d_hi = round2(u * uw / d * 1.33);
+  const double u_lo = round2(d * dw / u / 1.33), u_hi = round2(d * dw / u);
+  const bool d_ok = d_lo <= dw && dw <= d_hi, u_ok = u_lo <= uw && uw <= u_hi;
+  if (d_ok || u_ok) return "";
+  return fmt::format(
+      "the training data has {} desirable and {} undesirable examples, and desirable_weight {} x {} against "
+      "undesirable_weight {} x {} leaves them unbalanced; the KTO paper suggests weighted counts within 1:1 to 4:3, so "
+      "set EITHER desirable_weight in [{}, {}] OR undesirable_weight in [{}, {}] (not both)",
+      static_cast<size_t>(d), static_cast<size_t>(u), dw, static_cast<size_t>(d), uw, static_cast<size_t>(u), d_lo, d_hi,
+      u_lo, u_hi);
+}
+
+KTOSplit prepare_kto_split(const KTOConfig& c, const text::Tokenizer& tok, const text::ChatTemplate* tmpl,
+                           const std::string& split, bool required) {
+  if (!c.dataset_name) fail_input("kto: no dataset: set dataset_name (a JSONL/JSON file or a directory)");
+  data::LoadOptions lo;
+  lo.split = split;
+  lo.skip_bad_rows = c.skip_bad_rows;
+  data::Shaped shaped;
+  try {
+    shaped = data::load_for(data::Task::unpaired_preference, *c.dataset_name, lo);
+  } catch (const InputError& e) {
+    if (!required && std::string(e.what()).find("split") != std::string::npos) return {};
+    throw;
+  }
+  if (shaped.skipped) log::warn("{} split: skipped {} bad row(s) (skip_bad_rows)", split, shaped.skipped);
+  const bool conversational = shaped.form == data::Form::conversational;
+  if (conversational && !tmpl) fail_input("the dataset is conversational but the tokenizer has no chat template");
+  const std::string eos = tok.eos_token().value_or("");
+  if (!conversational && eos.empty()) fail_input("kto: the tokenizer has no eos_token to end completions with");
+
+  KTOSplit out;
+  out.unpaired_from = shaped.unpaired_from;
+  if (shaped.unpaired_from)
+    log::info("{} split: {} prompt/chosen/rejected pair(s) unpaired into desirable and undesirable examples", split,
+              shaped.unpaired_from);
+  size_t empty = 0, prompt_not_prefix = 0;
+  std::string first_long;
+  for (size_t i = 0; i < shaped.rows.size(); ++i) {
+    const auto& row = shaped.rows[i].value;
+    if (is_empty_text(row["completion"])) {
+      if (!c.skip_bad_rows)
+        fail_input("{}: `completion` is empty: there is nothing to label desirable or not (set skip_bad_rows: true to "
+                   "drop such rows)",
+                   shaped.rows[i].where());
+      ++empty;
+      continue;
+    }
+    KTOExample ex;
+    ex.source_row = i;
+    ex.label = row["label"].get<bool>();
+    std::vector<int64_t> prompt_ids, full_ids;
+    if (conversational) {
+      nlohmann::ordered_json all = row["prompt"];
+      for (const auto& m : row["completion"]) all.push_back(m);
+      prompt_ids = render_conversation_ids(tok, *tmpl, row["prompt"], true);
+      full_ids = render_conversation_ids(tok, *tmpl, all, false);
+    } else {
+      std::string completion = row["completion"].get<std::string>();
+      if (completion.size() < eos.size() || completion.compare(completion.size() - eos.size(), eos.size(), eos) != 0)
+        completion += eos;
+      const std::string prompt = row["prompt"].get<std::string>();
+      const auto p = tok.encode_ids(prompt, true), f = tok.encode_ids(prompt + completion, true);
+      prompt_ids.assign(p.begin(), p.end());
+      full_ids.assign(f.begin(), f.end());
+    }
+    // Tokens merging across the boundary belong to the completion.
+    const size_t plen = common_prefix(prompt_ids, full_ids);
+    if (plen < prompt_ids.size()) ++prompt_not_prefix;
+    ex.prompt_ids.assign(full_ids.begin(), full_ids.begin() + static_cast<long>(plen));
+    ex.completion_ids.assign(full_ids.begin() + static_cast<long>(plen), full_ids.end());
+    if (c.max_length && ex.prompt_ids.size() >= static_cast<size_t>(*c.max_length)) {
+      // Nothing of the completion would survive truncation.
+      ++out.dropped_long_prompts;
+      if (first_long.empty()) first_long = shaped.rows[i].where();
+      continue;
+    }
+    out.examples.push_back(std::move(ex));
+  }
+  if (empty) log::warn("{} split: dropped {} example(s) with an empty completion (skip_bad_rows)", split, empty);
+  if (prompt_not_prefix)
+    log::warn("{} split: in {} example(s) the tokenized prompt is not a prefix of the tokenized prompt+completion "
+              "(tokens merge across the boundary, or the chat template renders the prompt differently); the "
+              "completion starts where they diverge",
+              split, prompt_not_prefix);
+  if (out.dropped_long_prompts) {
+    if (out.examples.empty())
+      fail_input("{} split: every prompt is at least max_length {} tokens long (e.g. {}); raise max_length", split,
+                 *c.max_length, first_long);
+    log::warn("{} split: dropped {} of {} example(s) whose prompt alone reaches max_length {}, e.g. {}", split,
+              out.dropped_long_prompts, shaped.rows.size(), *c.max_length, first_long);
+  }
+  if (required && out.examples.empty()) fail_input("{} split: no examples to train on", split);
+  return out;
+}
+
+KTOTrainer::KTOTrainer(const KTOConfig& config, std::map<std::string, std::vector<KTOExample>> splits, int64_t pad_id)
+    : config_(config), splits_(std::move(splits)), pad_id_(pad_id) {}
+
+size_t KTOTrainer::num_examples(const std::string& split) const {
+  auto it = splits_.find(split);
+  return it == splits_.end() ? 0 : it->second.size();
+}
+
+engine::TensorMap KTOTrainer::collate(const std::string& split, const std::vector<size_t>& indices) const {
+  const auto& ex = splits_.at(split);
+  const size_t n = indices.size();
+  const size_t cap = config_.max_length ? static_cast<size_t>(*config_.max_length) : SIZE_MAX;
+  engine::TensorMap out;
+  auto build = [&](const std::string& prefix, bool mismatched) {
+    std::vector<std::vector<int64_t>> seqs(n), masks(n);
+    size_t width = 1;
+    for (size_t r = 0; r < n; ++r) {
+      const auto& prompt = ex[indices[r]].prompt_ids;
+      const auto& completion = ex[indices[mismatched ? (r + n - 1) % n : r]].completion_ids;
+      seqs[r] = prompt;
+      seqs[r].insert(seqs[r].end(), completion.begin(), completion.end());
+      masks[r].assign(prompt.size(), 0);
+      masks[r].resize(seqs[r].size(), 1);
+      if (seqs[r].size() > cap) {
+        seqs[r].resize(cap);
+        masks[r].resize(cap);
+      }
+      width = std::max(width, seqs[r].size());
+    }
+    const int64_t b = static_cast<int64_t>(n), t = static_cast<int64_t>(width);
+    auto ids = torch::full({b, t}, pad_id_, torch::kInt64);
+    auto attn = torch::zeros({b, t}, torch::kInt64);
+    auto cm = torch::zeros({b, t}, torch::kInt64);
+    auto *pi = ids.data_ptr<int64_t>(), *pa = attn.data_ptr<int64_t>(), *pc = cm.data_ptr<int64_t>();
+    for (int64_t r = 0; r < b; ++r)
+      for (size_t j = 0; j < seqs[static_cast<size_t>(r)].size(); ++j) {
+        pi[r * t + static_cast<int64_t>(j)] = seqs[static_cast<size_t>(r)][j];
+        pa[r * t + static_cast<int64_t>(j)] = 1;
+        pc[r * t + static_cast<int64_t>(j)] = masks[static_cast<size_t>(r)][j];
+      }
+    out[prefix + "input_ids"] = ids;
+    out[prefix + "attention_mask"] = attn;
+    out[prefix + "completion_mask"] = cm;
+  };
+  build("", false);
+  if (config_.loss_type == "kto") build("KL_", true);
+  std::vector<uint8_t> labels;
+  for (size_t i : indices) labels.push_back(ex[i].label ? 1 : 0);
+  out["label"] = torch::tensor(std::vector<int64_t>(labels.begin(), labels.end()), torch::kInt64).to(torch::kBool);
+  return out;
+}
+
+double KTOTrainer::num_items(const engine::TensorMap& batch) const {
+  return static_cast<double>(batch.at("input_ids").size(0));
+}
+
+namespace {
+
+struct SequenceLogps {
+  torch::Tensor sums;       // [B] completion log-prob sums
+  torch::Tensor entropy;    // [B, T-1] (policy, main sequences only)
+  torch::Tensor hidden;     // [B, T-1, H] predicting positions, detached (policy, main only)
+  torch::Tensor mask;       // [B, T-1]
+};
+
+SequenceLogps completion_logps(engine::Engine& engine, engine::Role role, const engine::TensorMap& batch,
+                               const std::string& prefix, bool want_extras) {
+  const auto& ids = batch.at(prefix + "input_ids");
+  auto hidden = engine.forward(role, {ids, batch.at(prefix + "attention_mask"), {}, {}});
+  auto h = hidden.slice(1, 0, hidden.size(1) - 1);
+  auto mask = batch.at(prefix + "completion_mask").slice(1, 1);
+  auto lp = engine.logprobs(role, h, ids.slice(1, 1), mask, {.entropy = want_extras});
+  SequenceLogps out;
+  out.sums = lp.logps.sum(-1);
+  if (want_extras) {
+    out.entropy = lp.entropy.detach();
+    out.hidden = h.detach();
+    out.mask = mask.to(h.device());
+  }
+  return out;
+}
+
+// Mean over the vocabulary of each position's logits (TRL's logits/chosen and
+// logits/rejected), without building the logits: the mean of h.W_v over v is
+// h.mean_v(W_v). STOPGAP: reads the policy's head weight directly; replace
+// with an engine call (e.g. a mean-logit output of Engine::logprobs) so that
+// sharded strategies see it.
+torch::Tensor mean_logits(engine::Engine& engine, const torch::Tensor& hidden) {
+  torch::NoGradGuard no_grad;
+  auto w = engine.policy().head_weight().detach();
+  return torch::matmul(hidden.to(torch::kFloat32), w.to(torch::kFloat32).mean(0));
+}
+
+}  // namespace
+
+engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
+  const bool kto = config_.loss_type == "kto";
+  auto policy = completion_logps(engine, engine::Role::Policy, batch, "", true);
+  auto ref = completion_logps(engine, engine::Role::Reference, batch, "", false);
+  const auto dev = policy.sums.device();
+  auto labels = batch.at("label").to(dev);
+  torch::Tensor kl;
+  if (kto) {
+    torch::Tensor kl_policy;
+    {
+      torch::NoGradGuard no_grad;
+      kl_policy = completion_logps(engine, engine::Role::Policy, batch, "KL_", false).sums;
+    }
+    auto kl_ref = completion_logps(engine, engine::Role::Reference, batch, "KL_", false).sums;
+    // TRL gathers each rank's batch mean and averages them.
+    std::vector<double> v = {losses::kto_local_kl(kl_policy, kl_ref).item<double>(), 1.0};
+    engine.sum_across_ranks(v);
+    kl = torch::tensor(v[0] / v[1], policy.sums.options().dtype(torch::kFloat32));
+  }
+  losses::KtoInputs in;
+  in.logps = policy.sums;
+  in.ref_logps = ref.sums;
+  in.labels = labels;
+  in.kl = kl;
+  losses::KtoLossOptions o;
+  o.beta = config_.beta;
+  o.loss_type = config_.loss_type;
+  o.desirable_weight = config_.desirable_weight;
+  o.undesirable_weight = config_.undesirable_weight;
+  auto out = losses::kto_loss(in, o);
+
+  engine::LossOutput lo;
+  // kto_loss is the micro-batch mean; the engine wants the sum over examples.
+  lo.loss_sum = out.loss * static_cast<double>(labels.size(0));
+
+  // Metrics as TRL logs them: each micro-batch's value over all ranks, then
+  // the mean of those values over the logging window. Every rank adds the
+  // same global value with count 1, which the engine's rank sum preserves.
+  auto sums = losses::kto_metric_sums(out).cpu();
+  std::vector<double> g(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel());
+  const auto mask = policy.mask.to(torch::kFloat32);
+  const auto ml = mean_logits(engine, policy.hidden) * mask;
+  const auto lab = labels.to(torch::kFloat32).unsqueeze(1);
+  g.push_back((policy.entropy.to(torch::kFloat32) * mask).sum().item<double>());
+  g.push_back(mask.sum().item<double>());
+  g.push_back((ml * lab).sum().item<double>());
+  g.push_back((mask * lab).sum().item<double>());
+  g.push_back((ml * (1 - lab)).sum().item<double>());
+  g.push_back((mask * (1 - lab)).sum().item<double>());
+  engine.sum_across_ranks(g);
+  const double kl_value = out.kl.defined() ? out.kl.item<double>() : 0.0;
+  for (const auto& [name, value] : losses::kto_metrics(torch::tensor(std::vector<double>(g.begin(), g.begin() + 6), torch::kFloat64), kl_value))
+    lo.metrics.add(name, value, 1);
+  lo.metrics.add("entropy", g[7] > 0 ? g[6] / g[7] : 0.0, 1);
+  if (g[9] > 0) lo.metrics.add("logits/chosen", g[8] / g[9], 1);
+  if (g[11] > 0) lo.metrics.add("logits/rejected", g[10] / g[11], 1);
+  return lo;
+}
+
+namespace {
+
+KTOSplit load_split(const KTOConfig& c, const text::Tokenizer& tok, const std::optional<text::ChatTemplate>& tmpl,
+                    const std::string& split) {
+  return prepare_kto_split(c, tok, tmpl ? &*tmpl : nullptr, split, true);
+}
+
+void warn_imbalance(const KTOConfig& c, const std::vector<KTOExample>& examples) {
+  size_t d = 0;
+  for (const auto& e : examples) d += e.label ? 1 : 0;
+  const auto advice = kto_class_imbalance_advice(d, examples.size() - d, c.desirable_weight, c.undesirable_weight);
+  if (!advice.empty()) log::warn("{}", advice);
+}
+
+}  // namespace
+
+int preview_kto(const RunRequest& request, size_t num_examples, bool json) {
+  const auto& c = *static_cast<const KTOConfig*>(request.config);
+  if (!c.model_name_or_path) fail_input("kto: set model_name_or_path (a Hugging Face model directory)");
+  auto [tok, tmpl] = load_tokenizer_and_template(*c.model_name_or_path, std::nullopt);
+  auto split = load_split(c, tok, tmpl, c.dataset_train_split);
+  warn_imbalance(c, split.examples);
+  const bool tty = !json && isatty(STDOUT_FILENO);
+  const auto eos = tok.eos_token_id();
+  const size_t cap = c.max_length ? static_cast<size_t>(*c.max_length) : SIZE_MAX;
+  auto decode = [&](const std::vector<int64_t>& ids) { return tok.decode(std::vector<int32_t>(ids.begin(), ids.end()), false); };
+  const size_t shown = std::min(num_examples, split.examples.size());
+  for (size_t i = 0; i < shown; ++i) {
+    const auto& e = split.examples[i];
+    std::vector<int64_t> completion = e.completion_ids;
+    const bool truncated = e.prompt_ids.size() + completion.size() > cap;
+    if (truncated) completion.resize(cap - e.prompt_ids.size());
+    std::vector<std::string> warnings;
+    if (!truncated && eos && (completion.empty() || completion.back() != *eos))
+      warnings.push_back("no EOS at the end of the completion");
+    if (truncated) warnings.push_back(fmt::format("truncated to max_length {}", *c.max_length));
+    const char* label = e.label ? "desirable" : "undesirable";
+    if (json) {
+      nlohmann::ordered_json j = {{"row", e.source_row},
+                                  {"label", e.label},
+                                  {"num_tokens", e.prompt_ids.size() + completion.size()},
+                                  {"num_loss_tokens", completion.size()},
+                                  {"truncated", truncated},
+                                  {"prompt", decode(e.prompt_ids)},
+                                  {"completion", decode(completion)}};
+      nlohmann::ordered_json toks = nlohmann::ordered_json::array();
+      for (size_t t = 0; t < e.prompt_ids.size() + completion.size(); ++t) {
+        const bool in_completion = t >= e.prompt_ids.size();
+        const int64_t id = in_completion ? completion[t - e.prompt_ids.size()] : e.prompt_ids[t];
+        toks.push_back({{"id", id}, {"token", tok.id_to_token(static_cast<int32_t>(id))}, {"loss", in_completion}});
+      }
+      j["tokens"] = toks;
+      j["warnings"] = warnings;
+      std::cout << j.dump() << "\n";
+      continue;
+    }
+    std::cout << fmt::format("=== example {} (row {}): label {} ({}), {} tokens, {} with loss{}\n", i, e.source_row,
+                             e.label ? "true" : "false", label, e.prompt_ids.size() + completion.size(), completion.size(),
+                             truncated ? ", truncated" : "");
+    const std::string ctext = decode(completion);
+    std::cout << decode(e.prompt_ids) << (tty ? (e.label ? "\033[42;30m" : "\033[41;30m") + ctext + "\033[0m" : "[" + ctext + "]")
+              << "\n";
+    for (const auto& w : warnings) std::cout << "  warning: " << w << "\n";
+  }
+  if (!json)
+    std::cout << fmt::format("{} of {} training examples shown; {}\n", shown, split.examples.size(),
+                             tty ? "completions (the tokens with loss) are highlighted, green desirable, red undesirable"
+                                 : "completions (the tokens with loss) are in [brackets]");
+  return 0;
+}
+
+int run_kto(const RunRequest& request) {
+  const auto& c = *static_cast<const KTOConfig*>(request.config);
+  if (!c.model_name_or_path) fail_input("kto: set model_name_or_path (a Hugging Face model directory)");
+  if (c.precompute_ref_log_probs) fail_input("kto: precompute_ref_log_probs is not built for kto yet; set it to false");
+  if (c.sync_ref_model) fail_input("kto: sync_ref_model is not built for kto yet; set it to false");
+  auto policy = engine::load_policy(c, model::HeadKind::CausalLM);
+  auto [tok, tmpl] = load_tokenizer_and_template(policy.tokenizer_dir, std::nullopt);
+  const int64_t pad = resolve_pad_id(tok, std::nullopt, "kto");
+  std::map<std::string, std::vector<KTOExample>> splits;
+  splits["train"] = load_split(c, tok, tmpl, c.dataset_train_split).examples;
+  warn_imbalance(c, splits["train"]);
+  if (c.eval_strategy != "no") splits["test"] = load_split(c, tok, tmpl, c.dataset_test_split).examples;
+
+  // The reference: a separate model when named; else the starting model,
+  // loaded a second time (under use_peft the engine uses the policy with its
+  // adapters disabled instead).
+  model::LanguageModel reference{nullptr};
+  if (c.ref_model) {
+    reference = model::load_language_model(*c.ref_model, model::HeadKind::CausalLM, c.dtype);
+    if (reference->config().vocab_size != policy.model->config().vocab_size)
+      fail_input("ref_model {} has a vocabulary of {} tokens but the policy {} has {}; the reference must share the "
+                 "policy's tokenizer",
+                 *c.ref_model, reference->config().vocab_size, *c.model_name_or_path, policy.model->config().vocab_size);
+  } else if (!c.use_peft) {
+    reference = engine::load_policy(c, model::HeadKind::CausalLM).model;
+  }
+  engine::Engine engine(c, std::move(policy), "kto");
+  if (reference) engine.set_reference(reference);
+  KTOTrainer trainer(c, std::move(splits), pad);
+  auto summary = engine.train(trainer);
+  if (summary.interrupted) {
+    log::error("training stopped at step {} on request; resume with resume_from_checkpoint: latest", summary.steps);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace trlx::trainers
