@@ -1,0 +1,155 @@
+// `trlx kto` against TRL 1.16's KTOTrainer (fixtures from
+// scripts/fixtures/kto_reward_fixtures.py): the first optimizer steps' loss,
+// grad norm and every logged metric; data preparation and bad input.
+#include "catch_torch.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "config/loader.hpp"
+#include "core/error.hpp"
+#include "engine/engine.hpp"
+#include "model/loading.hpp"
+#include "support.hpp"
+#include "trainers/kto.hpp"
+#include "trainers/reward.hpp"
+
+using namespace trlx;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path tiny_model() { return test::data_dir().parent_path().parent_path() / "examples" / "tiny-model"; }
+fs::path kto_data() { return test::data_dir() / "kto"; }
+
+trainers::KTOConfig kto_config(const std::vector<std::pair<std::string, std::string>>& flags) {
+  config::ConfigLoader loader(trainers::kto_schema());
+  loader.apply_flag("model_name_or_path", {tiny_model().string()});
+  loader.apply_flag("dataset_name", {(kto_data() / "train.jsonl").string()});
+  loader.apply_flag("bf16", {"false"});
+  loader.apply_flag("gradient_checkpointing", {"false"});
+  for (const auto& [k, v] : flags) loader.apply_flag(k, {v});
+  trainers::KTOConfig c;
+  loader.resolve(&c);
+  return c;
+}
+
+fs::path write_rows(const std::string& name, const std::string& text) {
+  const fs::path p = fs::temp_directory_path() / ("trlx_kto_test_" + name + ".jsonl");
+  std::ofstream(p) << text;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("kto: first 3 steps equal TRL's KTOTrainer (loss, grad norm, every metric)", "[trainers][kto][golden]") {
+  std::ifstream in(kto_data() / "parity.json");
+  REQUIRE(in);
+  const auto want = nlohmann::json::parse(in);
+  auto c = kto_config({{"per_device_train_batch_size", "2"},
+                       {"gradient_accumulation_steps", "2"},
+                       {"max_steps", "3"},
+                       {"learning_rate", "1e-3"},
+                       {"lr_scheduler_type", "constant"},
+                       {"weight_decay", "0"},
+                       {"max_length", std::to_string(want.at("trl_config").at("max_length").get<int>())}});
+  auto [tok, tmpl] = trainers::load_tokenizer_and_template(tiny_model(), std::nullopt);
+  std::map<std::string, std::vector<trainers::KTOExample>> splits;
+  splits["train"] = trainers::prepare_kto_split(c, tok, nullptr, "train", true).examples;
+  REQUIRE(splits["train"].size() == 12);
+  engine::Engine e(c, model::load_language_model(tiny_model(), model::HeadKind::CausalLM), "kto", tiny_model());
+  e.set_reference(model::load_language_model(tiny_model(), model::HeadKind::CausalLM));
+  trainers::KTOTrainer trainer(c, std::move(splits), trainers::resolve_pad_id(tok, std::nullopt, "kto"));
+  size_t next = 0;
+  for (const auto& step : want.at("steps")) {
+    // TRL's sequential order; KL pairs are formed inside each micro-batch.
+    std::vector<std::vector<size_t>> micro = {{next, next + 1}, {next + 2, next + 3}};
+    next += 4;
+    engine::MetricSums m;
+    {
+      torch::NoGradGuard ng;
+      for (const auto& mb : micro) m.merge(trainer.loss(e, trainer.collate("train", mb)).metrics);
+    }
+    auto [loss, grad_norm] = e.step_on(trainer, micro);
+    INFO("step " << step.at("step"));
+    CHECK(loss == Approx(step.at("loss").get<double>()).margin(1e-4));
+    CHECK(grad_norm == Approx(step.at("grad_norm").get<double>()).margin(1e-4));
+    size_t compared = 0;
+    for (const auto& [k, v] : step.items()) {
+      if (k == "loss" || k == "grad_norm" || k == "step" || k == "num_tokens") continue;
+      INFO(k);
+      REQUIRE(m.values.count(k));
+      CHECK(m.values[k].first / m.values[k].second == Approx(v.get<double>()).margin(1e-4));
+      ++compared;
+    }
+    CHECK(compared == m.values.size());
+  }
+}
+
+TEST_CASE("kto: paired data is unpaired; class imbalance advice as TRL gives it", "[trainers][kto]") {
+  auto tok = text::Tokenizer::from_dir(tiny_model());
+  auto paired = write_rows("paired", "{\"prompt\": \"Hi\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n"
+                                     "{\"prompt\": \"Ho\", \"chosen\": \" a\", \"rejected\": \" b\"}\n");
+  auto split = trainers::prepare_kto_split(kto_config({{"dataset_name", paired.string()}}), tok, nullptr, "train", true);
+  REQUIRE(split.examples.size() == 4);
+  CHECK(split.examples[0].label);
+  CHECK(split.examples[1].label);
+  CHECK_FALSE(split.examples[2].label);
+  CHECK(split.examples[0].completion_ids.back() == *tok.eos_token_id());
+  // TRL's numbers for 7 desirable / 5 undesirable at weights 1, 1.
+  auto advice = trainers::kto_class_imbalance_advice(7, 5, 1.0, 1.0);
+  CHECK_THAT(advice, Contains("[0.71, 0.95]"));
+  CHECK_THAT(advice, Contains("[1.05, 1.4]"));
+  CHECK(trainers::kto_class_imbalance_advice(7, 5, 0.8, 1.0).empty());
+  CHECK(trainers::kto_class_imbalance_advice(6, 6, 1.0, 1.0).empty());
+  fs::remove(paired);
+}
+
+TEST_CASE("kto: KL sequences pair each prompt with the previous row's completion", "[trainers][kto]") {
+  auto c = kto_config({});
+  auto tok = text::Tokenizer::from_dir(tiny_model());
+  std::map<std::string, std::vector<trainers::KTOExample>> splits;
+  splits["train"] = trainers::prepare_kto_split(c, tok, nullptr, "train", true).examples;
+  const auto ex = splits["train"];
+  trainers::KTOTrainer trainer(c, std::move(splits), 0);
+  auto b = trainer.collate("train", {0, 1, 2});
+  auto row = [&](const torch::Tensor& t, int64_t r) {
+    std::vector<int64_t> v;
+    for (int64_t j = 0; j < t.size(1); ++j)
+      if (b.at("KL_attention_mask")[r][j].item<int64_t>()) v.push_back(t[r][j].item<int64_t>());
+    return v;
+  };
+  auto expect = ex[1].prompt_ids;
+  expect.insert(expect.end(), ex[0].completion_ids.begin(), ex[0].completion_ids.end());
+  CHECK(row(b.at("KL_input_ids"), 1) == expect);
+  expect = ex[0].prompt_ids;
+  expect.insert(expect.end(), ex[2].completion_ids.begin(), ex[2].completion_ids.end());
+  CHECK(row(b.at("KL_input_ids"), 0) == expect);
+  CHECK(b.at("label").sum().item<int64_t>() == 2);
+}
+
+TEST_CASE("kto: bad input is a clear error; prompts reaching max_length are dropped and counted", "[trainers][kto]") {
+  auto tok = text::Tokenizer::from_dir(tiny_model());
+  auto nolabel = write_rows("nolabel", "{\"prompt\": \"a\", \"completion\": \"b\"}\n");
+  auto msg = test::input_error_of([&] {
+    trainers::prepare_kto_split(kto_config({{"dataset_name", nolabel.string()}}), tok, nullptr, "train", true);
+  });
+  CHECK_THAT(msg, Contains("label"));
+  auto empty = write_rows("empty", "{\"prompt\": \"a\", \"completion\": \"\", \"label\": true}\n");
+  msg = test::input_error_of([&] {
+    trainers::prepare_kto_split(kto_config({{"dataset_name", empty.string()}}), tok, nullptr, "train", true);
+  });
+  CHECK_THAT(msg, Contains("empty"));
+  auto split = trainers::prepare_kto_split(kto_config({{"max_length", "10"}}), tok, nullptr, "train", true);
+  CHECK(split.dropped_long_prompts > 0);
+  CHECK(split.examples.size() + split.dropped_long_prompts == 12);
+  msg = test::input_error_of([&] {
+    trainers::prepare_kto_split(kto_config({{"max_length", "2"}}), tok, nullptr, "train", true);
+  });
+  CHECK_THAT(msg, Contains("max_length"));
+  msg = test::input_error_of([&] { kto_config({{"per_device_train_batch_size", "1"}}); });
+  CHECK_THAT(msg, Contains("per_device_train_batch_size"));
+  fs::remove(nolabel);
+  fs::remove(empty);
+}

@@ -1,0 +1,148 @@
+// `trlx reward` against TRL 1.16's RewardTrainer (fixtures from
+// scripts/fixtures/kto_reward_fixtures.py): the first optimizer steps' loss,
+// grad norm and logged metrics; a saved model scored by transformers; bad input.
+#include "catch_torch.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "config/loader.hpp"
+#include "core/error.hpp"
+#include "engine/engine.hpp"
+#include "io/safetensors.hpp"
+#include "model/loading.hpp"
+#include "support.hpp"
+#include "trainers/reward.hpp"
+
+using namespace trlx;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path tiny_model() { return test::data_dir().parent_path().parent_path() / "examples" / "tiny-model"; }
+fs::path reward_data() { return test::data_dir() / "reward"; }
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  REQUIRE(in);
+  return nlohmann::json::parse(in);
+}
+
+trainers::RewardConfig reward_config(const std::vector<std::pair<std::string, std::string>>& flags) {
+  config::ConfigLoader loader(trainers::reward_schema());
+  loader.apply_flag("model_name_or_path", {tiny_model().string()});
+  loader.apply_flag("dataset_name", {(reward_data() / "train.jsonl").string()});
+  loader.apply_flag("bf16", {"false"});
+  loader.apply_flag("gradient_checkpointing", {"false"});
+  for (const auto& [k, v] : flags) loader.apply_flag(k, {v});
+  trainers::RewardConfig c;
+  loader.resolve(&c);
+  return c;
+}
+
+fs::path write_rows(const std::string& name, const std::string& text) {
+  const fs::path p = fs::temp_directory_path() / ("trlx_reward_test_" + name + ".jsonl");
+  std::ofstream(p) << text;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("reward: first 3 steps equal TRL's RewardTrainer (loss, grad norm, every metric)", "[trainers][reward][golden]") {
+  const auto want = read_json(reward_data() / "parity.json");
+  const auto& tc = want.at("trl_config");
+  auto c = reward_config({{"per_device_train_batch_size", "2"},
+                          {"gradient_accumulation_steps", "2"},
+                          {"max_steps", "3"},
+                          {"learning_rate", "1e-3"},
+                          {"lr_scheduler_type", "constant"},
+                          {"weight_decay", "0"},
+                          {"max_length", std::to_string(tc.at("max_length").get<int>())},
+                          {"center_rewards_coefficient", "0.01"}});
+  auto tok = text::Tokenizer::from_dir(tiny_model());
+  std::map<std::string, std::vector<trainers::RewardExample>> splits;
+  splits["train"] = trainers::prepare_reward_split(c, tok, nullptr, "train", true).examples;
+  REQUIRE(splits["train"].size() == 12);
+  auto policy = model::load_language_model(tiny_model(), model::HeadKind::SequenceClassification);
+  {
+    torch::NoGradGuard ng;
+    auto init = io::Checkpoint::open(reward_data() / "score_init.safetensors");
+    policy->score->weight.copy_(init.get("score.weight", true));
+  }
+  engine::Engine e(c, policy, "reward", tiny_model());
+  trainers::RewardTrainer trainer(c, std::move(splits), trainers::resolve_pad_id(tok, std::nullopt, "reward"));
+  size_t next = 0;
+  for (const auto& step : want.at("steps")) {
+    std::vector<std::vector<size_t>> micro = {{next, next + 1}, {next + 2, next + 3}};
+    next += 4;
+    // The metrics the step logs, from its starting weights.
+    engine::MetricSums m;
+    {
+      torch::NoGradGuard ng;
+      for (const auto& mb : micro) m.merge(trainer.loss(e, trainer.collate("train", mb)).metrics);
+    }
+    auto [loss, grad_norm] = e.step_on(trainer, micro);
+    INFO("step " << step.at("step"));
+    CHECK(loss == Approx(step.at("loss").get<double>()).margin(1e-4));
+    CHECK(grad_norm == Approx(step.at("grad_norm").get<double>()).margin(1e-4));
+    for (const char* k : {"accuracy", "margin", "min_reward", "mean_reward", "max_reward"}) {
+      INFO(k);
+      REQUIRE(m.values.count(k));
+      CHECK(m.values[k].first / m.values[k].second == Approx(step.at(k).get<double>()).margin(1e-4));
+    }
+  }
+}
+
+TEST_CASE("reward: a model saved by trlx loads in transformers as AutoModelForSequenceClassification with the same scores",
+          "[trainers][reward][golden]") {
+  const auto want = read_json(reward_data() / "saved_scores.json");
+  const fs::path out = fs::temp_directory_path() / "trlx_reward_saved_test";
+  fs::remove_all(out);
+  // The run scripts/fixtures/kto_reward_fixtures.py made with the trlx binary.
+  auto c = reward_config({{"output_dir", out.string()}, {"max_steps", "2"}, {"per_device_train_batch_size", "4"},
+                          {"learning_rate", "1e-2"}, {"save_strategy", "no"}, {"logging_steps", "1"}, {"seed", "42"}});
+  config::ConfigLoader loader(trainers::reward_schema());
+  trainers::RunRequest req{&loader, &c};
+  REQUIRE(trainers::run_reward(req) == 0);
+  auto cfg = read_json(out / "config.json");
+  CHECK(cfg.at("architectures") == want.at("architectures"));
+  auto m = model::load_language_model(out, model::HeadKind::SequenceClassification);
+  m->eval();
+  torch::NoGradGuard ng;
+  const auto ids = want.at("input_ids").get<std::vector<std::vector<int64_t>>>();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto t = torch::tensor(ids[i], torch::kInt64).unsqueeze(0);
+    auto scores = m->forward({t, (t != want.at("pad_token_id").get<int64_t>()).to(torch::kInt64), {}, {}});
+    auto s = model::pool_last_non_pad(scores, t, want.at("pad_token_id").get<int64_t>()).item<double>();
+    CHECK(s == Approx(want.at("scores")[i].get<double>()).margin(1e-4));
+  }
+  fs::remove_all(out);
+}
+
+TEST_CASE("reward: bad input is a clear error; pairs longer than max_length are dropped and counted", "[trainers][reward]") {
+  auto tok = text::Tokenizer::from_dir(tiny_model());
+  auto missing = write_rows("missing", "{\"chosen\": \"a\"}\n");
+  auto msg = test::input_error_of([&] {
+    trainers::prepare_reward_split(reward_config({{"dataset_name", missing.string()}}), tok, nullptr, "train", true);
+  });
+  CHECK_THAT(msg, Contains("rejected"));
+  auto empty = write_rows("empty", "{\"chosen\": \"a\", \"rejected\": \"\"}\n");
+  msg = test::input_error_of([&] {
+    trainers::prepare_reward_split(reward_config({{"dataset_name", empty.string()}}), tok, nullptr, "train", true);
+  });
+  CHECK_THAT(msg, Contains("empty"));
+  CHECK_THAT(msg, Contains(":1"));
+  auto skipped = trainers::prepare_reward_split(
+      reward_config({{"dataset_name", empty.string()}, {"skip_bad_rows", "true"}}), tok, nullptr, "train", false);
+  CHECK(skipped.examples.empty());
+  auto split = trainers::prepare_reward_split(reward_config({{"max_length", "21"}}), tok, nullptr, "train", true);
+  CHECK(split.dropped_long > 0);
+  CHECK(split.examples.size() + split.dropped_long == 12);
+  msg = test::input_error_of([&] {
+    trainers::prepare_reward_split(reward_config({{"max_length", "3"}}), tok, nullptr, "train", true);
+  });
+  CHECK_THAT(msg, Contains("max_length"));
+  fs::remove(missing);
+  fs::remove(empty);
+}
