@@ -48,7 +48,7 @@ cd "$SRC"
 
 run 0 --help
 has "Commands:"
-for c in sft dpo validate print-config env docs; do has "  $c "; done
+for c in sft dpo kto reward validate print-config env docs; do has "  $c "; done
 run 2
 has "Usage: trlx"
 run 0 --version
