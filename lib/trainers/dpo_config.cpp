@@ -1,6 +1,9 @@
 #include "trainers/dpo_config.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace trlx::trainers {
 
@@ -18,12 +21,16 @@ const config::Schema& dpo_schema() {
     add_training_fields(b, {.learning_rate = 1e-6, .gradient_checkpointing = true, .disable_dropout = true});
     using C = DPOConfig;
     b.group("dpo");
+    b.field(&C::truncation_mode, "truncation_mode", "keep_start",
+            "Which end of a prompt+completion longer than max_length is kept; keep_start drops pairs whose prompt alone fills it.")
+        .one_of({"keep_start", "keep_end"});
+    b.field(&C::pad_token, "pad_token", std::nullopt, "Padding token (defaults to the tokenizer's pad, else eos).");
     b.field(&C::beta, "beta", 0.1, "Strength of the implicit KL penalty towards the reference model.").min(0);
     b.field(&C::loss_type, "loss_type", std::vector<std::string>{"sigmoid"},
             "Loss, or a list of losses summed with loss_weights.")
         .one_of(dpo_loss_types());
     b.field(&C::loss_weights, "loss_weights", std::nullopt, "Weight of each loss in loss_type (default 1 each).");
-    b.field(&C::label_smoothing, "label_smoothing", 0.0, "Assumed probability that a preference label is flipped (robust, sigmoid).")
+    b.field(&C::label_smoothing, "label_smoothing", 0.0, "Assumed probability that a preference label is flipped (robust, exo_pair, aot, aot_unpaired).")
         .min(0).max(0.5);
     b.field(&C::f_divergence_type, "f_divergence_type", "reverse_kl", "Divergence in the implicit reward.")
         .one_of({"reverse_kl", "forward_kl", "js_divergence", "alpha_divergence"});
@@ -47,10 +54,23 @@ const config::Schema& dpo_schema() {
       if (c.precompute_ref_log_probs && c.sync_ref_model)
         out.conflict({"precompute_ref_log_probs", "sync_ref_model"},
                      "a synced reference changes during training, so its log-probs cannot be precomputed; turn one off");
-      if (c.label_smoothing > 0)
-        for (const auto& t : c.loss_type)
-          if (t != "sigmoid" && t != "robust" && t != "exo_pair" && t != "bco_pair" && t != "sft")
-            out.conflict({"label_smoothing", "loss_type"}, fmt::format("label_smoothing has no meaning for the {} loss", t));
+      // Only these losses read label_smoothing (as in TRL 1.16); exo_pair needs it.
+      static const std::vector<std::string> smoothed = {"robust", "exo_pair", "aot", "aot_unpaired"};
+      bool uses_smoothing = false;
+      for (const auto& t : c.loss_type)
+        if (std::find(smoothed.begin(), smoothed.end(), t) != smoothed.end()) uses_smoothing = true;
+      if (c.label_smoothing > 0 && !uses_smoothing)
+        out.warn(fmt::format("label_smoothing {} has no effect: none of the losses [{}] uses it (robust, exo_pair, aot, "
+                             "aot_unpaired do)",
+                             c.label_smoothing, fmt::join(c.loss_type, ", ")));
+      if (std::find(c.loss_type.begin(), c.loss_type.end(), "exo_pair") != c.loss_type.end() && c.label_smoothing == 0)
+        out.conflict({"loss_type", "label_smoothing"}, "the exo_pair loss needs label_smoothing > 0 (its paper suggests 1e-3)");
+      if (c.use_weighting && (std::find(c.loss_type.begin(), c.loss_type.end(), "aot") != c.loss_type.end() ||
+                              std::find(c.loss_type.begin(), c.loss_type.end(), "aot_unpaired") != c.loss_type.end()))
+        out.conflict({"use_weighting", "loss_type"}, "aot and aot_unpaired sort the pairs, so per-pair weights cannot apply; turn one off");
+      if (c.sync_ref_model && c.use_peft && !c.ref_model)
+        out.conflict({"sync_ref_model", "use_peft"},
+                     "with use_peft and no ref_model the reference is the base model with adapters off, which cannot be synced; set ref_model or turn sync_ref_model off");
     });
     return s;
   }();

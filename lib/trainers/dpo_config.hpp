@@ -4,6 +4,8 @@
 namespace trlx::trainers {
 
 struct DPOConfig : config::TrainingConfig {
+  std::string truncation_mode;
+  std::optional<std::string> pad_token;
   double beta = 0;
   std::vector<std::string> loss_type;
   std::optional<std::vector<double>> loss_weights;

@@ -1,5 +1,6 @@
 #include "trainers/registry.hpp"
 
+#include "trainers/dpo.hpp"
 #include "trainers/dpo_config.hpp"
 #include "trainers/kto.hpp"
 #include "trainers/kto_config.hpp"
@@ -23,7 +24,7 @@ const std::vector<TrainerEntry>& trainer_table() {
   // table (validate, print-config, docs) but cannot train yet.
   static const std::vector<TrainerEntry> table = {
       {"sft", &sft_schema, &make<SFTConfig>, &run_sft, &preview_sft},
-      {"dpo", &dpo_schema, &make<DPOConfig>, {}, {}},
+      {"dpo", &dpo_schema, &make<DPOConfig>, &run_dpo, &preview_dpo},
       {"kto", &kto_schema, &make<KTOConfig>, &run_kto, &preview_kto},
       {"reward", &reward_schema, &make<RewardConfig>, &run_reward, {}},
       {"rloo", &rloo_schema, &make<RLOOConfig>, {}, {}},

@@ -1,0 +1,281 @@
+// The DPO trainer against TRL 1.16's DPOTrainer (fixtures from
+// scripts/fixtures/dpo_fixtures.py): tokenization id for id, the first three
+// optimizer steps' loss, grad norm and logged metrics, the precompute cache,
+// the LoRA reference and bad input.
+#include "catch_torch.hpp"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "config/loader.hpp"
+#include "core/error.hpp"
+#include "engine/engine.hpp"
+#include "model/loading.hpp"
+#include "model/saving.hpp"
+#include "support.hpp"
+#include "text/template/chat_template.hpp"
+#include "text/tokenizer/tokenizer.hpp"
+#include "trainers/dpo.hpp"
+
+using namespace trlx;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path tiny_model() { return fs::path(TRLX_SOURCE_DIR) / "examples" / "tiny-model"; }
+fs::path dpo_data() { return test::data_dir() / "dpo"; }
+
+fs::path temp_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("trlx_dpo_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::vector<std::string> values_of(const nlohmann::json& v) {
+  std::vector<std::string> out;
+  auto one = [](const nlohmann::json& x) { return x.is_string() ? x.get<std::string>() : x.dump(); };
+  if (v.is_array())
+    for (const auto& x : v) out.push_back(one(x));
+  else
+    out.push_back(one(v));
+  return out;
+}
+
+trainers::DPOConfig dpo_config(const fs::path& data, const nlohmann::json& extra = nlohmann::json::object()) {
+  config::ConfigLoader loader(trainers::dpo_schema());
+  loader.apply_flag("model_name_or_path", {tiny_model().string()});
+  loader.apply_flag("dataset_name", {data.string()});
+  loader.apply_flag("bf16", {"false"});
+  loader.apply_flag("gradient_checkpointing", {"false"});
+  loader.apply_flag("max_length", {"64"});
+  loader.apply_flag("per_device_train_batch_size", {"4"});
+  loader.apply_flag("learning_rate", {"1e-3"});
+  loader.apply_flag("lr_scheduler_type", {"constant"});
+  for (const auto& [k, v] : extra.items()) loader.apply_flag(k, values_of(v));
+  trainers::DPOConfig c;
+  loader.resolve(&c);
+  return c;
+}
+
+struct Setup {
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<trainers::DPOTrainer> trainer;
+  std::vector<std::string> files;
+};
+
+trainers::PreferenceDataOptions data_options(const trainers::DPOConfig& c) {
+  trainers::PreferenceDataOptions o;
+  o.dataset_name = c.dataset_name;
+  o.skip_bad_rows = c.skip_bad_rows;
+  o.max_length = c.max_length;
+  o.truncation_mode = c.truncation_mode;
+  return o;
+}
+
+trainers::PreferenceSplit prepare(const trainers::DPOConfig& c) {
+  auto tok = text::Tokenizer::from_dir(tiny_model());
+  text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
+  return trainers::prepare_preference_split(data_options(c), tok, &tmpl, "train", true);
+}
+
+// A separate reference (a second load), unless `lora_reference`.
+Setup make(const trainers::DPOConfig& c, bool separate_reference = true) {
+  auto split = prepare(c);
+  Setup s;
+  s.files = split.files;
+  auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  s.engine = std::make_unique<engine::Engine>(c, policy, "dpo", tiny_model());
+  if (separate_reference) s.engine->set_reference(model::load_language_model(tiny_model(), model::HeadKind::CausalLM));
+  std::map<std::string, std::vector<trainers::PreferenceExample>> splits;
+  splits["train"] = std::move(split.examples);
+  s.trainer = std::make_unique<trainers::DPOTrainer>(c, std::move(splits), 0);
+  return s;
+}
+
+double metric(const engine::MetricSums& m, const std::string& name) {
+  auto it = m.values.find(name);
+  REQUIRE(it != m.values.end());
+  return it->second.second > 0 ? it->second.first / it->second.second : 0.0;
+}
+
+void check_close(double got, double want, const std::string& what) {
+  INFO(what << ": trlx " << got << " TRL " << want);
+  CHECK(std::abs(got - want) <= 1e-4 * std::max(1.0, std::abs(want)));
+}
+
+}  // namespace
+
+TEST_CASE("DPO tokenization equals TRL's ids (text and conversational)", "[dpo][golden]") {
+  std::ifstream in(dpo_data() / "tokens.json");
+  REQUIRE(in);
+  const auto golden = nlohmann::json::parse(in);
+  for (const std::string form : {"text", "chat"}) {
+    auto split = prepare(dpo_config(dpo_data() / form));
+    const auto& want = golden.at(form);
+    REQUIRE(split.examples.size() >= want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO(form << " row " << i);
+      CHECK(split.examples[i].prompt_ids == want[i]["prompt_ids"].get<std::vector<int64_t>>());
+      CHECK(split.examples[i].chosen_ids == want[i]["chosen_ids"].get<std::vector<int64_t>>());
+      CHECK(split.examples[i].rejected_ids == want[i]["rejected_ids"].get<std::vector<int64_t>>());
+    }
+  }
+}
+
+TEST_CASE("DPO: first three steps equal TRL's DPOTrainer (loss, grad norm, every metric)", "[dpo][golden]") {
+  std::ifstream in(dpo_data() / "steps.json");
+  REQUIRE(in);
+  const auto cases = nlohmann::json::parse(in);
+  REQUIRE(cases.size() >= 3);
+  for (const auto& cs : cases) {
+    const std::string name = cs["name"].get<std::string>();
+    DYNAMIC_SECTION(name) {
+      nlohmann::json extra = nlohmann::json::object();
+      for (const auto& [k, v] : cs["config"].items())
+        if (k != "max_steps" && k != "seed") extra[k] = v;
+      auto c = dpo_config(dpo_data() / cs["data"].get<std::string>(), extra);
+      auto s = make(c);
+      double tokens = 0;
+      for (size_t k = 0; k < 3; ++k) {
+        const auto batch = cs["batches"][k].get<std::vector<size_t>>();
+        tokens += s.trainer->collate("train", batch).at("attention_mask").sum().item<double>();
+        auto [loss, grad_norm] = s.engine->step_on(*s.trainer, {batch});
+        const auto& want = cs["steps"][k];
+        INFO(name << " step " << k + 1);
+        check_close(loss, want["loss"].get<double>(), "loss");
+        check_close(grad_norm, want["grad_norm"].get<double>(), "grad_norm");
+        for (const auto& [key, v] : want.items()) {
+          if (key == "loss" || key == "grad_norm") continue;
+          if (key == "num_tokens") {
+            check_close(tokens, v.get<double>(), key);
+            continue;
+          }
+          check_close(metric(s.trainer->last_metrics(), key), v.get<double>(), key);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("DPO precomputed reference log-probs: cached, reused, recomputed when the data changes", "[dpo]") {
+  const auto out = temp_dir("cache");
+  const auto data = out / "data";
+  fs::create_directories(data);
+  fs::copy_file(dpo_data() / "text" / "train.jsonl", data / "train.jsonl");
+  auto c = dpo_config(data, {{"precompute_ref_log_probs", "true"}, {"output_dir", (out / "run").string()}});
+  const fs::path cache = out / "run" / "ref_logps_train.json";
+  {
+    auto s = make(c);
+    s.trainer->precompute_reference(*s.engine, "train", s.files, "model-key");
+    REQUIRE(fs::exists(cache));
+    // Precomputed values give the same first step as a live reference.
+    auto live = make(dpo_config(data));
+    auto [l1, g1] = s.engine->step_on(*s.trainer, {{0, 1, 2, 3}});
+    auto [l2, g2] = live.engine->step_on(*live.trainer, {{0, 1, 2, 3}});
+    CHECK(l1 == Approx(l2).margin(1e-6));
+    CHECK(g1 == Approx(g2).margin(1e-6));
+  }
+  // Mark the cache: a later run with the same data and model reads it.
+  std::ifstream in(cache);
+  auto j = nlohmann::json::parse(in);
+  in.close();
+  j["chosen"][0] = 12345.0;
+  std::ofstream(cache) << j.dump();
+  {
+    auto s = make(c);
+    s.trainer->precompute_reference(*s.engine, "train", s.files, "model-key");
+    CHECK(s.trainer->precomputed("train").chosen[0] == 12345.0);
+  }
+  {  // another reference model: recomputed
+    auto s = make(c);
+    s.trainer->precompute_reference(*s.engine, "train", s.files, "other-model-key");
+    CHECK(s.trainer->precomputed("train").chosen[0] != 12345.0);
+  }
+  std::ofstream(cache) << j.dump();
+  {  // changed data: recomputed
+    std::ofstream(data / "train.jsonl", std::ios::app)
+        << R"({"prompt": "What is 1 plus 1?\n", "chosen": "1 plus 1 is 2.", "rejected": "1 plus 1 is 3."})" << "\n";
+    auto s = make(c);
+    s.trainer->precompute_reference(*s.engine, "train", s.files, "model-key");
+    CHECK(s.trainer->precomputed("train").chosen[0] != 12345.0);
+    CHECK(s.trainer->precomputed("train").chosen.size() == 13);
+  }
+  fs::remove_all(out);
+}
+
+TEST_CASE("DPO with use_peft and no ref_model: the reference is the base with adapters disabled", "[dpo][lora]") {
+  auto c = dpo_config(dpo_data() / "text", {{"use_peft", "true"}, {"learning_rate", "1e-2"}});
+  auto s = make(c, /*separate_reference=*/false);
+  // At the start adapters are zero: policy == reference, rewards 0.
+  auto [loss, gn] = s.engine->step_on(*s.trainer, {{0, 1, 2, 3}});
+  CHECK(loss == Approx(std::log(2.0)).margin(1e-6));
+  CHECK(metric(s.trainer->last_metrics(), "rewards/chosen") == Approx(0).margin(1e-7));
+  s.engine->step_on(*s.trainer, {{4, 5, 6, 7}});
+  CHECK(metric(s.trainer->last_metrics(), "rewards/chosen") != Approx(0).margin(1e-7));
+  // The reference role still gives the untouched base model's hidden states.
+  auto base = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  auto b = s.trainer->collate("train", {0, 1});
+  torch::NoGradGuard ng;
+  auto ref_h = s.engine->forward(engine::Role::Reference, {b.at("input_ids"), b.at("attention_mask"), {}, {}});
+  auto base_h = base->hidden_states({b.at("input_ids"), b.at("attention_mask"), {}, {}});
+  CHECK(torch::allclose(ref_h, base_h, 1e-5, 1e-6));
+  auto pol_h = s.engine->forward(engine::Role::Policy, {b.at("input_ids"), b.at("attention_mask"), {}, {}});
+  CHECK_FALSE(torch::allclose(pol_h, base_h, 1e-5, 1e-6));
+}
+
+TEST_CASE("DPO bad input: empty or missing completions, long prompts, a reference of another vocabulary", "[dpo][input]") {
+  const auto dir = temp_dir("bad");
+  auto write = [&](const std::string& name, const std::string& text) {
+    fs::create_directories(dir / name);
+    std::ofstream(dir / name / "train.jsonl") << text;
+    return dir / name;
+  };
+  const std::string good = R"({"prompt": "What is 1 plus 2?\n", "chosen": "3.", "rejected": "4."})" "\n";
+  auto empty = write("empty", good + R"({"prompt": "Hi\n", "chosen": "", "rejected": "x"})" "\n");
+  auto msg = test::input_error_of([&] { prepare(dpo_config(empty)); });
+  CHECK_THAT(msg, Contains("train.jsonl:2") && Contains("chosen completion is empty"));
+  {  // skip_bad_rows drops it
+    auto split = prepare(dpo_config(empty, {{"skip_bad_rows", "true"}}));
+    CHECK(split.examples.size() == 1);
+  }
+  auto missing = write("missing", good + R"({"prompt": "Hi\n", "chosen": "x"})" "\n");
+  msg = test::input_error_of([&] { prepare(dpo_config(missing)); });
+  CHECK_THAT(msg, Contains("train.jsonl:2") && Contains("rejected"));
+  // A prompt that alone reaches max_length is dropped and counted.
+  auto long_prompt = write("long", good + R"({"prompt": ")" + std::string(200, 'a') + R"(\n", "chosen": "x", "rejected": "y"})" "\n");
+  auto split = prepare(dpo_config(long_prompt));
+  CHECK(split.examples.size() == 1);
+  CHECK(split.dropped_long_prompts == 1);
+  // keep_end keeps it.
+  CHECK(prepare(dpo_config(long_prompt, {{"truncation_mode", "keep_end"}})).examples.size() == 2);
+  // A reference model with another vocabulary.
+  model::NewModelSpec spec;
+  spec.vocab_size = 200;
+  spec.hidden_size = 32;
+  spec.num_heads = 2;
+  spec.eos_token_ids = {2};
+  model::LanguageModel other(model::new_model_config(spec), model::HeadKind::CausalLM);
+  model::init_weights(*other, 1);
+  model::save_language_model(dir / "other-model", *other);
+  config::ConfigLoader loader(trainers::dpo_schema());
+  loader.apply_flag("model_name_or_path", {tiny_model().string()});
+  loader.apply_flag("dataset_name", {(dpo_data() / "text").string()});
+  loader.apply_flag("ref_model", {(dir / "other-model").string()});
+  loader.apply_flag("output_dir", {(dir / "run").string()});
+  trainers::DPOConfig c;
+  loader.resolve(&c);
+  trainers::RunRequest req{&loader, &c};
+  msg = test::input_error_of([&] { trainers::run_dpo(req); });
+  CHECK_THAT(msg, Contains("vocabulary of 200 tokens"));
+  // exo_pair without label_smoothing is refused by the config.
+  config::ConfigLoader l2(trainers::dpo_schema());
+  l2.apply_flag("loss_type", {"exo_pair"});
+  trainers::DPOConfig c2;
+  msg = test::input_error_of([&] { l2.resolve(&c2); });
+  CHECK_THAT(msg, Contains("label_smoothing"));
+  fs::remove_all(dir);
+}
