@@ -61,6 +61,9 @@ class Strategy {
   virtual void after_optimizer_step() {}
   // Whether each rank's optimizer state differs (saved per rank).
   virtual bool shards_optimizer_state() const { return false; }
+  // After the engine wrote new values into the parameters (resume): ZeRO
+  // takes its fp32 master shards from them again.
+  virtual void on_weights_loaded() {}
 
   // Around each micro-step's backward. `sync`: the last micro-step of an
   // optimizer step, whose gradients are reduced (earlier ones only
@@ -99,5 +102,19 @@ struct DDPOptions {
 // Data parallel: every rank holds the whole model; gradients are all-reduced
 // in buckets while backward still runs.
 std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<Communicator> comm, const DDPOptions& options);
+
+struct ZeroOptions {
+  // 1: optimizer state (fp32 master weights, Adam moments) sharded; 2: the
+  // reduced gradients too.
+  int stage = 1;
+  double bucket_cap_mb = 25;
+  bool find_unused_parameters = false;
+  bool sum_gradients = true;  // as DDPOptions
+  // "none" or "cpu": where the master shards and their optimizer state live.
+  std::string offload_optimizer_device = "none";
+};
+// ZeRO-1/2: every rank holds the whole model for forward and backward, but
+// updates only its shard of the parameters and all-gathers the result.
+std::unique_ptr<Strategy> make_zero_strategy(std::shared_ptr<Communicator> comm, const ZeroOptions& options);
 
 }  // namespace trlx::dist

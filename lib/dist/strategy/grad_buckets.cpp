@@ -1,0 +1,159 @@
+#include "dist/strategy/grad_buckets.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/autograd/function_hook.h>
+
+#include "core/error.hpp"
+
+namespace trlx::dist {
+
+namespace {
+
+struct ReadyHook : torch::autograd::FunctionPostHook {
+  ReadyHook(GradBuckets* b, size_t index) : owner(b), param(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    owner->mark_ready(param);
+    return outputs;
+  }
+  GradBuckets* owner;
+  size_t param;
+};
+
+}  // namespace
+
+void agree_and_broadcast(Communicator& comm, const std::vector<NamedParam>& params) {
+  // Ranks must train the same parameters in the same order, or bucket
+  // contents (and shards) would not line up.
+  std::string desc;
+  for (const auto& p : params) desc += fmt::format("{}:{};", p.name, fmt::join(p.param.sizes(), "x"));
+  const int world = comm.world_size();
+  auto mine = torch::tensor({static_cast<int64_t>(std::hash<std::string>{}(desc)), static_cast<int64_t>(params.size())},
+                            torch::kInt64);
+  auto all = torch::zeros({2 * world}, torch::kInt64);
+  comm.all_gather(mine, all)->wait();
+  auto* a = all.data_ptr<int64_t>();
+  for (int r = 1; r < world; ++r)
+    if (a[2 * r] != a[0] || a[2 * r + 1] != a[1])
+      throw Error(fmt::format("rank {} trains different parameters than rank 0 ({} vs {} tensors, or different "
+                              "names/shapes): every rank must load the same model with the same settings",
+                              r, a[2 * r + 1], a[1]));
+  // Every rank starts from rank 0's weights.
+  torch::NoGradGuard ng;
+  std::vector<WorkPtr> works;
+  for (const auto& p : params) {
+    auto t = p.param.detach();
+    works.push_back(comm.broadcast(t, 0));
+  }
+  for (auto& w : works) w->wait();
+}
+
+GradBuckets::GradBuckets(const std::vector<NamedParam>& params, double cap_mb, LaunchFn launch)
+    : params_(params), launch_(std::move(launch)) {
+  const double cap = std::max(1.0, cap_mb * 1024 * 1024);
+  GradBucket cur;
+  double bytes = 0;
+  auto close = [&] {
+    if (!cur.members.empty()) buckets_.push_back(std::move(cur));
+    cur = GradBucket{};
+    bytes = 0;
+  };
+  for (size_t k = params_.size(); k-- > 0;) {
+    const auto& p = params_[k].param;
+    if (!cur.members.empty() && (p.scalar_type() != cur.dtype || p.device() != cur.device)) close();
+    if (cur.members.empty()) {
+      cur.dtype = p.scalar_type();
+      cur.device = p.device();
+    }
+    cur.offsets.push_back(cur.numel);
+    cur.members.push_back(k);
+    cur.numel += p.numel();
+    bytes += static_cast<double>(p.numel() * p.element_size());
+    if (bytes >= cap) close();
+  }
+  close();
+  bucket_of_.assign(params_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (size_t m : buckets_[b].members) bucket_of_[m] = b;
+  ready_.assign(params_.size(), false);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);
+    acc->add_post_hook(std::make_unique<ReadyHook>(this, i));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+void GradBuckets::begin(bool active) {
+  active_ = active;
+  if (!active_) return;
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (auto& b : buckets_) {
+    b.pending = b.members.size();
+    b.work.reset();
+  }
+  next_ = 0;
+}
+
+void GradBuckets::mark_ready(size_t i) {
+  if (!active_ || ready_[i]) return;
+  ready_[i] = true;
+  if (--buckets_[bucket_of_[i]].pending == 0) launch_ready();
+}
+
+std::vector<std::string> GradBuckets::finish() {
+  std::vector<std::string> unused;
+  if (!active_) return unused;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (ready_[i]) continue;
+    // A parameter that got no gradient this step: a rank without data, or a
+    // part of the model the loss did not reach.
+    unused.push_back(params_[i].name);
+    ready_[i] = true;
+    --buckets_[bucket_of_[i]].pending;
+  }
+  // Every rank issues every bucket, in order, so that no rank is left
+  // waiting in a collective.
+  launch_ready();
+  for (auto& b : buckets_) b.work->wait();
+  active_ = false;
+  return unused;
+}
+
+torch::Tensor GradBuckets::flatten(const GradBucket& b) const {
+  torch::NoGradGuard ng;
+  auto flat = torch::empty({b.numel}, torch::TensorOptions().dtype(b.dtype).device(b.device));
+  for (size_t j = 0; j < b.members.size(); ++j) {
+    const auto& p = params_[b.members[j]].param;
+    auto dst = flat.narrow(0, b.offsets[j], p.numel());
+    if (p.grad().defined())
+      dst.copy_(p.grad().reshape({-1}));
+    else
+      dst.zero_();
+  }
+  return flat;
+}
+
+void GradBuckets::unflatten(const GradBucket& b, const torch::Tensor& flat) const {
+  torch::NoGradGuard ng;
+  for (size_t j = 0; j < b.members.size(); ++j) {
+    auto p = params_[b.members[j]].param;
+    auto src = flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
+    if (p.grad().defined())
+      p.mutable_grad().copy_(src);
+    else
+      p.mutable_grad() = src.clone();
+  }
+}
+
+void GradBuckets::launch_ready() {
+  while (next_ < buckets_.size() && buckets_[next_].pending == 0) launch_(buckets_[next_++]);
+}
+
+void fail_unused_parameters(const std::vector<std::string>& unused, const std::string& strategy) {
+  fail_input("{} parameter(s) received no gradient in this step under {}, e.g. {}: the loss does not depend on "
+             "them. Set ddp_find_unused_parameters: true to train anyway (they are reduced as zeros).",
+             unused.size(), strategy, unused.front());
+}
+
+}  // namespace trlx::dist

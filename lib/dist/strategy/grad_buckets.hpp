@@ -1,0 +1,82 @@
+#pragma once
+// The gradient-reduction machinery DDP and ZeRO share: parameters grouped in
+// buckets, hooks that mark a parameter ready once its gradient is
+// accumulated, and buckets handed to the strategy strictly in order as they
+// fill, so every rank issues the same collectives in the same order whatever
+// order its hooks fire in. What a bucket's reduction is (an all-reduce for
+// DDP and ZeRO-1, a reduce-scatter for ZeRO-2) is the strategy's.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "dist/strategy/strategy.hpp"
+
+namespace trlx::dist {
+
+struct GradBucket {
+  std::vector<size_t> members;  // indices into the parameters, in bucket order
+  std::vector<int64_t> offsets;  // of each member in the flat bucket
+  int64_t numel = 0;
+  torch::ScalarType dtype = torch::kFloat32;
+  torch::Device device{torch::kCPU};
+  size_t pending = 0;
+  torch::Tensor flat;  // the bucket's gradients while its reduction runs
+  torch::Tensor out;   // a reduce-scatter's result (this rank's shard)
+  WorkPtr work;
+};
+
+// Checks that every rank trains the same parameters (names, shapes, order),
+// then makes them equal to rank 0's values.
+void agree_and_broadcast(Communicator& comm, const std::vector<NamedParam>& params);
+
+class GradBuckets {
+ public:
+  // Starts a bucket's reduction (its members' gradients are final).
+  using LaunchFn = std::function<void(GradBucket&)>;
+
+  // Buckets of up to `cap_mb` hold parameters in reverse order (backward
+  // produces the last layers' gradients first), one dtype and device each.
+  // Installs a hook on each parameter's gradient accumulator; `params` and
+  // this object must outlive the hooks' use (the strategy owns both).
+  GradBuckets(const std::vector<NamedParam>& params, double cap_mb, LaunchFn launch);
+
+  // Before a backward whose gradients are reduced (`active`) or only
+  // accumulated locally.
+  void begin(bool active);
+  bool active() const { return active_; }
+  // After backward: parameters that got no gradient count as zeros, every
+  // remaining bucket is launched in order, and every reduction is waited for.
+  // Returns the names of the parameters that got no gradient.
+  std::vector<std::string> finish();
+
+  std::vector<GradBucket>& buckets() { return buckets_; }
+  size_t bucket_of(size_t param) const { return bucket_of_[param]; }
+
+  // A new flat tensor holding the bucket's gradients (zeros where a member
+  // has none).
+  torch::Tensor flatten(const GradBucket& b) const;
+  // The reverse: each member's gradient becomes its part of `flat`.
+  void unflatten(const GradBucket& b, const torch::Tensor& flat) const;
+
+  void mark_ready(size_t i);
+
+ private:
+  void launch_ready();
+
+  const std::vector<NamedParam>& params_;
+  LaunchFn launch_;
+  std::vector<GradBucket> buckets_;
+  std::vector<size_t> bucket_of_;
+  std::vector<bool> ready_;
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;
+  size_t next_ = 0;
+  bool active_ = false;
+};
+
+// The message for parameters that got no gradient under a strategy that
+// expects every one to (`strategy`: "DDP", "ZeRO-2", ...).
+[[noreturn]] void fail_unused_parameters(const std::vector<std::string>& unused, const std::string& strategy);
+
+}  // namespace trlx::dist
