@@ -475,7 +475,9 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
   }
   if (rank() != 0) return;
   try {
-    save_model(tmp, false);
+    // Into the existing temp dir: under sharded optimizer state it already
+    // holds every rank's optimizer file, which a fresh directory would drop.
+    save_model(tmp, true);
     if (!strategy_->shards_optimizer_state()) torch::save(*optimizer_, (tmp / optimizer_file()).string());
     auto rng = at::detail::getDefaultCPUGenerator().get_state();
     torch::save(rng, (tmp / "rng_state.pt").string());
