@@ -323,6 +323,7 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::ve
   for (size_t i = 0; i < batches.size(); ++i) {
     auto& b = batches[i];
     strategy_->begin_backward(/*sync=*/i + 1 == batches.size(), /*has_data=*/!b.empty());
+    if (b.empty()) trainer.no_data(*this);
     if (!b.empty()) {
       LossOutput out = trainer.loss(*this, b);
       auto loss = out.loss_sum / denom;
@@ -368,7 +369,10 @@ MetricSums Engine::evaluate(Trainer& trainer) {
     std::vector<size_t> idx;
     for (size_t j = i; j < std::min(n, i + bs); ++j) idx.push_back(j);
     auto b = collate_local(trainer, "test", idx);
-    if (b.empty()) continue;
+    if (b.empty()) {
+      trainer.no_data(*this);
+      continue;
+    }
     auto out = trainer.loss(*this, b);
     loss_sum += out.loss_sum.item<double>();
     items += trainer.num_items(b);

@@ -66,6 +66,11 @@ class Trainer {
   // How many items (e.g. target tokens) the loss of this micro-batch sums over.
   virtual double num_items(const TensorMap& batch) const = 0;
   virtual LossOutput loss(Engine& engine, const TensorMap& batch) = 0;
+  // Called instead of loss() on a rank that has no examples in this
+  // micro-batch (an uneven last batch). A trainer whose loss runs
+  // collectives (a value reduced over ranks) joins them here with zero
+  // contributions, so that no rank waits for one that skipped them.
+  virtual void no_data(Engine& /*engine*/) {}
 };
 
 struct RunSummary {

@@ -16,6 +16,11 @@
 
 namespace trlx::trainers {
 
+// Values loss() sums over ranks after the KL: the 6 KTO metric sums, then
+// entropy, token count and the chosen/rejected logit sums with their counts.
+constexpr size_t kKtoMetricValues = 12;
+
+
 namespace {
 
 size_t common_prefix(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
@@ -275,6 +280,7 @@ engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::Tensor
   g.push_back((mask * lab).sum().item<double>());
   g.push_back((ml * (1 - lab)).sum().item<double>());
   g.push_back((mask * (1 - lab)).sum().item<double>());
+  if (g.size() != kKtoMetricValues) throw Error("kto: metric reduction size changed; update no_data()");
   engine.sum_across_ranks(g);
   const double kl_value = out.kl.defined() ? out.kl.item<double>() : 0.0;
   for (const auto& [name, value] : losses::kto_metrics(torch::tensor(std::vector<double>(g.begin(), g.begin() + 6), torch::kFloat64), kl_value))
@@ -283,6 +289,17 @@ engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::Tensor
   if (g[9] > 0) lo.metrics.add("logits/chosen", g[8] / g[9], 1);
   if (g[11] > 0) lo.metrics.add("logits/rejected", g[10] / g[11], 1);
   return lo;
+}
+
+void KTOTrainer::no_data(engine::Engine& engine) {
+  // The same reductions loss() runs, with nothing to add: the KL estimate
+  // (sum of rank means, number of ranks with data), then the metric sums.
+  if (config_.loss_type == "kto") {
+    std::vector<double> v = {0.0, 0.0};
+    engine.sum_across_ranks(v);
+  }
+  std::vector<double> g(kKtoMetricValues, 0.0);
+  engine.sum_across_ranks(g);
 }
 
 namespace {
