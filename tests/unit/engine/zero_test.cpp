@@ -1,0 +1,342 @@
+// ZeRO-1 and ZeRO-2 under mpirun (2 and 3 ranks): SFT steps on N ranks equal
+// one process's steps on the same global batch (with and without LoRA,
+// gradient checkpointing in both modes, chunked log-probs); each rank holds
+// about 1/world of the optimizer state (and under stage 2 of the gradients);
+// parameter counts that do not divide by the world size; a checkpointed run
+// resumes exactly with the same world size, and says clearly when the world
+// size differs.
+#include "catch_torch.hpp"
+
+#include <fmt/format.h>
+
+#include "config/loader.hpp"
+#include "core/error.hpp"
+#include "dist/comm/make_communicator.hpp"
+#include "dist/strategy/strategy.hpp"
+#include "engine/engine.hpp"
+#include "model/loading.hpp"
+#include "support.hpp"
+#include "text/template/chat_template.hpp"
+#include "text/tokenizer/tokenizer.hpp"
+#include "trainers/sft.hpp"
+
+using namespace trlx;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path tiny_model() { return fs::path(TRLX_SOURCE_DIR) / "examples" / "tiny-model"; }
+
+std::shared_ptr<dist::Communicator> world() {
+  static std::shared_ptr<dist::Communicator> c = dist::make_mpi_communicator(std::chrono::seconds(60));
+  return c;
+}
+
+using Flags = std::vector<std::pair<std::string, std::string>>;
+
+trainers::SFTConfig sft_config(const Flags& flags) {
+  config::ConfigLoader loader(trainers::sft_schema());
+  loader.apply_flag("model_name_or_path", {tiny_model().string()});
+  loader.apply_flag("dataset_name", {(test::data_dir() / "sft" / "data").string()});
+  loader.apply_flag("bf16", {"false"});
+  loader.apply_flag("gradient_checkpointing", {"false"});
+  loader.apply_flag("max_length", {"128"});
+  loader.apply_flag("learning_rate", {"1e-3"});
+  loader.apply_flag("debug_check_grad_sync_steps", {"1"});
+  for (const auto& [k, v] : flags) loader.apply_flag(k, {v});
+  trainers::SFTConfig c;
+  loader.resolve(&c);
+  return c;
+}
+
+using Params = std::map<std::string, torch::Tensor>;
+
+Params trained(engine::Engine& e) {
+  Params out;
+  for (const auto& p : e.policy().named_parameters(true))
+    if (p.value().requires_grad()) out[p.key()] = p.value().detach().clone();
+  return out;
+}
+
+struct Run {
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<trainers::SFTTrainer> trainer;
+};
+
+Run make(const trainers::SFTConfig& c, std::shared_ptr<dist::Communicator> comm) {
+  auto tok = text::Tokenizer::from_dir(tiny_model());
+  text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
+  std::map<std::string, std::vector<trainers::SFTExample>> splits;
+  splits["train"] = trainers::prepare_sft_split(c, tok, &tmpl, "train", true);
+  auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  Run r;
+  r.engine = std::make_unique<engine::Engine>(c, policy, "sft", tiny_model(), std::nullopt, comm);
+  r.trainer = std::make_unique<trainers::SFTTrainer>(c, std::move(splits), *tok.pad_token_id());
+  return r;
+}
+
+Params train(const trainers::SFTConfig& c, std::shared_ptr<dist::Communicator> comm,
+             const std::vector<std::vector<size_t>>& steps) {
+  auto r = make(c, comm);
+  for (const auto& b : steps) r.engine->step_on(*r.trainer, {b});
+  return trained(*r.engine);
+}
+
+double worst_difference(const Params& a, const Params& b) {
+  REQUIRE(a.size() == b.size());
+  REQUIRE(!a.empty());
+  double worst = 0;
+  for (const auto& [k, v] : a) worst = std::max(worst, (v - b.at(k)).abs().max().item<double>());
+  return worst;
+}
+
+void check_equal_to_single(const std::string& preset, Flags flags, const std::vector<std::vector<size_t>>& steps) {
+  flags.emplace_back("accelerate_config", preset);
+  auto c = sft_config(flags);
+  auto single = train(c, dist::make_single_communicator(), steps);
+  auto zero = train(c, world(), steps);
+  const double worst = worst_difference(single, zero);
+  INFO(preset << ", rank " << world()->rank() << " of " << world()->world_size() << ", largest difference " << worst);
+  CHECK(worst < 1e-5);
+}
+
+int64_t bytes_of(const torch::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
+
+// Bytes of every tensor in the optimizer's per-parameter state (Adam moments).
+int64_t optimizer_state_bytes(torch::optim::AdamW& opt) {
+  int64_t n = 0;
+  for (const auto& [key, state] : opt.state()) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+    n += bytes_of(s.exp_avg()) + bytes_of(s.exp_avg_sq()) + bytes_of(s.max_exp_avg_sq());
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-1 and ZeRO-2 steps equal single-process steps on the same global batch", "[zero]") {
+  // The fixture split has 8 examples.
+  const std::vector<std::vector<size_t>> steps = {{0, 1, 2, 3, 4, 5}, {6, 7, 0, 1, 2, 3}};
+  for (const std::string preset : {"zero1", "zero2"}) {
+    DYNAMIC_SECTION(preset << ": plain") { check_equal_to_single(preset, {}, steps); }
+    DYNAMIC_SECTION(preset << ": chunked log-probs") {
+      check_equal_to_single(preset, {{"use_liger_kernel", "true"}, {"logprob_chunk_size", "16"}}, steps);
+    }
+    DYNAMIC_SECTION(preset << ": LoRA") {
+      check_equal_to_single(preset,
+                            {{"use_peft", "true"}, {"lora_r", "4"}, {"lora_alpha", "8"}, {"lora_dropout", "0"},
+                             {"lora_target_modules", "all-linear"}},
+                            steps);
+    }
+    DYNAMIC_SECTION(preset << ": gradient checkpointing, both modes") {
+      check_equal_to_single(
+          preset, {{"gradient_checkpointing", "true"}, {"gradient_checkpointing_kwargs.use_reentrant", "true"}}, steps);
+      check_equal_to_single(
+          preset, {{"gradient_checkpointing", "true"}, {"gradient_checkpointing_kwargs.use_reentrant", "false"}}, steps);
+    }
+    DYNAMIC_SECTION(preset << ": LoRA, checkpointing and chunked log-probs together") {
+      check_equal_to_single(preset,
+                            {{"use_peft", "true"}, {"lora_r", "4"}, {"lora_dropout", "0"}, {"use_liger_kernel", "true"},
+                             {"logprob_chunk_size", "16"}, {"gradient_checkpointing", "true"}},
+                            steps);
+    }
+    DYNAMIC_SECTION(preset << ": accumulation, small buckets, uneven batches") {
+      // Two micro-steps per step (stage 2 reduces each), buckets of a few
+      // tensors, and a last micro-batch that leaves ranks without data.
+      auto c = sft_config({{"accelerate_config", preset}, {"ddp_bucket_cap_mb", "0.05"},
+                           {"gradient_accumulation_steps", "2"}});
+      auto run_steps = [&](std::shared_ptr<dist::Communicator> comm) {
+        auto r = make(c, comm);
+        r.engine->step_on(*r.trainer, {{0, 1, 2, 3, 4}, {5}});
+        r.engine->step_on(*r.trainer, {{6, 7, 1}, {2, 3, 4, 5, 0}});
+        return trained(*r.engine);
+      };
+      auto single = run_steps(dist::make_single_communicator());
+      auto zero = run_steps(world());
+      const double worst = worst_difference(single, zero);
+      INFO("largest difference " << worst);
+      CHECK(worst < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("ZeRO shards optimizer state (and stage 2 gradients) to about 1/world, uneven sizes included", "[zero]") {
+  auto comm = world();
+  const int w = comm->world_size();
+  // 1001 + 185 + 7 + 2112 = 3305 elements: not a multiple of 2 or 3, and
+  // small buckets put several tensors' boundaries inside rank slices.
+  const std::vector<std::vector<int64_t>> shapes = {{1001}, {37, 5}, {7}, {64, 33}};
+  for (int stage : {1, 2}) {
+    DYNAMIC_SECTION("stage " << stage) {
+      torch::manual_seed(7);
+      std::vector<torch::Tensor> init;
+      int64_t total = 0;
+      for (const auto& s : shapes) {
+        init.push_back(torch::randn(s));
+        total += init.back().numel();
+      }
+      // Reference: one process, whole tensors, the gradients of all ranks
+      // summed by hand.
+      std::vector<torch::Tensor> ref;
+      for (const auto& t : init) ref.push_back(t.clone().requires_grad_(true));
+      torch::optim::AdamW ref_opt(ref, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+      auto loss_of = [&](const std::vector<torch::Tensor>& ps, int rank) {
+        auto l = torch::zeros({});
+        for (size_t i = 0; i < ps.size(); ++i)
+          l = l + (ps[i] * ps[i]).sum() * static_cast<double>(rank + 1 + static_cast<int>(i));
+        return l;
+      };
+      for (int r = 0; r < w; ++r) loss_of(ref, r).backward();
+      torch::nn::utils::clip_grad_norm_(ref, 1.0);
+      ref_opt.step();
+
+      std::vector<torch::Tensor> ps;
+      std::vector<dist::NamedParam> named;
+      for (size_t i = 0; i < init.size(); ++i) {
+        ps.push_back(init[i].clone().requires_grad_(true));
+        named.push_back({"p" + std::to_string(i), ps.back()});
+      }
+      dist::ZeroOptions o;
+      o.stage = stage;
+      o.bucket_cap_mb = 4000.0 / (1024 * 1024);  // about 1000 floats per bucket
+      auto strategy = dist::make_zero_strategy(comm, o);
+      strategy->setup(named);
+      const std::vector<size_t> all_params = {0, 1, 2, 3};
+      auto groups = strategy->optimizer_groups({all_params});
+      torch::optim::AdamW opt(groups.at(0), torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+      strategy->begin_backward(true, true);
+      loss_of(ps, comm->rank()).backward();
+      strategy->end_backward();
+
+      int64_t full_grad_bytes = 0, shard_grad_bytes = 0, shard_numel = 0;
+      for (const auto& p : ps) full_grad_bytes += bytes_of(p.grad());
+      for (const auto& m : groups.at(0)) {
+        shard_grad_bytes += bytes_of(m.grad());
+        shard_numel += m.numel();
+      }
+      // The shards tile the parameters: every element is owned by one rank.
+      auto owned = torch::tensor({shard_numel}, torch::kInt64);
+      comm->all_reduce(owned, dist::ReduceOp::Sum)->wait();
+      CHECK(owned.item<int64_t>() == total);
+      // At most one element per bucket above an even split.
+      const int64_t per_rank_bound = (total / w + 4) * 4;
+      CHECK(shard_grad_bytes <= per_rank_bound);
+      if (stage == 2)
+        CHECK(full_grad_bytes == 0);  // reduced gradients live only in the shards
+      else
+        CHECK(full_grad_bytes == total * 4);
+
+      CHECK_NOTHROW(strategy->check_grads_in_sync());
+      const double norm = strategy->clip_grad_norm(1.0);
+      CHECK(norm > 1.0);
+      opt.step();
+      strategy->after_optimizer_step();
+
+      // Adam moments: 8 bytes per element over all ranks, 1/world each.
+      const int64_t state = optimizer_state_bytes(opt);
+      CHECK(state == shard_numel * 8);
+      CHECK(state <= per_rank_bound * 2);
+      auto all_state = torch::tensor({state}, torch::kInt64);
+      comm->all_reduce(all_state, dist::ReduceOp::Sum)->wait();
+      CHECK(all_state.item<int64_t>() == optimizer_state_bytes(ref_opt));
+
+      double worst = 0;
+      for (size_t i = 0; i < ps.size(); ++i) worst = std::max(worst, (ps[i] - ref[i]).abs().max().item<double>());
+      INFO("largest difference from one process: " << worst);
+      CHECK(worst < 1e-6);
+      for (const auto& p : ps) CHECK(!p.grad().defined());
+    }
+  }
+}
+
+TEST_CASE("ZeRO-2 flags a gradient that escaped the reduction", "[zero]") {
+  auto comm = world();
+  auto a = torch::ones({5}, torch::requires_grad());
+  dist::ZeroOptions o;
+  o.stage = 2;
+  auto strategy = dist::make_zero_strategy(comm, o);
+  strategy->setup({{"layers.0.a", a}});
+  (a * 2).sum().backward();  // outside begin/end_backward
+  try {
+    strategy->check_grads_in_sync();
+    FAIL("the check did not fire");
+  } catch (const Error& e) {
+    CHECK_THAT(std::string(e.what()), Contains("layers.0.a"));
+  }
+}
+
+TEST_CASE("a ZeRO run resumes exactly with the same world size and says so when it differs", "[zero][resume]") {
+  auto comm = world();
+  for (const std::string preset : {"zero1", "zero2"}) {
+    DYNAMIC_SECTION(preset) {
+      const fs::path root = fs::temp_directory_path() / ("trlx_zero_resume_" + preset);
+      if (comm->rank() == 0) fs::remove_all(root);
+      comm->barrier();
+      auto flags = [&](const std::string& out) {
+        return Flags{{"accelerate_config", preset},     {"per_device_train_batch_size", "2"},
+                     {"max_steps", "5"},                {"learning_rate", "1e-3"},
+                     {"warmup_steps", "2"},             {"save_steps", "100"},
+                     {"logging_steps", "1"},            {"output_dir", (root / out).string()}};
+      };
+      auto full = make(sft_config(flags("full")), comm);
+      CHECK(full.engine->train(*full.trainer).steps == 5);
+
+      struct StopAt : engine::Trainer {
+        engine::Trainer& inner;
+        int64_t at;
+        StopAt(engine::Trainer& i, int64_t a) : inner(i), at(a) {}
+        std::string name() const override { return inner.name(); }
+        size_t num_examples(const std::string& s) const override { return inner.num_examples(s); }
+        engine::TensorMap collate(const std::string& s, const std::vector<size_t>& i) const override {
+          return inner.collate(s, i);
+        }
+        double num_items(const engine::TensorMap& b) const override { return inner.num_items(b); }
+        engine::LossOutput loss(engine::Engine& e, const engine::TensorMap& b) override {
+          if (e.global_step() == at - 1) engine::Engine::request_stop();
+          return inner.loss(e, b);
+        }
+      };
+      auto part = make(sft_config(flags("part")), comm);
+      StopAt stopper(*part.trainer, 3);
+      auto r2 = part.engine->train(stopper);
+      CHECK(r2.interrupted);
+      const fs::path ckpt = root / "part" / "checkpoint-3";
+      comm->barrier();
+      for (int r = 0; r < comm->world_size(); ++r)
+        REQUIRE(fs::exists(ckpt / fmt::format("optimizer-rank{}-of-{}.pt", r, comm->world_size())));
+      CHECK(!fs::exists(ckpt / "optimizer.pt"));
+
+      auto resume_flags = flags("part");
+      resume_flags.emplace_back("resume_from_checkpoint", ckpt.string());
+      auto resumed = make(sft_config(resume_flags), comm);
+      CHECK(resumed.engine->train(*resumed.trainer).steps == 5);
+      auto a = trained(*full.engine), b = trained(*resumed.engine);
+      size_t differ = 0;
+      for (const auto& [k, v] : a) differ += torch::equal(v, b.at(k)) ? 0 : 1;
+      CHECK(differ == 0);
+      // The final model rank 0 saved is what trained.
+      comm->barrier();
+      auto saved = model::load_language_model(root / "full", model::HeadKind::CausalLM);
+      for (const auto& p : saved->named_parameters(true)) CHECK(torch::equal(p.value(), a.at(p.key())));
+
+      // The same checkpoint as if written by one process more: the error
+      // says the optimizer state is per rank and names the world size.
+      comm->barrier();
+      if (comm->rank() == 0)
+        for (int r = comm->world_size(); r-- > 0;)
+          fs::rename(ckpt / fmt::format("optimizer-rank{}-of-{}.pt", r, comm->world_size()),
+                     ckpt / fmt::format("optimizer-rank{}-of-{}.pt", r, comm->world_size() + 1));
+      comm->barrier();
+      auto other = make(sft_config(resume_flags), comm);
+      try {
+        other.engine->train(*other.trainer);
+        FAIL("resuming from another world size's optimizer shards did not fail");
+      } catch (const InputError& e) {
+        CHECK_THAT(std::string(e.what()), Contains("same number of processes"));
+      }
+      comm->barrier();
+      if (comm->rank() == 0) fs::remove_all(root);
+    }
+  }
+}
