@@ -84,6 +84,9 @@ void Engine::request_stop() { g_stop = true; }
 LoadedPolicy load_policy(const config::TrainingConfig& c, model::HeadKind head) {
   if (!c.model_name_or_path) fail_input("{}: set model_name_or_path (a Hugging Face model directory)", c.trainer);
   const fs::path dir = *c.model_name_or_path;
+  // A head the checkpoint lacks (a new reward or value head) is drawn from
+  // the run's seed, so a run is reproducible whatever ran before it.
+  torch::manual_seed(static_cast<uint64_t>(c.seed));
   LoadedPolicy out;
   out.tokenizer_dir = dir;
   if (!fs::exists(dir / "adapter_config.json")) {
