@@ -624,7 +624,9 @@ int preview_dpo(const RunRequest& request, size_t num_examples, bool json) {
       } else {
         const std::string comp_text = dec(seq, start, seq.size());
         text_out += fmt::format("--- {}: {} tokens, {} with loss{}\n", name, seq.size(), targets, truncated ? ", truncated" : "");
-        text_out += dec(seq, 0, start) + (tty ? "\033[42;30m" + comp_text + "\033[0m" : "[" + comp_text + "]") + "\n";
+        // The prompt was printed above; only a prompt cut by keep_end is shown again.
+        const std::string prefix = start == e.prompt_ids.size() && seq.size() - start == comp.size() ? "" : dec(seq, 0, start);
+        text_out += prefix + (tty ? "\033[42;30m" + comp_text + "\033[0m" : "[" + comp_text + "]") + "\n";
       }
     }
     if (json) {
