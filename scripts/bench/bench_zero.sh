@@ -12,6 +12,17 @@
 #   zero1  4Ψ + 4Ψ/w   (all-reduce, then all-gather)  wire volume 3Ψ
 #   zero2  4Ψ + 4Ψ/w   (reduce-scatter, all-gather)   wire volume 2Ψ
 # Settings: NP (2), BATCH (2), SEQ (128), STEPS (3), THREADS (1 per rank).
+#
+# Recorded (2026-11-29, 2 shared CPU cores under load 4-6, so times are noisy;
+# two runs, STEPS 3 and 5), Ψ = 11145472:
+#   strategy  step_ms (vs ddp)          bytes/step (= expected)  adamw_state  grad_bytes  peak_rss_mb
+#   ddp        800 / 1211  (1.00)       44581888  (4Ψ)           89163776     44581888    878 / 924
+#   zero1      755 / 1140  (0.94/0.94)  66872840  (4Ψ+4Ψ/2 +8)   44581888     66872832    871 / 895
+#   zero2     1269 / 1268  (1.59/1.05)  66872840  (4Ψ+4Ψ/2 +8)   44581888     22290944    810 / 905
+# (+8: the clip norm's all-reduce.) Optimizer state halves under both stages;
+# stage 2's gradients halve (ZeRO-1 keeps the full reduced gradient as DDP
+# does, plus its fp32 slice). Peak RSS is dominated by activations and the
+# [tokens x 32000] logits at this size, so the state savings barely show.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
