@@ -250,6 +250,50 @@ TEST_CASE("ZeRO shards optimizer state (and stage 2 gradients) to about 1/world,
   }
 }
 
+TEST_CASE("ZeRO keeps fp32 master weights for bf16 parameters (optimizer state on the host when offloaded)", "[zero]") {
+  auto comm = world();
+  const int w = comm->world_size();
+  for (int stage : {1, 2}) {
+    DYNAMIC_SECTION("stage " << stage) {
+      torch::manual_seed(11);
+      auto init = torch::randn({301}).to(torch::kBFloat16);
+      // Gradients of small integers, exact in bf16 and in any summation order.
+      auto coef = torch::arange(301, torch::kFloat32).remainder(5) - 2;
+      auto p = init.clone().requires_grad_(true);
+      dist::ZeroOptions o;
+      o.stage = stage;
+      o.offload_optimizer_device = "cpu";
+      auto strategy = dist::make_zero_strategy(comm, o);
+      strategy->setup({{"p", p}});
+      auto groups = strategy->optimizer_groups({{0}});
+      for (const auto& m : groups.at(0)) CHECK(m.scalar_type() == torch::kFloat32);
+      torch::optim::AdamW opt(groups.at(0), torch::optim::AdamWOptions(1e-3));
+      // One process in fp32 from the same start, gradients summed over ranks.
+      auto ref = init.to(torch::kFloat32).requires_grad_(true);
+      torch::optim::AdamW ref_opt({ref}, torch::optim::AdamWOptions(1e-3));
+      for (int step = 0; step < 3; ++step) {
+        opt.zero_grad(true);
+        strategy->begin_backward(true, true);
+        (p * coef.to(torch::kBFloat16)).sum().backward();
+        strategy->end_backward();
+        strategy->clip_grad_norm(std::numeric_limits<double>::infinity());
+        opt.step();
+        strategy->after_optimizer_step();
+        ref_opt.zero_grad(true);
+        ref.mutable_grad() = coef * static_cast<float>(w);
+        ref_opt.step();
+      }
+      // The masters followed the fp32 run (bf16 parameters alone could not
+      // move by 3 steps of 1e-3), and the parameters are their bf16 copies.
+      auto full = torch::empty({301});
+      auto mine = groups.at(0).empty() ? torch::empty({0}) : groups.at(0).front().detach().contiguous();
+      comm->all_gather(mine, full)->wait();
+      CHECK((full - ref.detach()).abs().max().item<double>() < 1e-6);
+      CHECK(torch::equal(p.detach(), ref.detach().to(torch::kBFloat16)));
+    }
+  }
+}
+
 TEST_CASE("ZeRO-2 flags a gradient that escaped the reduction", "[zero]") {
   auto comm = world();
   auto a = torch::ones({5}, torch::requires_grad());
