@@ -233,6 +233,24 @@ torch::Tensor Engine::head(Role role, const torch::Tensor& hidden) {
   return m.head(hidden);
 }
 
+torch::Tensor Engine::mean_logits(Role role, const torch::Tensor& hidden) {
+  torch::NoGradGuard no_grad;
+  auto w = model_for(role).head_weight().detach().to(torch::kFloat32).mean(0);
+  return torch::matmul(hidden.detach().to(torch::kFloat32), w);
+}
+
+void Engine::sync_reference(double alpha) {
+  if (!reference_)
+    fail_input("sync_ref_model needs a separate reference model (ref_model, or training without use_peft)");
+  torch::NoGradGuard no_grad;
+  auto policy = policy_->named_parameters(true);
+  for (auto& p : reference_->named_parameters(true)) {
+    const auto* src = policy.find(p.key());
+    if (!src) continue;
+    p.value().mul_(1.0 - alpha).add_(src->to(p.value().device(), p.value().scalar_type()), alpha);
+  }
+}
+
 model::Batch Engine::to_device(const model::Batch& b) const {
   auto mv = [&](const torch::Tensor& t) { return t.defined() ? t.to(device_) : t; };
   return {mv(b.input_ids), mv(b.attention_mask), mv(b.position_ids), mv(b.document_ids)};

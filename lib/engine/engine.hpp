@@ -117,6 +117,21 @@ class Engine {
   // logits. Causal-LM losses use logprobs() instead, which never builds
   // the logits when the chunked path is on.
   torch::Tensor head(Role role, const torch::Tensor& hidden);
+  // Per-token mean of the logits over the vocabulary (the logits/chosen
+  // metric), without building the logits: hidden . mean of the head's rows.
+  // No gradient.
+  torch::Tensor mean_logits(Role role, const torch::Tensor& hidden);
+  // Whether the policy is in training mode (false during evaluation and
+  // precomputation).
+  bool training() const { return policy_->is_training(); }
+  // Training (dropout on) or evaluation mode for the policy, e.g. around a
+  // precomputation pass before training.
+  void set_training(bool on) { on ? policy_->train() : policy_->eval(); }
+  // Moves a separate reference model towards the policy:
+  // ref = alpha * policy + (1 - alpha) * ref (TR-DPO's sync_ref_model).
+  // InputError when the reference is the policy with adapters disabled.
+  void sync_reference(double alpha);
+  bool has_separate_reference() const { return static_cast<bool>(reference_); }
   // A separate frozen reference model (otherwise Role::Reference is the
   // policy with adapters disabled).
   void set_reference(model::LanguageModel reference);
