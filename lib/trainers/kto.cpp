@@ -218,17 +218,6 @@ SequenceLogps completion_logps(engine::Engine& engine, engine::Role role, const 
   return out;
 }
 
-// Mean over the vocabulary of each position's logits (TRL's logits/chosen and
-// logits/rejected), without building the logits: the mean of h.W_v over v is
-// h.mean_v(W_v). STOPGAP: reads the policy's head weight directly; replace
-// with an engine call (e.g. a mean-logit output of Engine::logprobs) so that
-// sharded strategies see it.
-torch::Tensor mean_logits(engine::Engine& engine, const torch::Tensor& hidden) {
-  torch::NoGradGuard no_grad;
-  auto w = engine.policy().head_weight().detach();
-  return torch::matmul(hidden.to(torch::kFloat32), w.to(torch::kFloat32).mean(0));
-}
-
 }  // namespace
 
 engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
@@ -272,7 +261,7 @@ engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::Tensor
   auto sums = losses::kto_metric_sums(out).cpu();
   std::vector<double> g(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel());
   const auto mask = policy.mask.to(torch::kFloat32);
-  const auto ml = mean_logits(engine, policy.hidden) * mask;
+  const auto ml = engine.mean_logits(engine::Role::Policy, policy.hidden) * mask;
   const auto lab = labels.to(torch::kFloat32).unsqueeze(1);
   g.push_back((policy.entropy.to(torch::kFloat32) * mask).sum().item<double>());
   g.push_back(mask.sum().item<double>());
