@@ -279,3 +279,25 @@ TEST_CASE("DPO bad input: empty or missing completions, long prompts, a referenc
   CHECK_THAT(msg, Contains("label_smoothing"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("DPO sync_ref_model (TR-DPO): the reference moves to alpha * policy + (1 - alpha) * reference", "[dpo]") {
+  auto c = dpo_config(dpo_data() / "text",
+                      {{"sync_ref_model", "true"}, {"ref_model_sync_steps", "1"}, {"ref_model_mixup_alpha", "0.25"}});
+  auto split = prepare(c);
+  auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  auto reference = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  engine::Engine e(c, policy, "dpo", tiny_model());
+  e.set_reference(reference);
+  std::map<std::string, std::vector<trainers::PreferenceExample>> splits;
+  splits["train"] = std::move(split.examples);
+  trainers::DPOTrainer trainer(c, std::move(splits), 0);
+  trainer.set_sync_reference(reference);
+  e.step_on(trainer, {{0, 1, 2, 3}});
+  const auto name = "model.layers.0.self_attn.q_proj.weight";
+  auto before = reference->named_parameters(true)[name].detach().clone();
+  auto pol = e.policy().named_parameters(true)[name].detach().clone();
+  CHECK_FALSE(torch::equal(before, pol));
+  e.step_on(trainer, {{4, 5, 6, 7}});  // syncs after step 1, before its forward
+  auto after = reference->named_parameters(true)[name].detach();
+  CHECK(torch::allclose(after, 0.25 * pol + 0.75 * before, 1e-6, 1e-7));
+}
