@@ -23,7 +23,7 @@ struct ReadyHook : torch::autograd::FunctionPostHook {
 
 }  // namespace
 
-void agree_and_broadcast(Communicator& comm, const std::vector<NamedParam>& params) {
+void agree_on_parameters(Communicator& comm, const std::vector<NamedParam>& params) {
   // Ranks must train the same parameters in the same order, or bucket
   // contents (and shards) would not line up.
   std::string desc;
@@ -39,14 +39,24 @@ void agree_and_broadcast(Communicator& comm, const std::vector<NamedParam>& para
       throw Error(fmt::format("rank {} trains different parameters than rank 0 ({} vs {} tensors, or different "
                               "names/shapes): every rank must load the same model with the same settings",
                               r, a[2 * r + 1], a[1]));
-  // Every rank starts from rank 0's weights.
+}
+
+void broadcast_from_rank0(Communicator& comm, const std::vector<torch::Tensor>& tensors) {
   torch::NoGradGuard ng;
   std::vector<WorkPtr> works;
-  for (const auto& p : params) {
-    auto t = p.param.detach();
+  for (const auto& p : tensors) {
+    auto t = p.detach();
     works.push_back(comm.broadcast(t, 0));
   }
   for (auto& w : works) w->wait();
+}
+
+void agree_and_broadcast(Communicator& comm, const std::vector<NamedParam>& params) {
+  agree_on_parameters(comm, params);
+  // Every rank starts from rank 0's weights.
+  std::vector<torch::Tensor> ts;
+  for (const auto& p : params) ts.push_back(p.param);
+  broadcast_from_rank0(comm, ts);
 }
 
 GradBuckets::GradBuckets(const std::vector<NamedParam>& params, double cap_mb, LaunchFn launch)
@@ -73,9 +83,38 @@ GradBuckets::GradBuckets(const std::vector<NamedParam>& params, double cap_mb, L
     if (bytes >= cap) close();
   }
   close();
+  install_hooks();
+}
+
+GradBuckets::GradBuckets(const std::vector<NamedParam>& params, const std::vector<std::vector<size_t>>& groups,
+                         LaunchFn launch)
+    : params_(params), launch_(std::move(launch)) {
+  for (const auto& g : groups) {
+    if (g.empty()) continue;
+    GradBucket b;
+    b.dtype = params_[g.front()].param.scalar_type();
+    b.device = params_[g.front()].param.device();
+    for (size_t k : g) {
+      const auto& p = params_[k].param;
+      if (p.scalar_type() != b.dtype || p.device() != b.device)
+        throw Error(fmt::format("gradient bucket mixes dtypes or devices ({} and {})", params_[g.front()].name,
+                                params_[k].name));
+      b.offsets.push_back(b.numel);
+      b.members.push_back(k);
+      b.numel += p.numel();
+    }
+    buckets_.push_back(std::move(b));
+  }
+  install_hooks();
+}
+
+void GradBuckets::install_hooks() {
   bucket_of_.assign(params_.size(), 0);
+  std::vector<bool> placed(params_.size(), false);
   for (size_t b = 0; b < buckets_.size(); ++b)
-    for (size_t m : buckets_[b].members) bucket_of_[m] = b;
+    for (size_t m : buckets_[b].members) bucket_of_[m] = b, placed[m] = true;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!placed[i]) throw Error(fmt::format("parameter {} is in no gradient bucket", params_[i].name));
   ready_.assign(params_.size(), false);
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);

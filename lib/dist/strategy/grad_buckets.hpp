@@ -30,6 +30,8 @@ struct GradBucket {
 // Checks that every rank trains the same parameters (names, shapes, order),
 // then makes them equal to rank 0's values.
 void agree_and_broadcast(Communicator& comm, const std::vector<NamedParam>& params);
+void agree_on_parameters(Communicator& comm, const std::vector<NamedParam>& params);
+void broadcast_from_rank0(Communicator& comm, const std::vector<torch::Tensor>& tensors);
 
 class GradBuckets {
  public:
@@ -41,6 +43,9 @@ class GradBuckets {
   // Installs a hook on each parameter's gradient accumulator; `params` and
   // this object must outlive the hooks' use (the strategy owns both).
   GradBuckets(const std::vector<NamedParam>& params, double cap_mb, LaunchFn launch);
+  // Buckets given explicitly (indices into `params`, in launch order; each
+  // one dtype and device): sharded units reduce one unit per bucket.
+  GradBuckets(const std::vector<NamedParam>& params, const std::vector<std::vector<size_t>>& groups, LaunchFn launch);
 
   // Before a backward whose gradients are reduced (`active`) or only
   // accumulated locally.
@@ -63,6 +68,7 @@ class GradBuckets {
   void mark_ready(size_t i);
 
  private:
+  void install_hooks();
   void launch_ready();
 
   const std::vector<NamedParam>& params_;

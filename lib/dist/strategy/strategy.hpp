@@ -112,9 +112,15 @@ struct ZeroOptions {
   bool sum_gradients = true;  // as DDPOptions
   // "none" or "cpu": where the master shards and their optimizer state live.
   std::string offload_optimizer_device = "none";
+  // Stage 3: free a layer's gathered parameters right after its forward
+  // (false: keep them until its backward).
+  bool reshard_after_forward = true;
 };
 // ZeRO-1/2: every rank holds the whole model for forward and backward, but
 // updates only its shard of the parameters and all-gathers the result.
+// Stage 3 also splits each decoder layer's parameters (gathered around the
+// layer's forward and backward, see wrap_model); the embedding, final norm
+// and head stay whole on every rank.
 std::unique_ptr<Strategy> make_zero_strategy(std::shared_ptr<Communicator> comm, const ZeroOptions& options);
 
 }  // namespace trlx::dist

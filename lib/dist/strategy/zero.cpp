@@ -19,9 +19,12 @@
 
 #include <cmath>
 
+#include <unordered_map>
+
 #include "core/error.hpp"
 #include "dist/strategy/grad_buckets.hpp"
 #include "dist/strategy/strategy.hpp"
+#include "model/decoder.hpp"
 
 namespace trlx::dist {
 
@@ -36,20 +39,115 @@ struct Piece {
   torch::Tensor master;      // fp32, what the optimizer updates
 };
 
+// Stage 3: a decoder layer's parameters, trainable and frozen apart (each a
+// segment with one dtype), each segment flat and split over the ranks. While
+// released, the parameters keep their sizes but their storage holds 0 bytes;
+// gathering gives it back and fills it from every rank's shard.
+struct Segment {
+  std::vector<torch::Tensor> params;
+  int64_t numel = 0;
+  torch::Tensor full;   // the gathered flat segment the parameters view
+  torch::Tensor shard;  // this rank's part, always held
+  bool gathered = true;
+};
+struct Unit {
+  Segment trainable, frozen;
+  int64_t bucket = -1;  // the gradient bucket of `trainable`
+};
+
+void resize_storage(const torch::Tensor& t, int64_t nbytes) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  if (nbytes == 0)
+    s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  else
+    s->set_data_ptr_noswap(s->allocator()->allocate(static_cast<size_t>(nbytes)));
+  s->set_nbytes(static_cast<size_t>(nbytes));
+}
+
 class ZeroStrategy : public Strategy {
  public:
   ZeroStrategy(std::shared_ptr<Communicator> comm, ZeroOptions o) : Strategy(std::move(comm)), o_(std::move(o)) {
-    if (o_.stage != 1 && o_.stage != 2) throw Error(fmt::format("ZeRO stage {} is not built by this strategy", o_.stage));
+    if (o_.stage < 1 || o_.stage > 3) throw Error(fmt::format("ZeRO stage {} is not built by this strategy", o_.stage));
     if (o_.offload_optimizer_device != "none" && o_.offload_optimizer_device != "cpu")
       fail_input("offload_optimizer_device: {} is not supported by trlx; use cpu or none", o_.offload_optimizer_device);
   }
   std::string name() const override { return fmt::format("zero{}", o_.stage); }
   bool shards_optimizer_state() const override { return true; }
 
+  void wrap_model(model::LanguageModelImpl& model) override {
+    if (o_.stage != 3) return;
+    // Every rank starts from rank 0's weights, frozen ones included, before
+    // the layers are split.
+    std::vector<torch::Tensor> all;
+    for (auto& p : model.parameters()) all.push_back(p);
+    broadcast_from_rank0(*comm_, all);
+    torch::NoGradGuard ng;
+    for (auto& m : *model.model->layers) {
+      auto* layer = m->as<model::DecoderLayerImpl>();
+      auto unit = std::make_unique<Unit>();
+      for (auto& p : layer->parameters()) (p.requires_grad() ? unit->trainable : unit->frozen).params.push_back(p);
+      init_segment(unit->trainable);
+      init_segment(unit->frozen);
+      unit_of_layer_[layer] = unit.get();
+      units_.push_back(std::move(unit));
+    }
+    // Gather before a layer runs and release after; a hook on the output's
+    // gradient gathers again for the layer's backward, one on the input's
+    // releases once that backward is over. Checkpointing wraps this runner,
+    // so its recompute gathers too.
+    auto inner = model.model->run_layer;
+    model.model->run_layer = [this, inner](model::DecoderLayerImpl& layer, const torch::Tensor& x,
+                                           const torch::Tensor& cos, const torch::Tensor& sin,
+                                           const torch::Tensor& mask, model::KVCache* cache) {
+      Unit* u = unit_of_layer_.at(&layer);
+      gather(*u);
+      auto out = inner ? inner(layer, x, cos, sin, mask, cache) : layer.forward(x, cos, sin, mask, cache);
+      const bool backward_follows = torch::GradMode::is_enabled() && out.requires_grad();
+      if (backward_follows) {
+        out.register_hook([this, u](const torch::Tensor&) { gather(*u); });
+        if (x.requires_grad()) x.register_hook([this, u](const torch::Tensor&) { release(*u); });
+      }
+      if (!backward_follows || o_.reshard_after_forward) release(*u);
+      return out;
+    };
+  }
+
   void setup(const std::vector<NamedParam>& trainable) override {
     params_ = trainable;
-    agree_and_broadcast(*comm_, params_);
-    buckets_ = std::make_unique<GradBuckets>(params_, o_.bucket_cap_mb, [this](GradBucket& b) { launch(b); });
+    if (o_.stage == 3) {
+      agree_on_parameters(*comm_, params_);
+      // One bucket per layer (its trainable segment, in the same order, so
+      // the bucket's rank slices are the segment's shards), last layer
+      // first; the parameters outside the layers (embedding, final norm,
+      // head) stay whole on every rank, their gradients in a last bucket.
+      std::unordered_map<c10::TensorImpl*, size_t> index;
+      for (size_t i = 0; i < params_.size(); ++i) index[params_[i].param.unsafeGetTensorImpl()] = i;
+      std::vector<std::vector<size_t>> groups;
+      std::vector<bool> in_unit(params_.size(), false);
+      for (size_t k = units_.size(); k-- > 0;) {
+        auto& u = *units_[k];
+        if (u.trainable.params.empty()) continue;
+        groups.emplace_back();
+        for (const auto& p : u.trainable.params) {
+          const size_t i = index.at(p.unsafeGetTensorImpl());
+          groups.back().push_back(i);
+          in_unit[i] = true;
+        }
+        u.bucket = static_cast<int64_t>(groups.size() - 1);
+      }
+      std::vector<size_t> rest;
+      for (size_t i = params_.size(); i-- > 0;)
+        if (!in_unit[i]) rest.push_back(i);
+      groups.push_back(rest);
+      buckets_ = std::make_unique<GradBuckets>(params_, groups, [this](GradBucket& b) { launch(b); });
+      unit_of_bucket_.assign(buckets_->buckets().size(), nullptr);
+      for (auto& u : units_)
+        if (u->bucket >= 0) unit_of_bucket_.at(static_cast<size_t>(u->bucket)) = u.get();
+    } else {
+      agree_and_broadcast(*comm_, params_);
+      buckets_ = std::make_unique<GradBuckets>(params_, o_.bucket_cap_mb, [this](GradBucket& b) { launch(b); });
+      unit_of_bucket_.assign(buckets_->buckets().size(), nullptr);
+    }
     pieces_.assign(buckets_->buckets().size(), {});
     torch::NoGradGuard ng;
     for (size_t bi = 0; bi < buckets_->buckets().size(); ++bi) {
@@ -77,9 +175,11 @@ class ZeroStrategy : public Strategy {
   void on_weights_loaded() override {
     torch::NoGradGuard ng;
     const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(master_device());
-    for (auto& bucket_pieces : pieces_)
-      for (auto& piece : bucket_pieces) {
-        auto src = params_[piece.param].param.detach().reshape({-1}).narrow(0, piece.param_offset, piece.numel);
+    for (size_t bi = 0; bi < pieces_.size(); ++bi)
+      for (auto& piece : pieces_[bi]) {
+        Unit* u = unit_of_bucket_[bi];
+        auto src = u ? u->trainable.shard.narrow(0, piece.shard_offset, piece.numel)
+                     : params_[piece.param].param.detach().reshape({-1}).narrow(0, piece.param_offset, piece.numel);
         if (piece.master.defined())
           piece.master.copy_(src);
         else
@@ -101,7 +201,7 @@ class ZeroStrategy : public Strategy {
     has_data_ = has_data;
     // Stage 2 reduces every micro-step into the owned slice; stage 1 lets
     // gradients accumulate locally until the last one.
-    buckets_->begin(o_.stage == 2 || sync);
+    buckets_->begin(o_.stage >= 2 || sync);
   }
 
   void end_backward() override {
@@ -128,6 +228,9 @@ class ZeroStrategy : public Strategy {
       b.flat = torch::Tensor();
       b.out = torch::Tensor();
     }
+    // Layers whose input needed no gradient (the first, on a frozen
+    // embedding) are released here.
+    for (auto& u : units_) release(*u);
     if (!unused.empty() && has_data_ && !o_.find_unused_parameters) fail_unused_parameters(unused, name());
   }
 
@@ -155,6 +258,14 @@ class ZeroStrategy : public Strategy {
     // the current one is unpacked.
     torch::NoGradGuard ng;
     auto& bs = buckets_->buckets();
+    // Stage 3: a layer's updated shard is this rank's masters, no collective
+    // (the next forward gathers it).
+    for (size_t bi = 0; bi < bs.size(); ++bi)
+      if (Unit* u = unit_of_bucket_[bi])
+        for (auto& piece : pieces_[bi]) u->trainable.shard.narrow(0, piece.shard_offset, piece.numel).copy_(piece.master);
+    std::vector<size_t> whole;  // buckets of parameters every rank holds whole
+    for (size_t bi = 0; bi < bs.size(); ++bi)
+      if (!unit_of_bucket_[bi]) whole.push_back(bi);
     auto start = [&](size_t bi) {
       auto& b = bs[bi];
       const Shard s = shard_of(b.numel, world_size(), rank());
@@ -165,10 +276,10 @@ class ZeroStrategy : public Strategy {
       b.flat = torch::empty({b.numel}, opts);
       b.work = comm_->all_gather(b.out, b.flat);
     };
-    if (!bs.empty()) start(0);
-    for (size_t bi = 0; bi < bs.size(); ++bi) {
-      if (bi + 1 < bs.size()) start(bi + 1);
-      auto& b = bs[bi];
+    if (!whole.empty()) start(whole[0]);
+    for (size_t k = 0; k < whole.size(); ++k) {
+      if (k + 1 < whole.size()) start(whole[k + 1]);
+      auto& b = bs[whole[k]];
       b.work->wait();
       for (size_t j = 0; j < b.members.size(); ++j) {
         auto& p = params_[b.members[j]].param;
@@ -184,7 +295,7 @@ class ZeroStrategy : public Strategy {
 
   void check_grads_in_sync() override {
     if (o_.stage == 1) return Strategy::check_grads_in_sync();
-    // Under stage 2 the reduction leaves no full gradient behind; one that
+    // Under stages 2 and 3 the reduction leaves no full gradient behind; one that
     // is there came from a backward the strategy did not see.
     for (const auto& p : params_)
       if (p.param.grad().defined())
@@ -195,6 +306,51 @@ class ZeroStrategy : public Strategy {
   }
 
  private:
+  void init_segment(Segment& g) {
+    if (g.params.empty()) {
+      g.gathered = false;
+      return;
+    }
+    const auto opts = g.params.front().options();
+    for (const auto& p : g.params) {
+      if (p.scalar_type() != opts.dtype().toScalarType() || p.device() != opts.device())
+        throw Error("ZeRO-3 needs one dtype and device for a layer's trainable (and frozen) parameters");
+      g.numel += p.numel();
+    }
+    g.full = torch::empty({g.numel}, opts.requires_grad(false));
+    int64_t off = 0;
+    for (auto& p : g.params) {
+      auto view = g.full.narrow(0, off, p.numel()).view(p.sizes());
+      view.copy_(p.detach());
+      p.set_data(view);
+      off += p.numel();
+    }
+    const Shard s = shard_of(g.numel, world_size(), rank());
+    g.shard = g.full.narrow(0, s.offset, s.numel).clone();
+    g.gathered = true;
+    release(g);
+  }
+
+  void gather(Segment& g) {
+    if (g.gathered || g.params.empty()) return;
+    resize_storage(g.full, g.numel * g.full.element_size());
+    comm_->all_gather(g.shard, g.full)->wait();
+    g.gathered = true;
+  }
+  void release(Segment& g) {
+    if (!g.gathered || g.params.empty()) return;
+    resize_storage(g.full, 0);
+    g.gathered = false;
+  }
+  void gather(Unit& u) {
+    gather(u.trainable);
+    gather(u.frozen);
+  }
+  void release(Unit& u) {
+    release(u.trainable);
+    release(u.frozen);
+  }
+
   torch::Device master_device() const {
     if (o_.offload_optimizer_device == "cpu" || params_.empty()) return torch::kCPU;
     return params_.front().param.device();
@@ -217,6 +373,9 @@ class ZeroStrategy : public Strategy {
   std::unique_ptr<GradBuckets> buckets_;
   std::vector<std::vector<Piece>> pieces_;  // per bucket
   std::vector<Piece*> piece_of_;            // per parameter; null where this rank owns none of it
+  std::vector<std::unique_ptr<Unit>> units_;  // stage 3: one per decoder layer
+  std::unordered_map<const model::DecoderLayerImpl*, Unit*> unit_of_layer_;
+  std::vector<Unit*> unit_of_bucket_;  // per bucket: its layer under stage 3, else null
   bool has_data_ = true;
 };
 
