@@ -321,8 +321,8 @@ int run_preview(const std::string& cmd, std::vector<std::string> args) {
   if (accel) throw InputError("trlx preview needs a training config, not an accelerate config");
   if (!run) return rc;
   if (!run->trainer->preview)
-    throw Error(fmt::format("trlx preview {} is not built yet (the {} trainer is not built)", run->trainer->name,
-                            run->trainer->name));
+    throw Error(fmt::format("trlx preview {} is not built yet{}", run->trainer->name,
+                            run->trainer->run ? "" : fmt::format(" (the {} trainer is not built)", run->trainer->name)));
   return run->trainer->preview({run->loader.get(), run->config.get()}, num_examples, json);
 }
 
