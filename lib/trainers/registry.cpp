@@ -1,11 +1,14 @@
 #include "trainers/registry.hpp"
 
+#include "trainers/cpo.hpp"
+#include "trainers/cpo_config.hpp"
 #include "trainers/dpo.hpp"
 #include "trainers/dpo_config.hpp"
 #include "trainers/kto.hpp"
 #include "trainers/kto_config.hpp"
 #include "trainers/reward.hpp"
 #include "trainers/reward_config.hpp"
+#include "trainers/orpo_config.hpp"
 #include "trainers/rloo_config.hpp"
 #include "trainers/sft.hpp"
 #include "trainers/sft_config.hpp"
@@ -27,6 +30,8 @@ const std::vector<TrainerEntry>& trainer_table() {
       {"dpo", &dpo_schema, &make<DPOConfig>, &run_dpo, &preview_dpo},
       {"kto", &kto_schema, &make<KTOConfig>, &run_kto, &preview_kto},
       {"reward", &reward_schema, &make<RewardConfig>, &run_reward, {}},
+      {"cpo", &cpo_schema, &make<CPOConfig>, &run_cpo, {}},
+      {"orpo", &orpo_schema, &make<ORPOConfig>, &run_orpo, {}},
       {"rloo", &rloo_schema, &make<RLOOConfig>, {}, {}},
   };
   return table;

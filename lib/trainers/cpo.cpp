@@ -1,0 +1,305 @@
+#include "trainers/cpo.hpp"
+
+#include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "losses/preference.hpp"
+#include "text/data/dataset.hpp"
+#include "text/template/chat_template.hpp"
+#include "text/tokenizer/tokenizer.hpp"
+
+namespace trlx::trainers {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<int64_t> to64(const std::vector<int32_t>& v) { return {v.begin(), v.end()}; }
+
+std::string render_text(const text::Tokenizer& tok, const text::ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
+                        bool add_generation_prompt) {
+  text::ChatOptions o;
+  o.add_generation_prompt = add_generation_prompt;
+  o.bos_token = tok.bos_token();
+  o.eos_token = tok.eos_token();
+  o.pad_token = tok.pad_token();
+  o.unk_token = tok.unk_token();
+  return text::apply_chat_template(tmpl, messages, o).text;
+}
+
+// A completion after its prompt: prompt+answer tokenized whole, the answer
+// starting after the prompt's tokens, or one token earlier when the prompt's
+// last token merged with the answer.
+std::pair<std::vector<int64_t>, size_t> tokenize_answer(const text::Tokenizer& tok, const std::string& prompt,
+                                                        const std::string& answer) {
+  auto full = to64(tok.encode_ids(prompt + answer, false));
+  auto p = to64(tok.encode_ids(prompt, false));
+  size_t start = std::min(p.size(), full.size());
+  if (!std::equal(p.begin(), p.begin() + static_cast<long>(start), full.begin()) || start < p.size())
+    start = start > 0 ? start - 1 : 0;
+  return {full, start};
+}
+
+}  // namespace
+
+SidedSplit prepare_sided_preference_split(const PreferenceDataOptions& c, const text::Tokenizer& tok,
+                                          const text::ChatTemplate* tmpl, const std::string& split, bool required) {
+  data::LoadOptions lo;
+  lo.split = split;
+  lo.skip_bad_rows = c.skip_bad_rows;
+  if (!c.dataset_name) fail_input("{}: no dataset: set dataset_name (a JSONL/JSON file or a directory)", c.trainer);
+  data::Shaped shaped;
+  try {
+    shaped = data::load_for(data::Task::preference, *c.dataset_name, lo);
+  } catch (const InputError& e) {
+    if (!required && std::string(e.what()).find("split") != std::string::npos) return {};
+    throw;
+  }
+  if (shaped.skipped) log::warn("{} split: skipped {} bad row(s) (skip_bad_rows)", split, shaped.skipped);
+  const bool conversational = shaped.form == data::Form::conversational;
+  if (conversational && !tmpl) fail_input("{}: the dataset is conversational but the tokenizer has no chat template", c.trainer);
+  const auto eos = tok.eos_token_id();
+  if (!eos) fail_input("{}: the tokenizer has no eos_token to end completions with", c.trainer);
+  const auto bos = tok.bos_token() ? tok.token_to_id(*tok.bos_token()) : std::nullopt;
+  SidedSplit out;
+  out.files = shaped.files;
+  size_t cut = 0, skipped_empty = 0;
+  for (size_t i = 0; i < shaped.rows.size(); ++i) {
+    const auto& row = shaped.rows[i].value;
+    const std::string where = shaped.rows[i].where();
+    auto is_empty = [](const data::Value& v) { return v.is_string() ? v.get<std::string>().empty() : v.empty(); };
+    if (is_empty(row["chosen"]) || is_empty(row["rejected"])) {
+      if (c.skip_bad_rows) {
+        ++skipped_empty;
+        continue;
+      }
+      fail_input("{}: the {} completion is empty; every pair needs a non-empty chosen and rejected answer "
+                 "(or set skip_bad_rows: true to drop such rows)",
+                 where, is_empty(row["chosen"]) ? "chosen" : "rejected");
+    }
+    std::string prompt, chosen, rejected;
+    if (conversational) {
+      // Rendered to text first; the prompt is the shared start of the
+      // rendered prompt and prompt+chosen.
+      nlohmann::ordered_json pc = row["prompt"], pr = row["prompt"];
+      for (const auto& m : row["chosen"]) pc.push_back(m);
+      for (const auto& m : row["rejected"]) pr.push_back(m);
+      prompt = render_text(tok, *tmpl, row["prompt"], true);
+      const std::string full_c = render_text(tok, *tmpl, pc, false), full_r = render_text(tok, *tmpl, pr, false);
+      size_t n = 0;
+      while (n < prompt.size() && n < full_c.size() && prompt[n] == full_c[n]) ++n;
+      prompt.resize(n);
+      chosen = full_c.substr(n);
+      rejected = full_r.size() >= n ? full_r.substr(n) : "";
+    } else {
+      prompt = row["prompt"].get<std::string>();
+      chosen = row["chosen"].get<std::string>();
+      rejected = row["rejected"].get<std::string>();
+    }
+    auto [cids, cstart] = tokenize_answer(tok, prompt, chosen);
+    auto [rids, rstart] = tokenize_answer(tok, prompt, rejected);
+    SidedPair p;
+    p.source_row = i;
+    p.where = where;
+    for (int side = 0; side < 2; ++side) {
+      auto& ids = side == 0 ? cids : rids;
+      size_t start = side == 0 ? cstart : rstart;
+      std::vector<int64_t> seq(ids.begin(), ids.begin() + static_cast<long>(start));
+      if (bos && (seq.empty() || seq.front() != *bos)) seq.insert(seq.begin(), *bos);
+      const size_t plen = seq.size();
+      std::vector<int64_t> answer(ids.begin() + static_cast<long>(start), ids.end());
+      if (answer.empty() || answer.back() != *eos) answer.push_back(*eos);
+      if (c.max_length && static_cast<int64_t>(plen + answer.size()) > *c.max_length) {
+        answer.resize(static_cast<size_t>(std::max<int64_t>(0, *c.max_length - static_cast<int64_t>(plen))));
+        ++cut;
+      }
+      seq.insert(seq.end(), answer.begin(), answer.end());
+      (side == 0 ? p.chosen : p.rejected) = std::move(seq);
+      (side == 0 ? p.chosen_prompt_len : p.rejected_prompt_len) = plen;
+    }
+    out.pairs.push_back(std::move(p));
+  }
+  if (skipped_empty) log::warn("{} split: skipped {} row(s) with an empty completion (skip_bad_rows)", split, skipped_empty);
+  if (cut) log::info("{} split: {} completion(s) cut to fit max_length {} (prompts are kept whole)", split, cut, *c.max_length);
+  return out;
+}
+
+engine::TensorMap collate_sided_pairs(const std::vector<SidedPair>& pairs, const std::vector<size_t>& indices,
+                                      int64_t pad_id) {
+  const size_t b = indices.size();
+  size_t width = 1;
+  for (size_t i : indices) width = std::max({width, pairs[i].chosen.size(), pairs[i].rejected.size()});
+  const int64_t rows = static_cast<int64_t>(2 * b), t = static_cast<int64_t>(width);
+  auto ids = torch::full({rows, t}, pad_id, torch::kInt64);
+  auto attn = torch::zeros({rows, t}, torch::kInt64);
+  auto comp = torch::zeros({rows, t}, torch::kInt64);
+  auto* pi = ids.data_ptr<int64_t>();
+  auto* pa = attn.data_ptr<int64_t>();
+  auto* pc = comp.data_ptr<int64_t>();
+  for (size_t r = 0; r < 2 * b; ++r) {
+    const auto& p = pairs[indices[r % b]];
+    const auto& s = r < b ? p.chosen : p.rejected;
+    const size_t plen = r < b ? p.chosen_prompt_len : p.rejected_prompt_len;
+    for (size_t j = 0; j < s.size(); ++j) {
+      const auto at = static_cast<int64_t>(r) * t + static_cast<int64_t>(j);
+      pi[at] = s[j];
+      pa[at] = 1;
+      pc[at] = j >= plen ? 1 : 0;
+    }
+  }
+  return {{"input_ids", ids}, {"attention_mask", attn}, {"completion_mask", comp}};
+}
+
+ReferenceFreeTrainer::ReferenceFreeTrainer(Kind kind, const CPOConfig* cpo, const ORPOConfig* orpo,
+                                           std::map<std::string, std::vector<SidedPair>> splits, int64_t pad_id)
+    : kind_(kind), splits_(std::move(splits)), pad_id_(pad_id) {
+  if (cpo) cpo_ = *cpo;
+  if (orpo) orpo_ = *orpo;
+}
+
+size_t ReferenceFreeTrainer::num_examples(const std::string& split) const {
+  auto it = splits_.find(split);
+  return it == splits_.end() ? 0 : it->second.size();
+}
+
+engine::TensorMap ReferenceFreeTrainer::collate(const std::string& split, const std::vector<size_t>& indices) const {
+  return collate_sided_pairs(splits_.at(split), indices, pad_id_);
+}
+
+double ReferenceFreeTrainer::num_items(const engine::TensorMap& batch) const {
+  return static_cast<double>(batch.at("input_ids").size(0) / 2);
+}
+
+engine::LossOutput ReferenceFreeTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
+  const auto& ids = batch.at("input_ids");
+  const auto& attn = batch.at("attention_mask");
+  const int64_t t = ids.size(1), b = ids.size(0) / 2;
+  auto targets = ids.slice(1, 1);
+  auto comp = batch.at("completion_mask").slice(1, 1).to(torch::kFloat32);
+  // ORPO's NLL covers every attended token of the chosen rows, so its
+  // log-probs are needed there too; CPO needs completion tokens only.
+  auto lp_mask = kind_ == Kind::ORPO ? attn.slice(1, 1) : batch.at("completion_mask").slice(1, 1);
+  // Right padding: real tokens sit at positions 0..n-1 either way; explicit
+  // positions also give the padding its index (as transformers does without
+  // position_ids), which TRL's logits metrics average over.
+  auto positions = torch::arange(t, ids.options()).unsqueeze(0).expand({ids.size(0), t});
+  auto hidden = engine.forward(engine::Role::Policy, {ids, attn, positions, torch::Tensor()});
+  auto lp = engine.logprobs(engine::Role::Policy, hidden.slice(1, 0, t - 1), targets, lp_mask);
+  auto per_token = lp.logps * comp;
+  auto sums = per_token.sum(1);
+  auto counts = comp.sum(1);
+  auto halves_c = comp.chunk(2, 0);
+
+  engine::LossOutput result;
+  auto& m = result.metrics;
+  torch::Tensor chosen_logps, rejected_logps, chosen_rewards, rejected_rewards;
+  if (kind_ == Kind::CPO) {
+    losses::CpoLossOptions o;
+    o.beta = cpo_.beta;
+    o.loss_type = cpo_.loss_type;
+    o.label_smoothing = cpo_.label_smoothing;
+    o.cpo_alpha = cpo_.cpo_alpha;
+    o.simpo_gamma = cpo_.simpo_gamma;
+    o.alpha = cpo_.alpha;
+    auto logps = losses::cpo_uses_average_logps(o) ? sums / counts : sums;
+    auto h = logps.chunk(2, 0);
+    losses::CpoInputs in;
+    in.chosen_logps = h[0];
+    in.rejected_logps = h[1];
+    if (losses::cpo_effective_alpha(o) != 0) in.nll_loss = -(per_token.chunk(2, 0)[0].sum() / halves_c[0].sum());
+    auto out = losses::cpo_loss(in, o);
+    result.loss_sum = out.loss * static_cast<double>(b);
+    chosen_logps = h[0].detach();
+    rejected_logps = h[1].detach();
+    chosen_rewards = out.chosen_rewards;
+    rejected_rewards = out.rejected_rewards;
+    m.add("nll_loss", out.nll_loss.defined() ? out.nll_loss.item<double>() : 0.0, 1);
+  } else {
+    auto h = (sums / counts).chunk(2, 0);
+    auto attn_t = attn.slice(1, 1).to(torch::kFloat32).chunk(2, 0)[0];
+    losses::OrpoInputs in;
+    in.chosen_logps = h[0];
+    in.rejected_logps = h[1];
+    in.nll_loss = -(lp.logps.chunk(2, 0)[0] * attn_t).sum() / attn_t.sum();
+    auto out = losses::orpo_loss(in, {.beta = orpo_.beta});
+    result.loss_sum = out.loss * static_cast<double>(b);
+    chosen_logps = h[0].detach();
+    rejected_logps = h[1].detach();
+    chosen_rewards = out.chosen_rewards;
+    rejected_rewards = out.rejected_rewards;
+    m.add("nll_loss", out.nll_loss.item<double>(), 1);
+    m.add("log_odds_ratio", out.log_odds_ratio.item<double>(), 1);
+    m.add("log_odds_chosen", out.log_odds_chosen.item<double>(), 1);
+  }
+  torch::NoGradGuard ng;
+  auto pm = losses::preference_metric_sums(chosen_rewards, rejected_rewards, chosen_logps, rejected_logps)
+                .to(torch::kCPU, torch::kFloat64)
+                .contiguous();
+  const auto* pv = pm.data_ptr<double>();
+  const char* names[] = {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
+                         "logps/rejected"};
+  for (int i = 0; i < 6; ++i) m.add(names[i], pv[i], pv[6]);
+  // TRL logs the mean logit over every position of the padded rows (and the
+  // whole vocabulary): the hidden states times the head's mean row.
+  auto w = engine.policy().head_weight().detach().to(torch::kFloat32).mean(0);
+  auto mean_logits = torch::matmul(hidden.detach().to(torch::kFloat32), w).chunk(2, 0);
+  m.add("logits/chosen", mean_logits[0].sum().item<double>(), static_cast<double>(mean_logits[0].numel()));
+  m.add("logits/rejected", mean_logits[1].sum().item<double>(), static_cast<double>(mean_logits[1].numel()));
+  last_metrics_ = m;
+  return result;
+}
+
+namespace {
+
+template <class C>
+int run_reference_free(const RunRequest& request, ReferenceFreeTrainer::Kind kind, const std::string& name) {
+  const auto& c = *static_cast<const C*>(request.config);
+  if (!c.model_name_or_path) fail_input("{}: set model_name_or_path (a Hugging Face model directory)", name);
+  auto loaded = engine::load_policy(c, model::HeadKind::CausalLM);
+  auto tok = text::Tokenizer::from_dir(loaded.tokenizer_dir);
+  std::optional<text::ChatTemplate> tmpl;
+  if (!tok.chat_template().empty())
+    tmpl.emplace(tok.chat_template(), (loaded.tokenizer_dir / "tokenizer_config.json").string() + ": chat_template");
+  PreferenceDataOptions o;
+  o.trainer = name;
+  o.dataset_name = c.dataset_name;
+  o.skip_bad_rows = c.skip_bad_rows;
+  o.max_length = c.max_length;
+  std::map<std::string, std::vector<SidedPair>> splits;
+  splits["train"] = prepare_sided_preference_split(o, tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true).pairs;
+  if (c.eval_strategy != "no")
+    splits["test"] = prepare_sided_preference_split(o, tok, tmpl ? &*tmpl : nullptr, c.dataset_test_split, true).pairs;
+  std::optional<int64_t> pad;
+  if constexpr (std::is_same_v<C, ORPOConfig>) pad = c.padding_value;
+  if (!pad && tok.pad_token_id()) pad = *tok.pad_token_id();
+  if (!pad && tok.eos_token_id()) pad = *tok.eos_token_id();
+  if (!pad) fail_input("{}: the tokenizer has neither a pad nor an eos token", name);
+  engine::Engine engine(c, std::move(loaded), name);
+  const CPOConfig* cpo = nullptr;
+  const ORPOConfig* orpo = nullptr;
+  if constexpr (std::is_same_v<C, CPOConfig>) cpo = &c;
+  else orpo = &c;
+  ReferenceFreeTrainer trainer(kind, cpo, orpo, std::move(splits), *pad);
+  auto summary = engine.train(trainer);
+  if (summary.interrupted) {
+    log::error("training stopped at step {} on request; resume with resume_from_checkpoint: latest", summary.steps);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_cpo(const RunRequest& request) {
+  return run_reference_free<CPOConfig>(request, ReferenceFreeTrainer::Kind::CPO, "cpo");
+}
+
+int run_orpo(const RunRequest& request) {
+  return run_reference_free<ORPOConfig>(request, ReferenceFreeTrainer::Kind::ORPO, "orpo");
+}
+
+}  // namespace trlx::trainers
