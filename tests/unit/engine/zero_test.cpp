@@ -358,14 +358,34 @@ TEST_CASE("a ZeRO run resumes exactly with the same world size and says so when 
       resume_flags.emplace_back("resume_from_checkpoint", ckpt.string());
       auto resumed = make(sft_config(resume_flags), comm);
       CHECK(resumed.engine->train(*resumed.trainer).steps == 5);
-      auto a = trained(*full.engine), b = trained(*resumed.engine);
-      size_t differ = 0;
-      for (const auto& [k, v] : a) differ += torch::equal(v, b.at(k)) ? 0 : 1;
-      CHECK(differ == 0);
-      // The final model rank 0 saved is what trained.
       comm->barrier();
       auto saved = model::load_language_model(root / "full", model::HeadKind::CausalLM);
-      for (const auto& p : saved->named_parameters(true)) CHECK(torch::equal(p.value(), a.at(p.key())));
+      {
+        auto a = trained(*full.engine), b = trained(*resumed.engine);
+        size_t differ = 0;
+        for (const auto& [k, v] : a) differ += torch::equal(v, b.at(k)) ? 0 : 1;
+        CHECK(differ == 0);
+        // The final model rank 0 saved is what trained.
+        for (const auto& p : saved->named_parameters(true)) CHECK(torch::equal(p.value(), a.at(p.key())));
+      }
+      // The resumed run saved the same model as the uninterrupted one, and
+      // both equal one process's run of the same steps.
+      auto saved_resumed = model::load_language_model(root / "part", model::HeadKind::CausalLM);
+      auto one_flags = flags("single-rank" + std::to_string(comm->rank()));
+      one_flags.emplace_back("per_device_train_batch_size", std::to_string(2 * comm->world_size()));
+      auto one = make(sft_config(one_flags), dist::make_single_communicator());
+      one.engine->train(*one.trainer);
+      auto single = model::load_language_model(root / ("single-rank" + std::to_string(comm->rank())),
+                                               model::HeadKind::CausalLM);
+      auto resumed_params = saved_resumed->named_parameters(true);
+      auto single_params = single->named_parameters(true);
+      double worst = 0;
+      for (const auto& p : saved->named_parameters(true)) {
+        CHECK(torch::equal(p.value(), resumed_params[p.key()]));
+        worst = std::max(worst, (p.value() - single_params[p.key()]).abs().max().item<double>());
+      }
+      INFO("largest difference from one process: " << worst);
+      CHECK(worst < 1e-5);
 
       // The same checkpoint as if written by one process more: the error
       // says the optimizer state is per rank and names the world size.
