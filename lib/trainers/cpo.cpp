@@ -245,8 +245,7 @@ engine::LossOutput ReferenceFreeTrainer::loss(engine::Engine& engine, const engi
   for (int i = 0; i < 6; ++i) m.add(names[i], pv[i], pv[6]);
   // TRL logs the mean logit over every position of the padded rows (and the
   // whole vocabulary): the hidden states times the head's mean row.
-  auto w = engine.policy().head_weight().detach().to(torch::kFloat32).mean(0);
-  auto mean_logits = torch::matmul(hidden.detach().to(torch::kFloat32), w).chunk(2, 0);
+  auto mean_logits = engine.mean_logits(engine::Role::Policy, hidden).chunk(2, 0);
   m.add("logits/chosen", mean_logits[0].sum().item<double>(), static_cast<double>(mean_logits[0].numel()));
   m.add("logits/rejected", mean_logits[1].sum().item<double>(), static_cast<double>(mean_logits[1].numel()));
   last_metrics_ = m;

@@ -314,23 +314,16 @@ void DPOTrainer::maybe_sync_reference(engine::Engine& engine) {
   // TR-DPO: after every ref_model_sync_steps-th optimizer step the reference
   // moves towards the policy: ref = alpha * policy + (1 - alpha) * ref. Done
   // before the next step's first forward, which is the first time it matters.
-  if (!config_.sync_ref_model || !sync_ref_) return;
+  if (!config_.sync_ref_model) return;
   const int64_t step = engine.global_step();
   if (step == 0 || step == last_synced_step_ || step % config_.ref_model_sync_steps != 0) return;
   last_synced_step_ = step;
-  torch::NoGradGuard ng;
-  auto policy = engine.policy().named_parameters(true);
-  const double a = config_.ref_model_mixup_alpha;
-  for (auto& p : sync_ref_->named_parameters(true)) {
-    const auto* src = policy.find(p.key());
-    if (!src) continue;
-    p.value().mul_(1.0 - a).add_(src->to(p.value().device(), p.value().scalar_type()), a);
-  }
-  log::info("step {}: reference model synced with the policy (ref_model_mixup_alpha {})", step, a);
+  engine.sync_reference(config_.ref_model_mixup_alpha);
+  log::info("step {}: reference model synced with the policy (ref_model_mixup_alpha {})", step, config_.ref_model_mixup_alpha);
 }
 
 engine::LossOutput DPOTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
-  if (engine.policy().is_training()) maybe_sync_reference(engine);
+  if (engine.training()) maybe_sync_reference(engine);
   const auto& ids = batch.at("input_ids");
   const auto& attn = batch.at("attention_mask");
   const int64_t t = ids.size(1);
@@ -378,9 +371,8 @@ engine::LossOutput DPOTrainer::loss(engine::Engine& engine, const engine::Tensor
   auto counts = mask.sum(1).to(torch::kFloat32).chunk(2, 0);
   in.chosen_tokens = counts[0];
   in.rejected_tokens = counts[1];
-  const auto weight = engine.policy().head_weight();
   if (config_.use_weighting) {
-    auto lss = log_sum_sq_probs(h.detach(), weight.detach(), mask);
+    auto lss = log_sum_sq_probs(h.detach(), engine.policy().head_weight().detach(), mask);
     auto aligned = ((lp.logps.detach() - lss) * mask).sum(1).chunk(2, 0);
     in.chosen_wpo_logps = aligned[0];
     in.rejected_wpo_logps = aligned[1];
@@ -421,8 +413,7 @@ engine::LossOutput DPOTrainer::loss(engine::Engine& engine, const engine::Tensor
   m.add("mean_token_accuracy", (correct * mhalves[0]).sum().item<double>(), chosen_tokens);
   // The mean over the vocabulary of a token's logits is the hidden state
   // times the mean row of the head: no [tokens x vocab] tensor needed.
-  auto mean_logits = torch::matmul(h.detach().to(torch::kFloat32), weight.detach().to(torch::kFloat32).mean(0));
-  auto ml = (mean_logits * fmask).chunk(2, 0);
+  auto ml = (engine.mean_logits(engine::Role::Policy, h) * fmask).chunk(2, 0);
   m.add("logits/chosen", ml[0].sum().item<double>(), chosen_tokens);
   m.add("logits/rejected", ml[1].sum().item<double>(), rejected_tokens);
   last_metrics_ = m;
@@ -694,11 +685,8 @@ int run_dpo(const RunRequest& request) {
   engine::Engine engine(c, std::move(loaded), "dpo");
   if (reference) engine.set_reference(reference);
   DPOTrainer trainer(c, std::move(splits), pad);
-  if (c.sync_ref_model) {
-    if (!reference)
-      fail_input("sync_ref_model needs a separate reference model to update; with use_peft set ref_model");
-    trainer.set_sync_reference(reference);
-  }
+  if (c.sync_ref_model && !reference)
+    fail_input("sync_ref_model needs a separate reference model to update; with use_peft set ref_model");
   if (c.precompute_ref_log_probs) {
     const std::string key = hash_files(ref_files);
     // With no separate reference, the policy before its first step is the

@@ -81,10 +81,6 @@ class DPOTrainer : public engine::Trainer {
   bool has_precomputed(const std::string& split) const { return ref_.count(split) != 0; }
   const RefLogps& precomputed(const std::string& split) const { return ref_.at(split); }
 
-  // TR-DPO: the separate reference model that is mixed with the policy every
-  // ref_model_sync_steps.
-  void set_sync_reference(model::LanguageModel reference) { sync_ref_ = std::move(reference); }
-
   // The metrics of the last loss() call (for tests comparing step by step).
   const engine::MetricSums& last_metrics() const { return last_metrics_; }
 
@@ -96,7 +92,6 @@ class DPOTrainer : public engine::Trainer {
   std::map<std::string, std::vector<PreferenceExample>> splits_;
   std::map<std::string, RefLogps> ref_;
   int64_t pad_id_;
-  model::LanguageModel sync_ref_{nullptr};
   int64_t last_synced_step_ = 0;
   engine::MetricSums last_metrics_;
 };
