@@ -130,7 +130,7 @@ has "optimizer offload cpu"
 has "4 warnings"
 
 # Trainers not built yet say so and fail; they never pretend to train.
-run 1 dpo --config configs/dpo.yaml
+run 1 rloo --config configs/rloo.yaml
 has "not built yet"
 
 # A broken launcher environment is reported, not guessed around.

@@ -79,7 +79,7 @@ check "grep -q '2 of 2000 training examples shown' '$TMP/pv.txt'"
 check "[ \$(wc -l <'$TMP/pv.jsonl') = 3 ]"
 check "grep -q '\"truncated\":true' '$TMP/pv.jsonl' && grep -q 'truncated to max_length 12' '$TMP/pv.jsonl'"
 check "grep -q '\"loss\":true' '$TMP/pv.jsonl' && grep -q '\"loss\":false' '$TMP/pv.jsonl'"
-"$TRLX" preview dpo --config configs/dpo.yaml >"$TMP/pv2.txt" 2>&1
+"$TRLX" preview rloo --config configs/rloo.yaml >"$TMP/pv2.txt" 2>&1
 check "[ $? = 1 ] && grep -q 'not built yet' '$TMP/pv2.txt'"
 
 echo "$pass passed, $failures failed"
