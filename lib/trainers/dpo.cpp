@@ -372,7 +372,7 @@ engine::LossOutput DPOTrainer::loss(engine::Engine& engine, const engine::Tensor
   in.chosen_tokens = counts[0];
   in.rejected_tokens = counts[1];
   if (config_.use_weighting) {
-    auto lss = log_sum_sq_probs(h.detach(), engine.policy().head_weight().detach(), mask);
+    auto lss = log_sum_sq_probs(h.detach(), engine.head_weight(engine::Role::Policy), mask);
     auto aligned = ((lp.logps.detach() - lss) * mask).sum(1).chunk(2, 0);
     in.chosen_wpo_logps = aligned[0];
     in.rejected_wpo_logps = aligned[1];
@@ -693,9 +693,9 @@ int run_dpo(const RunRequest& request) {
     // reference: its forward (no graph, eval mode) gives the same numbers
     // without a second copy in memory.
     const auto role = reference_is_start_policy ? engine::Role::Policy : engine::Role::Reference;
-    engine.policy().eval();
+    engine.set_training(false);
     for (const auto& [split, f] : files) trainer.precompute_reference(engine, split, f, key, role);
-    engine.policy().train();
+    engine.set_training(true);
   }
   auto summary = engine.train(trainer);
   if (summary.interrupted) {
