@@ -183,7 +183,8 @@ std::unique_ptr<dist::Strategy> Engine::make_strategy() {
     return dist::make_zero_strategy(comm_, z);
   }
   if (dist_.strategy == config::Strategy::Zero || dist_.strategy == config::Strategy::FSDP)
-    fail_input("{} is not built yet in this version of trlx; use --accelerate_config multi_gpu (DDP)", dist_.describe());
+    fail_input("{} is not built yet in this version of trlx; use --accelerate_config zero2, zero1 or multi_gpu (DDP)",
+               dist_.describe());
   dist::DDPOptions o;
   o.bucket_cap_mb = config_.ddp_bucket_cap_mb.value_or(25.0);
   o.find_unused_parameters = config_.ddp_find_unused_parameters.value_or(false);
