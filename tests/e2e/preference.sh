@@ -47,5 +47,11 @@ after=$(lacc "$TMP/kto")
 echo "kto: held-out preference accuracy $before -> $after"
 check "awk 'BEGIN{exit !($after > $before + 0.1)}'"
 
+# Preview shows each example's label and the completion tokens that carry loss.
+"$TRLX" preview kto --config configs/kto.yaml --num_examples 2 >"$TMP/pv.txt" 2>&1
+check "[ $? = 0 ] && grep -q 'label true (desirable)' '$TMP/pv.txt' && grep -q 'label false (undesirable)' '$TMP/pv.txt'"
+"$TRLX" preview kto --config configs/kto.yaml --num_examples 2 --json >"$TMP/pv.jsonl" 2>/dev/null
+check "[ \$(wc -l <'$TMP/pv.jsonl') = 2 ] && grep -q '\"label\":true' '$TMP/pv.jsonl'"
+
 echo "$pass passed, $failures failed"
 [ "$failures" = 0 ]
