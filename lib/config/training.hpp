@@ -124,7 +124,7 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::lora_alpha, "lora_alpha", 32, "LoRA scaling numerator (scale = alpha / r).").min(1);
   b.field(&T::lora_dropout, "lora_dropout", 0.05, "Dropout on the LoRA input.").min(0).max(1, true);
   b.field(&T::lora_target_modules, "lora_target_modules", std::nullopt,
-          "Modules that get adapters (names or \"all-linear\"); null picks the attention and MLP projections.");
+          "Modules that get adapters (names or \"all-linear\"); null: q_proj and v_proj.");
   b.field(&T::lora_modules_to_save, "lora_modules_to_save", std::nullopt,
           "Modules trained in full and saved with the adapter (e.g. lm_head).");
   b.field(&T::use_rslora, "use_rslora", false, "Rank-stabilised LoRA: scale = alpha / sqrt(r).");
