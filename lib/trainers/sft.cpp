@@ -1,5 +1,7 @@
 #include "trainers/sft.hpp"
 
+#include "trainers/reward.hpp"
+
 #include <unistd.h>
 
 #include <fstream>
@@ -280,26 +282,7 @@ namespace {
 // tokenizer's own. Shared by training, preview and score.
 std::pair<text::Tokenizer, std::optional<text::ChatTemplate>> load_text_inputs(const SFTConfig& c) {
   if (!c.model_name_or_path) fail_input("sft: set model_name_or_path (a Hugging Face model directory)");
-  const std::filesystem::path model_dir = *c.model_name_or_path;
-  auto tok = text::Tokenizer::from_dir(model_dir);
-  std::optional<text::ChatTemplate> tmpl;
-  if (c.chat_template_path) {
-    std::filesystem::path p = *c.chat_template_path;
-    if (std::filesystem::is_directory(p)) {
-      auto t2 = text::Tokenizer::from_dir(p);
-      if (t2.chat_template().empty()) fail_input("chat_template_path {} has no chat_template", p.string());
-      tmpl.emplace(t2.chat_template(), (p / "tokenizer_config.json").string() + ": chat_template");
-    } else {
-      std::ifstream in(p);
-      if (!in) fail_input("chat_template_path {} cannot be read", p.string());
-      std::stringstream ss;
-      ss << in.rdbuf();
-      tmpl.emplace(ss.str(), p.string());
-    }
-  } else if (!tok.chat_template().empty()) {
-    tmpl.emplace(tok.chat_template(), (model_dir / "tokenizer_config.json").string() + ": chat_template");
-  }
-  return {std::move(tok), std::move(tmpl)};
+  return load_tokenizer_and_template(*c.model_name_or_path, c.chat_template_path);
 }
 
 }  // namespace
