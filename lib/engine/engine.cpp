@@ -182,9 +182,22 @@ std::unique_ptr<dist::Strategy> Engine::make_strategy() {
     z.offload_optimizer_device = dist_.offload_optimizer_device;
     return dist::make_zero_strategy(comm_, z);
   }
-  if (dist_.strategy == config::Strategy::Zero || dist_.strategy == config::Strategy::FSDP)
-    fail_input("{} is not built yet in this version of trlx; use --accelerate_config zero2, zero1 or multi_gpu (DDP)",
-               dist_.describe());
+  if (dist_.shards_parameters()) {
+    // ZeRO-3 and FSDP: the same layout (lib/dist/strategy/zero.cpp): every
+    // decoder layer's parameters split over the ranks and gathered around
+    // its forward and backward; gradients reduce-scattered; optimizer
+    // state per shard. FSDP's reshard_after_forward: false (SHARD_GRAD_OP)
+    // keeps a layer gathered from its forward until its backward.
+    dist::ZeroOptions z;
+    z.stage = 3;
+    z.label = dist_.strategy == config::Strategy::FSDP ? "fsdp" : "zero3";
+    z.reshard_after_forward = dist_.strategy == config::Strategy::FSDP ? dist_.reshard_after_forward : true;
+    z.bucket_cap_mb = config_.ddp_bucket_cap_mb.value_or(25.0);
+    z.find_unused_parameters = config_.ddp_find_unused_parameters.value_or(false);
+    z.sum_gradients = config_.average_tokens_across_devices;
+    z.offload_optimizer_device = dist_.offload_optimizer_device;
+    return dist::make_zero_strategy(comm_, z);
+  }
   dist::DDPOptions o;
   o.bucket_cap_mb = config_.ddp_bucket_cap_mb.value_or(25.0);
   o.find_unused_parameters = config_.ddp_find_unused_parameters.value_or(false);
@@ -243,13 +256,7 @@ torch::Tensor Engine::mean_logits(Role role, const torch::Tensor& hidden) {
 void Engine::sync_reference(double alpha) {
   if (!reference_)
     fail_input("sync_ref_model needs a separate reference model (ref_model, or training without use_peft)");
-  torch::NoGradGuard no_grad;
-  auto policy = policy_->named_parameters(true);
-  for (auto& p : reference_->named_parameters(true)) {
-    const auto* src = policy.find(p.key());
-    if (!src) continue;
-    p.value().mul_(1.0 - alpha).add_(src->to(p.value().device(), p.value().scalar_type()), alpha);
-  }
+  strategy_->lerp_parameters(*reference_, *policy_, alpha);
 }
 
 model::Batch Engine::to_device(const model::Batch& b) const {
@@ -262,6 +269,8 @@ void Engine::set_reference(model::LanguageModel reference) {
   for (auto& p : reference_->parameters()) p.requires_grad_(false);
   reference_->to(device_);
   reference_->eval();
+  // Sharded like the policy under ZeRO-3/FSDP, whole on every rank otherwise.
+  strategy_->wrap_frozen_model(*reference_);
 }
 
 std::vector<std::vector<size_t>> Engine::epoch_batches(size_t n, int64_t epoch) const {
@@ -308,14 +317,16 @@ void Engine::setup(Trainer& trainer) {
     schedule_.min_lr_rate = config_.learning_rate > 0 ? *config_.lr_scheduler_min_lr / config_.learning_rate : 0;
 }
 
-TensorMap Engine::collate_local(Trainer& trainer, const std::string& split,
-                                const std::vector<size_t>& global_batch) const {
+TensorMap Engine::collate_local(Trainer& trainer, const std::string& split, const std::vector<size_t>& global_batch,
+                                bool* stand_in) const {
   // This rank's consecutive share of a global batch; an uneven last batch
-  // leaves later ranks fewer examples, possibly none.
+  // leaves later ranks fewer examples, possibly none: those compute on the
+  // batch's first example, whose loss the caller discards.
   const size_t w = static_cast<size_t>(world_size()), r = static_cast<size_t>(rank());
   const size_t per = (global_batch.size() + w - 1) / w;
-  const size_t lo = std::min(global_batch.size(), r * per), hi = std::min(global_batch.size(), lo + per);
-  if (lo == hi) return {};
+  size_t lo = std::min(global_batch.size(), r * per), hi = std::min(global_batch.size(), lo + per);
+  *stand_in = lo == hi;
+  if (*stand_in) lo = 0, hi = 1;
   TensorMap b = trainer.collate(split, std::vector<size_t>(global_batch.begin() + static_cast<std::ptrdiff_t>(lo),
                                                            global_batch.begin() + static_cast<std::ptrdiff_t>(hi)));
   for (auto& [k, v] : b)
@@ -330,10 +341,13 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::ve
   // accumulated step on all ranks, so 1 x 8 and 8 x 1 and 2 ranks x 4 give
   // the same gradients; the strategy then sums the ranks' gradients.
   std::vector<TensorMap> batches;
+  std::vector<char> stand_ins;
   double local_items = 0;
   for (const auto& idx : micro) {
-    batches.push_back(collate_local(trainer, "train", idx));
-    if (!batches.back().empty()) local_items += trainer.num_items(batches.back());
+    bool stand_in = false;
+    batches.push_back(collate_local(trainer, "train", idx, &stand_in));
+    stand_ins.push_back(stand_in);
+    if (!stand_in) local_items += trainer.num_items(batches.back());
   }
   std::vector<double> counts = {local_items};
   strategy_->sum_across_ranks(counts);
@@ -344,16 +358,20 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::ve
   double loss_total = 0, tokens = 0;
   for (size_t i = 0; i < batches.size(); ++i) {
     auto& b = batches[i];
-    strategy_->begin_backward(/*sync=*/i + 1 == batches.size(), /*has_data=*/!b.empty());
-    if (b.empty()) trainer.no_data(*this);
-    if (!b.empty()) {
-      LossOutput out = trainer.loss(*this, b);
-      auto loss = out.loss_sum / denom;
-      loss.backward();
+    strategy_->begin_backward(/*sync=*/i + 1 == batches.size(), /*has_data=*/true);
+    standing_in_ = stand_ins[i];
+    LossOutput out = trainer.loss(*this, b);
+    auto loss = out.loss_sum / denom;
+    // A stand-in's backward runs (so every rank joins the same gathers and
+    // reductions) with zero gradients.
+    if (standing_in_) loss = loss * 0.0;
+    loss.backward();
+    if (!standing_in_) {
       loss_total += loss.item<double>();
       metrics.merge(out.metrics);
       if (b.count("attention_mask")) tokens += b.at("attention_mask").sum().item<double>();
     }
+    standing_in_ = false;
     strategy_->end_backward();
   }
   if (config_.debug_check_grad_sync_steps > 0 && (step_ + 1) % config_.debug_check_grad_sync_steps == 0)
@@ -390,12 +408,12 @@ MetricSums Engine::evaluate(Trainer& trainer) {
   for (size_t i = 0; i < n; i += bs) {
     std::vector<size_t> idx;
     for (size_t j = i; j < std::min(n, i + bs); ++j) idx.push_back(j);
-    auto b = collate_local(trainer, "test", idx);
-    if (b.empty()) {
-      trainer.no_data(*this);
-      continue;
-    }
+    bool stand_in = false;
+    auto b = collate_local(trainer, "test", idx, &stand_in);
+    standing_in_ = stand_in;
     auto out = trainer.loss(*this, b);
+    standing_in_ = false;
+    if (stand_in) continue;
     loss_sum += out.loss_sum.item<double>();
     items += trainer.num_items(b);
     m.merge(out.metrics);
@@ -460,18 +478,46 @@ void Engine::log_metrics(const std::map<std::string, double>& m) {
   out << j.dump() << "\n";
 }
 
+std::map<std::string, torch::Tensor> Engine::parameter_values(bool trainable_only) {
+  // Every rank makes the same reads, so each joins the same gathers.
+  struct EndReads {
+    dist::Strategy& s;
+    ~EndReads() { s.end_parameter_reads(); }
+  } end_reads{*strategy_};
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : policy_->named_parameters(true)) {
+    if (trainable_only && !p.value().requires_grad()) continue;
+    strategy_->read_parameter(p.value());
+    out[p.key()] = p.value().detach().clone();
+  }
+  return out;
+}
+
 void Engine::save_model(const fs::path& dir, bool into_existing_dir) {
+  // Rank 0 writes; under parameter sharding it gathers one unit at a time
+  // as the writer reaches it, and the other ranks join those gathers.
+  if (rank() != 0) {
+    strategy_->serve_parameter_reads();
+    return;
+  }
+  struct EndReads {
+    dist::Strategy& s;
+    ~EndReads() { s.end_parameter_reads(); }
+  } end_reads{*strategy_};
+  auto before_write = [this](const torch::Tensor& t) { strategy_->read_parameter(t); };
   if (lora_) {
     model::AdapterSaveOptions ao;
     ao.base_model_name_or_path = base_dir_ ? base_dir_->string() : config_.model_name_or_path.value_or("");
     ao.tokenizer_dir = tokenizer_dir_;
     ao.into_existing_dir = into_existing_dir;
+    ao.before_write = before_write;
     model::save_adapter(dir, *policy_, *lora_, ao);
     return;
   }
   model::SaveModelOptions so;
   so.tokenizer_dir = tokenizer_dir_;
   so.into_existing_dir = into_existing_dir;
+  so.before_write = before_write;
   model::save_language_model(dir, *policy_, so);
 }
 
@@ -499,7 +545,10 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     torch::save(*optimizer_, (tmp / optimizer_file()).string());
     comm_->barrier();
   }
-  if (rank() != 0) return;
+  if (rank() != 0) {
+    save_model(tmp, true);  // joins rank 0's gathers under parameter sharding
+    return;
+  }
   try {
     // Into the existing temp dir: under sharded optimizer state it already
     // holds every rank's optimizer file, which a fresh directory would drop.
@@ -578,19 +627,21 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
     const auto base = base_dir_ ? *base_dir_ : fs::path(config_.model_name_or_path.value_or(""));
     auto fresh = model::load_language_model(base, policy_->head_kind(), "auto");
     model::load_adapter(dir, *fresh);
-    torch::NoGradGuard no_grad;
     auto src = fresh->named_parameters(true);
-    for (auto& p : policy_->named_parameters(true))
-      if (p.value().requires_grad()) {
-        if (!src.contains(p.key()))
-          fail_input("resume_from_checkpoint: {} has no adapter tensor for {}", dir.string(), p.key());
-        p.value().copy_(src[p.key()]);
-      }
+    // Frozen base tensors keep their values; under sharding write_parameters
+    // hands out every tensor whole, so those are copied back from the base.
+    strategy_->write_parameters(*policy_, [&](const std::string& name, torch::Tensor& p) {
+      if (!src.contains(name))
+        fail_input("resume_from_checkpoint: {} has no adapter tensor for {}", dir.string(), name);
+      p.copy_(src[name]);
+    });
   } else {
     auto loaded = model::load_language_model(dir, policy_->head_kind(), "auto");
-    torch::NoGradGuard no_grad;
     auto src = loaded->named_parameters(true);
-    for (auto& p : policy_->named_parameters(true)) p.value().copy_(src[p.key()]);
+    strategy_->write_parameters(*policy_, [&](const std::string& name, torch::Tensor& p) {
+      if (!src.contains(name)) fail_input("resume_from_checkpoint: {} has no tensor {}", dir.string(), name);
+      p.copy_(src[name]);
+    });
   }
   strategy_->on_weights_loaded();  // ZeRO: master shards from the loaded weights
   torch::load(*optimizer_, (dir / optimizer_file()).string());
@@ -792,7 +843,7 @@ RunSummary Engine::train(Trainer& trainer) {
                  {"first_step_seconds", first_step_seconds}});
   }
   if (!summary.interrupted) {
-    if (rank() == 0) save_model(output_dir_, true);
+    save_model(output_dir_, true);
     comm_->barrier();
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     log::info("done: {} steps in {}, final loss {:.4g}, model saved to {}", step_, duration(elapsed), last_loss,

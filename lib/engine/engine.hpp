@@ -65,12 +65,13 @@ class Trainer {
   virtual TensorMap collate(const std::string& split, const std::vector<size_t>& indices) const = 0;
   // How many items (e.g. target tokens) the loss of this micro-batch sums over.
   virtual double num_items(const TensorMap& batch) const = 0;
+  // On a rank with no examples in a micro-batch (an uneven last batch),
+  // loss() still runs, on a stand-in example (the global batch's first),
+  // so that every rank runs the same forwards and collectives (a sharded
+  // model gathers its layers in every forward). The engine then discards
+  // that loss and its metrics; a trainer that sums values over ranks in
+  // its loss adds zero while Engine::standing_in() is true.
   virtual LossOutput loss(Engine& engine, const TensorMap& batch) = 0;
-  // Called instead of loss() on a rank that has no examples in this
-  // micro-batch (an uneven last batch). A trainer whose loss runs
-  // collectives (a value reduced over ranks) joins them here with zero
-  // contributions, so that no rank waits for one that skipped them.
-  virtual void no_data(Engine& /*engine*/) {}
 };
 
 struct RunSummary {
@@ -140,12 +141,18 @@ class Engine {
   void set_reference(model::LanguageModel reference);
   // Sums values over ranks (counts a trainer's loss needs globally).
   void sum_across_ranks(std::vector<double>& values) { strategy_->sum_across_ranks(values); }
+  // True while loss() runs on a stand-in example (see Trainer::loss).
+  bool standing_in() const { return standing_in_; }
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
   torch::Device device() const { return device_; }
 
   // For tests and commands that inspect the trained weights.
   model::LanguageModelImpl& policy() { return *policy_; }
+  // Copies of the policy's parameter values (only the trained ones when
+  // `trainable_only`), whole even under parameter sharding, where this is
+  // a collective: every rank calls it.
+  std::map<std::string, torch::Tensor> parameter_values(bool trainable_only);
   const config::TrainingConfig& config() const { return config_; }
   const MemoryPlan& memory_plan() const { return plan_; }
   int64_t global_step() const { return step_; }
@@ -163,7 +170,10 @@ class Engine {
   std::unique_ptr<dist::Strategy> make_strategy();
   model::LanguageModelImpl& model_for(Role role);
   model::Batch to_device(const model::Batch& b) const;
-  TensorMap collate_local(Trainer& trainer, const std::string& split, const std::vector<size_t>& global_batch) const;
+  // This rank's share of a global batch; a rank whose share is empty gets
+  // the stand-in example and `stand_in` set.
+  TensorMap collate_local(Trainer& trainer, const std::string& split, const std::vector<size_t>& global_batch,
+                          bool* stand_in) const;
   void reduce_metrics(MetricSums& m);
   void save_model(const std::filesystem::path& dir, bool into_existing_dir);
   std::string optimizer_file() const;
@@ -193,6 +203,7 @@ class Engine {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   Schedule schedule_;
   int64_t step_ = 0;
+  bool standing_in_ = false;
   int64_t micro_per_step_ = 1;
   size_t batches_per_epoch_ = 0;
   double tokens_seen_ = 0;

@@ -191,7 +191,8 @@ Prepared prepare(const NamedTensors& tensors, const std::string& label) {
 
 // Writes one file's bytes into `out` for the tensors at `which`.
 void write_file(AtomicFile& out, const NamedTensors& tensors, const std::vector<size_t>& which,
-                const std::vector<TensorSpec>& all_specs, const std::map<std::string, std::string>& metadata) {
+                const std::vector<TensorSpec>& all_specs, const std::map<std::string, std::string>& metadata,
+                const BeforeWrite& before_write) {
   std::vector<TensorSpec> specs;
   specs.reserve(which.size());
   for (size_t i : which) specs.push_back(all_specs[i]);
@@ -200,6 +201,7 @@ void write_file(AtomicFile& out, const NamedTensors& tensors, const std::vector<
   for (size_t k : enc.order) {
     const at::Tensor& t = tensors[which[k]].second;
     if (t.numel() == 0) continue;
+    if (before_write) before_write(t);
     at::Tensor c = t;
     if (!c.device().is_cpu()) c = c.to(torch::kCPU);
     c = c.contiguous();
@@ -210,12 +212,12 @@ void write_file(AtomicFile& out, const NamedTensors& tensors, const std::vector<
 }  // namespace
 
 void save_safetensors(const fs::path& file, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata, const BeforeWrite& before_write) {
   const Prepared p = prepare(tensors, file.string());
   std::vector<size_t> all(tensors.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   AtomicFile out(file);
-  write_file(out, tensors, all, p.specs, metadata);
+  write_file(out, tensors, all, p.specs, metadata, before_write);
   out.commit();
 }
 
@@ -248,7 +250,8 @@ void save_checkpoint(const fs::path& dir, const NamedTensors& tensors, const Sav
     new_files.insert(name);
     outs.emplace_back(dir / name);
     static const std::vector<size_t> none;
-    write_file(outs.back(), tensors, plan.shards.empty() ? none : plan.shards[i], p.specs, options.metadata);
+    write_file(outs.back(), tensors, plan.shards.empty() ? none : plan.shards[i], p.specs, options.metadata,
+               options.before_write);
     outs.back().finish();
   }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -91,8 +92,13 @@ c10::ScalarType to_torch_dtype(Dtype d);
 // an AtomicFile. Tensors may live on any device and be non-contiguous: each is
 // copied to contiguous CPU memory as it is written. An empty `metadata` map
 // writes no `__metadata__`.
+// Called with each tensor right before its bytes are read for writing (a
+// sharded model gathers the tensor's parameters there).
+using BeforeWrite = std::function<void(const at::Tensor&)>;
+
 void save_safetensors(const std::filesystem::path& file, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+                      const std::map<std::string, std::string>& metadata = {{"format", "pt"}},
+                      const BeforeWrite& before_write = {});
 
 struct SaveOptions {
   // 0: one file. Otherwise shard as save_pretrained(max_shard_size=...) does.
@@ -101,6 +107,7 @@ struct SaveOptions {
   // model.num_parameters()); by default the sum of the tensors' element counts.
   std::optional<uint64_t> total_parameters;
   std::map<std::string, std::string> metadata{{"format", "pt"}};
+  BeforeWrite before_write;
 };
 
 // Writes a checkpoint directory as transformers' save_pretrained does: one

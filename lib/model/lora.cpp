@@ -383,7 +383,7 @@ void save_adapter(const fs::path& dir, LanguageModelImpl& m, const LoraInfo& inf
     // the old config, which describes the same adapter shapes for a run that
     // kept its settings.
     fs::create_directories(target);
-    io::save_safetensors(target / "adapter_model.safetensors", tensors);
+    io::save_safetensors(target / "adapter_model.safetensors", tensors, {{"format", "pt"}}, o.before_write);
     io::write_file_atomic(target / "adapter_config.json", config_text);
     if (o.tokenizer_dir) copy_tokenizer_files(*o.tokenizer_dir, target);
     io::fsync_directory(target);
@@ -394,7 +394,7 @@ void save_adapter(const fs::path& dir, LanguageModelImpl& m, const LoraInfo& inf
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   try {
-    io::save_safetensors(tmp / "adapter_model.safetensors", tensors);
+    io::save_safetensors(tmp / "adapter_model.safetensors", tensors, {{"format", "pt"}}, o.before_write);
     io::write_file_atomic(tmp / "adapter_config.json", config_text);
     if (o.tokenizer_dir) copy_tokenizer_files(*o.tokenizer_dir, tmp);
     io::fsync_directory(tmp);

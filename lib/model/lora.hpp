@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors.hpp"
 #include "model/decoder.hpp"
 
 namespace trlx::model {
@@ -93,6 +94,8 @@ struct AdapterSaveOptions {
   // output_dir), each atomically, the weights first. Otherwise the whole
   // directory is built beside `dir` and swapped in.
   bool into_existing_dir = false;
+  // Called before each tensor's bytes are read (see io::BeforeWrite).
+  io::BeforeWrite before_write;
 };
 
 // Writes adapter_config.json and adapter_model.safetensors in PEFT format:

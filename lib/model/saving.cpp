@@ -89,7 +89,10 @@ void save_language_model(const std::filesystem::path& dir, LanguageModelImpl& m,
       tensors.emplace_back(p.key(), p.value().detach());
       dtype = p.value().scalar_type();
     }
-    io::save_checkpoint(tmp, tensors, o.max_shard_size);
+    io::SaveOptions so;
+    so.max_shard_size = o.max_shard_size;
+    so.before_write = o.before_write;
+    io::save_checkpoint(tmp, tensors, so);
     io::write_file_atomic(tmp / "config.json", config_json(m.config(), m.head_kind(), dtype));
     ordered_json gen = ordered_json::object();
     const auto& c = m.config();

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "io/safetensors.hpp"
 #include "model/decoder.hpp"
 
 namespace trlx::model {
@@ -17,6 +18,8 @@ struct SaveModelOptions {
   // the whole directory. Each file still appears atomically; the weights'
   // entry point (model.safetensors or its index) is renamed in last.
   bool into_existing_dir = false;
+  // Called before each parameter's bytes are read (see io::BeforeWrite).
+  io::BeforeWrite before_write;
 };
 
 // Writes config.json, model.safetensors (or shards + index),

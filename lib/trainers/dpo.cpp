@@ -426,12 +426,18 @@ RefLogps DPOTrainer::compute_reference(engine::Engine& engine, const std::string
   const bool ld = config_.ld_alpha.has_value();
   const size_t bs = static_cast<size_t>(config_.precompute_ref_batch_size.value_or(
       split == "train" ? config_.per_device_train_batch_size : config_.per_device_eval_batch_size));
-  // Each rank computes every world_size-th batch; a sum over ranks fills in the rest.
+  // Each rank computes every world_size-th batch; a sum over ranks fills in
+  // the rest. Every rank runs the same number of forwards (a sharded model
+  // gathers in each): one without a batch in the last round recomputes the
+  // first and keeps nothing.
   std::vector<double> flat(4 * n, 0.0);
   torch::NoGradGuard ng;
-  size_t batch_no = 0;
-  for (size_t i = 0; i < n; i += bs, ++batch_no) {
-    if (static_cast<int>(batch_no % static_cast<size_t>(engine.world_size())) != engine.rank()) continue;
+  const size_t w = static_cast<size_t>(engine.world_size());
+  const size_t num_batches = (n + bs - 1) / bs, rounds = (num_batches + w - 1) / w;
+  for (size_t round = 0; round < rounds; ++round) {
+    const size_t batch_no = round * w + static_cast<size_t>(engine.rank());
+    const bool stand_in = batch_no >= num_batches;
+    const size_t i = stand_in ? 0 : batch_no * bs;
     std::vector<size_t> idx;
     for (size_t j = i; j < std::min(n, i + bs); ++j) idx.push_back(j);
     auto b = collate_pairs(ex, idx, pad_id_, config_.max_length, config_.truncation_mode);
@@ -445,7 +451,7 @@ RefLogps DPOTrainer::compute_reference(engine::Engine& engine, const std::string
     auto tc = ld ? tl.to(torch::kCPU, torch::kFloat64).contiguous() : torch::zeros_like(sc);
     const auto* ps = sc.data_ptr<double>();
     const auto* pt = tc.data_ptr<double>();
-    for (size_t r = 0; r < idx.size(); ++r) {
+    for (size_t r = 0; r < idx.size() && !stand_in; ++r) {
       flat[4 * idx[r] + 0] = ps[r];
       flat[4 * idx[r] + 1] = ps[idx.size() + r];
       flat[4 * idx[r] + 2] = pt[r];

@@ -16,9 +16,6 @@
 
 namespace trlx::trainers {
 
-// Values loss() sums over ranks after the KL: the 6 KTO metric sums, then
-// entropy, token count and the chosen/rejected logit sums with their counts.
-constexpr size_t kKtoMetricValues = 12;
 
 
 namespace {
@@ -234,8 +231,10 @@ engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::Tensor
       kl_policy = completion_logps(engine, engine::Role::Policy, batch, "KL_", false).sums;
     }
     auto kl_ref = completion_logps(engine, engine::Role::Reference, batch, "KL_", false).sums;
-    // TRL gathers each rank's batch mean and averages them.
-    std::vector<double> v = {losses::kto_local_kl(kl_policy, kl_ref).item<double>(), 1.0};
+    // TRL gathers each rank's batch mean and averages them (a stand-in
+    // rank adds nothing).
+    const double own = engine.standing_in() ? 0.0 : 1.0;
+    std::vector<double> v = {own * losses::kto_local_kl(kl_policy, kl_ref).item<double>(), own};
     engine.sum_across_ranks(v);
     kl = torch::tensor(v[0] / v[1], policy.sums.options().dtype(torch::kFloat32));
   }
@@ -269,7 +268,7 @@ engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::Tensor
   g.push_back((mask * lab).sum().item<double>());
   g.push_back((ml * (1 - lab)).sum().item<double>());
   g.push_back((mask * (1 - lab)).sum().item<double>());
-  if (g.size() != kKtoMetricValues) throw Error("kto: metric reduction size changed; update no_data()");
+  if (engine.standing_in()) std::fill(g.begin(), g.end(), 0.0);
   engine.sum_across_ranks(g);
   const double kl_value = out.kl.defined() ? out.kl.item<double>() : 0.0;
   for (const auto& [name, value] : losses::kto_metrics(torch::tensor(std::vector<double>(g.begin(), g.begin() + 6), torch::kFloat64), kl_value))
@@ -278,17 +277,6 @@ engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::Tensor
   if (g[9] > 0) lo.metrics.add("logits/chosen", g[8] / g[9], 1);
   if (g[11] > 0) lo.metrics.add("logits/rejected", g[10] / g[11], 1);
   return lo;
-}
-
-void KTOTrainer::no_data(engine::Engine& engine) {
-  // The same reductions loss() runs, with nothing to add: the KL estimate
-  // (sum of rank means, number of ranks with data), then the metric sums.
-  if (config_.loss_type == "kto") {
-    std::vector<double> v = {0.0, 0.0};
-    engine.sum_across_ranks(v);
-  }
-  std::vector<double> g(kKtoMetricValues, 0.0);
-  engine.sum_across_ranks(g);
 }
 
 namespace {

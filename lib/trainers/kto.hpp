@@ -55,7 +55,6 @@ class KTOTrainer : public engine::Trainer {
   engine::TensorMap collate(const std::string& split, const std::vector<size_t>& indices) const override;
   double num_items(const engine::TensorMap& batch) const override;  // examples
   engine::LossOutput loss(engine::Engine& engine, const engine::TensorMap& batch) override;
-  void no_data(engine::Engine& engine) override;
 
  private:
   KTOConfig config_;

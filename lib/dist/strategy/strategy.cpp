@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "model/decoder.hpp"
 
 namespace trlx::dist {
 
@@ -59,6 +60,22 @@ void Strategy::check_grads_in_sync() {
                                 "rank {} after reduction (debug_check_grad_sync_steps). Every forward that feeds "
                                 "the loss must go through the engine.",
                                 params_[static_cast<size_t>(i)].name, r));
+}
+
+void Strategy::write_parameters(model::LanguageModelImpl& model,
+                                const std::function<void(const std::string& name, torch::Tensor& param)>& fill) {
+  torch::NoGradGuard ng;
+  for (auto& p : model.named_parameters(true)) fill(p.key(), p.value());
+}
+
+void Strategy::lerp_parameters(model::LanguageModelImpl& dst, model::LanguageModelImpl& src, double alpha) {
+  torch::NoGradGuard ng;
+  auto from = src.named_parameters(true);
+  for (auto& p : dst.named_parameters(true)) {
+    const auto* s = from.find(p.key());
+    if (!s) continue;
+    p.value().mul_(1.0 - alpha).add_(s->to(p.value().device(), p.value().scalar_type()), alpha);
+  }
 }
 
 void Strategy::sum_across_ranks(std::vector<double>& values) {

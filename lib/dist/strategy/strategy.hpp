@@ -3,6 +3,7 @@
 // out across ranks, and the collectives that keep them consistent. The engine
 // owns one Strategy and calls it at fixed points of every step; trainers never
 // see it.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,37 @@ class Strategy {
   // installs its gather/release around each unit here (the model's
   // run_layer, and whatever the embedding and head need).
   virtual void wrap_model(model::LanguageModelImpl& /*model*/) {}
+  // A frozen model the run also computes with (the reference model): a
+  // strategy that shards parameters shards it the same way; others leave it
+  // whole on every rank. Call before its first forward, on every rank.
+  virtual void wrap_frozen_model(model::LanguageModelImpl& /*model*/) {}
+
+  // Whether parameters are split across ranks (ZeRO-3/FSDP). Then every
+  // forward runs collectives, so every rank must run the same forwards, and
+  // reading or writing a parameter's values goes through the calls below.
+  virtual bool shards_parameters() const { return false; }
+
+  // Reading parameter values for saving, one unit at a time: rank 0 calls
+  // read_parameter(p) before it reads p (the unit holding p is gathered,
+  // the one gathered before is released) and end_parameter_reads() when
+  // done, while every other rank runs serve_parameter_reads(), which joins
+  // those gathers until rank 0 ends. So no rank holds more than one unit
+  // beyond its shards. No-ops when parameters are whole.
+  virtual void read_parameter(const torch::Tensor& /*param*/) {}
+  virtual void end_parameter_reads() {}
+  virtual void serve_parameter_reads() {}
+
+  // Writes new values into the parameters of `model` (a wrapped model):
+  // `fill(name, param)` is called for every parameter while it is whole and
+  // writable; what it writes is kept (in the shards, under sharding). A
+  // collective under sharding: every rank calls it, with the same values.
+  virtual void write_parameters(model::LanguageModelImpl& model,
+                                const std::function<void(const std::string& name, torch::Tensor& param)>& fill);
+
+  // dst = alpha * src + (1 - alpha) * dst for every parameter of `dst` that
+  // `src` has by name (TR-DPO's reference sync); both wrapped by this
+  // strategy. Under sharding it works on the shards, with no gather.
+  virtual void lerp_parameters(model::LanguageModelImpl& dst, model::LanguageModelImpl& src, double alpha);
 
   // The tensors the optimizer updates, one list per group; `groups` holds
   // indices into setup's parameters (weight decay / none). Replicated
@@ -115,6 +147,11 @@ struct ZeroOptions {
   // Stage 3: free a layer's gathered parameters right after its forward
   // (false: keep them until its backward).
   bool reshard_after_forward = true;
+  // Stage 3: gather the next unit while the current one computes.
+  bool prefetch = true;
+  // The name the run reports (zero3, or fsdp for the same stage-3 layout
+  // chosen through an FSDP config).
+  std::string label;
 };
 // ZeRO-1/2: every rank holds the whole model for forward and backward, but
 // updates only its shard of the parameters and all-gathers the result.

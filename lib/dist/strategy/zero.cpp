@@ -49,10 +49,14 @@ struct Segment {
   torch::Tensor full;   // the gathered flat segment the parameters view
   torch::Tensor shard;  // this rank's part, always held
   bool gathered = true;
+  WorkPtr pending;      // a gather started ahead (prefetch), not yet waited for
 };
 struct Unit {
   Segment trainable, frozen;
   int64_t bucket = -1;  // the gradient bucket of `trainable`
+  size_t id = 0;        // index in the strategy's units, the same on every rank
+  Unit* prev = nullptr;  // the model's previous and next layer (forward order)
+  Unit* next = nullptr;
 };
 
 void resize_storage(const torch::Tensor& t, int64_t nbytes) {
@@ -71,45 +75,92 @@ class ZeroStrategy : public Strategy {
     if (o_.offload_optimizer_device != "none" && o_.offload_optimizer_device != "cpu")
       fail_input("offload_optimizer_device: {} is not supported by trlx; use cpu or none", o_.offload_optimizer_device);
   }
-  std::string name() const override { return fmt::format("zero{}", o_.stage); }
+  std::string name() const override { return o_.label.empty() ? fmt::format("zero{}", o_.stage) : o_.label; }
   bool shards_optimizer_state() const override { return true; }
+  bool shards_parameters() const override { return o_.stage == 3; }
 
   void wrap_model(model::LanguageModelImpl& model) override {
     if (o_.stage != 3) return;
-    // Every rank starts from rank 0's weights, frozen ones included, before
-    // the layers are split.
-    std::vector<torch::Tensor> all;
-    for (auto& p : model.parameters()) all.push_back(p);
-    broadcast_from_rank0(*comm_, all);
-    torch::NoGradGuard ng;
-    for (auto& m : *model.model->layers) {
-      auto* layer = m->as<model::DecoderLayerImpl>();
-      auto unit = std::make_unique<Unit>();
-      for (auto& p : layer->parameters()) (p.requires_grad() ? unit->trainable : unit->frozen).params.push_back(p);
-      init_segment(unit->trainable);
-      init_segment(unit->frozen);
-      unit_of_layer_[layer] = unit.get();
-      units_.push_back(std::move(unit));
+    policy_units_ = shard_layers(model);
+  }
+  void wrap_frozen_model(model::LanguageModelImpl& model) override {
+    if (o_.stage != 3) return;
+    shard_layers(model);
+  }
+
+  void read_parameter(const torch::Tensor& param) override {
+    if (o_.stage != 3) return;
+    Unit* u = unit_of(param);
+    if (!u || u == reading_) return;  // whole on every rank, or gathered already
+    announce(static_cast<int64_t>(u->id));
+    switch_reading(u);
+  }
+  void end_parameter_reads() override {
+    if (o_.stage != 3) return;
+    announce(-1);
+    switch_reading(nullptr);
+  }
+  void serve_parameter_reads() override {
+    if (o_.stage != 3) return;
+    for (;;) {
+      const int64_t id = announce(0);
+      switch_reading(id < 0 ? nullptr : units_.at(static_cast<size_t>(id)).get());
+      if (id < 0) return;
     }
-    // Gather before a layer runs and release after; a hook on the output's
-    // gradient gathers again for the layer's backward, one on the input's
-    // releases once that backward is over. Checkpointing wraps this runner,
-    // so its recompute gathers too.
-    auto inner = model.model->run_layer;
-    model.model->run_layer = [this, inner](model::DecoderLayerImpl& layer, const torch::Tensor& x,
-                                           const torch::Tensor& cos, const torch::Tensor& sin,
-                                           const torch::Tensor& mask, model::KVCache* cache) {
-      Unit* u = unit_of_layer_.at(&layer);
-      gather(*u);
-      auto out = inner ? inner(layer, x, cos, sin, mask, cache) : layer.forward(x, cos, sin, mask, cache);
-      const bool backward_follows = torch::GradMode::is_enabled() && out.requires_grad();
-      if (backward_follows) {
-        out.register_hook([this, u](const torch::Tensor&) { gather(*u); });
-        if (x.requires_grad()) x.register_hook([this, u](const torch::Tensor&) { release(*u); });
+  }
+
+  void write_parameters(model::LanguageModelImpl& model,
+                        const std::function<void(const std::string&, torch::Tensor&)>& fill) override {
+    if (o_.stage != 3) return Strategy::write_parameters(model, fill);
+    // Every rank writes the same values, so each unit gets storage locally
+    // (no gather), is filled, and keeps only this rank's slice.
+    torch::NoGradGuard ng;
+    std::unordered_map<Unit*, std::vector<std::pair<std::string, torch::Tensor>>> by_unit;
+    for (auto& p : model.named_parameters(true)) {
+      if (Unit* u = unit_of(p.value()))
+        by_unit[u].emplace_back(p.key(), p.value());
+      else
+        fill(p.key(), p.value());
+    }
+    for (auto& [u, params] : by_unit) {
+      for (Segment* g : {&u->trainable, &u->frozen})
+        if (!g->params.empty() && !g->gathered) resize_storage(g->full, g->numel * g->full.element_size());
+      for (auto& [name, t] : params) fill(name, t);
+      for (Segment* g : {&u->trainable, &u->frozen}) {
+        if (g->params.empty()) continue;
+        const Shard s = shard_of(g->numel, world_size(), rank());
+        g->shard.copy_(g->full.narrow(0, s.offset, s.numel));
+        g->gathered = true;
+        release(*g);
       }
-      if (!backward_follows || o_.reshard_after_forward) release(*u);
-      return out;
-    };
+    }
+  }
+
+  void lerp_parameters(model::LanguageModelImpl& dst, model::LanguageModelImpl& src, double alpha) override {
+    if (o_.stage != 3) return Strategy::lerp_parameters(dst, src, alpha);
+    // Layer by layer on the shards: the two models' layers are split the
+    // same way when they hold the same tensors in the same order.
+    torch::NoGradGuard ng;
+    const auto& d = units_of_model_.at(&dst);
+    const auto& s = units_of_model_.at(&src);
+    auto only = [](Unit* u) -> Segment& { return u->frozen.params.empty() ? u->trainable : u->frozen; };
+    for (size_t k = 0; k < std::min(d.size(), s.size()); ++k) {
+      Segment &a = only(d[k]), &b = only(s[k]);
+      bool same = a.params.size() == b.params.size() && (d[k]->trainable.params.empty() || d[k]->frozen.params.empty()) &&
+                  (s[k]->trainable.params.empty() || s[k]->frozen.params.empty());
+      for (size_t i = 0; same && i < a.params.size(); ++i) same = a.params[i].sizes() == b.params[i].sizes();
+      if (!same)
+        fail_input("sync_ref_model under parameter sharding needs the reference and the policy to hold the same "
+                   "tensors per layer (layer {} differs); train without use_peft or without sync_ref_model",
+                   k);
+      a.shard.mul_(1.0 - alpha).add_(b.shard.to(a.shard.scalar_type()), alpha);
+    }
+    auto from = src.named_parameters(true);
+    for (auto& p : dst.named_parameters(true)) {
+      if (unit_of(p.value())) continue;
+      const auto* f = from.find(p.key());
+      if (f) p.value().mul_(1.0 - alpha).add_(f->to(p.value().scalar_type()), alpha);
+    }
   }
 
   void setup(const std::vector<NamedParam>& trainable) override {
@@ -124,8 +175,8 @@ class ZeroStrategy : public Strategy {
       for (size_t i = 0; i < params_.size(); ++i) index[params_[i].param.unsafeGetTensorImpl()] = i;
       std::vector<std::vector<size_t>> groups;
       std::vector<bool> in_unit(params_.size(), false);
-      for (size_t k = units_.size(); k-- > 0;) {
-        auto& u = *units_[k];
+      for (size_t k = policy_units_.size(); k-- > 0;) {
+        auto& u = *policy_units_[k];
         if (u.trainable.params.empty()) continue;
         groups.emplace_back();
         for (const auto& p : u.trainable.params) {
@@ -141,8 +192,8 @@ class ZeroStrategy : public Strategy {
       groups.push_back(rest);
       buckets_ = std::make_unique<GradBuckets>(params_, groups, [this](GradBucket& b) { launch(b); });
       unit_of_bucket_.assign(buckets_->buckets().size(), nullptr);
-      for (auto& u : units_)
-        if (u->bucket >= 0) unit_of_bucket_.at(static_cast<size_t>(u->bucket)) = u.get();
+      for (Unit* u : policy_units_)
+        if (u->bucket >= 0) unit_of_bucket_.at(static_cast<size_t>(u->bucket)) = u;
     } else {
       agree_and_broadcast(*comm_, params_);
       buckets_ = std::make_unique<GradBuckets>(params_, o_.bucket_cap_mb, [this](GradBucket& b) { launch(b); });
@@ -231,6 +282,7 @@ class ZeroStrategy : public Strategy {
     // Layers whose input needed no gradient (the first, on a frozen
     // embedding) are released here.
     for (auto& u : units_) release(*u);
+    in_backward_ = false;
     if (!unused.empty() && has_data_ && !o_.find_unused_parameters) fail_unused_parameters(unused, name());
   }
 
@@ -306,6 +358,83 @@ class ZeroStrategy : public Strategy {
   }
 
  private:
+  // Splits each decoder layer of `model` into a unit (trainable and frozen
+  // segments) and installs the runner that gathers it around its forward
+  // and backward. Returns the units in layer order.
+  std::vector<Unit*> shard_layers(model::LanguageModelImpl& model) {
+    // Every rank starts from rank 0's weights, frozen ones included, before
+    // the layers are split.
+    std::vector<torch::Tensor> all;
+    for (auto& p : model.parameters()) all.push_back(p);
+    broadcast_from_rank0(*comm_, all);
+    torch::NoGradGuard ng;
+    std::vector<Unit*> mine;
+    for (auto& m : *model.model->layers) {
+      auto* layer = m->as<model::DecoderLayerImpl>();
+      auto unit = std::make_unique<Unit>();
+      for (auto& p : layer->parameters()) (p.requires_grad() ? unit->trainable : unit->frozen).params.push_back(p);
+      init_segment(unit->trainable);
+      init_segment(unit->frozen);
+      unit->id = units_.size();
+      if (!mine.empty()) {
+        unit->prev = mine.back();
+        mine.back()->next = unit.get();
+      }
+      for (Segment* g : {&unit->trainable, &unit->frozen})
+        if (!g->params.empty()) unit_of_storage_[g->full.storage().unsafeGetStorageImpl()] = unit.get();
+      unit_of_layer_[layer] = unit.get();
+      mine.push_back(unit.get());
+      units_.push_back(std::move(unit));
+    }
+    units_of_model_[&model] = mine;
+    // Gather before a layer runs (starting the next layer's gather) and
+    // release after; a hook on the output's gradient gathers again for the
+    // layer's backward (starting the previous layer's), one on the input's
+    // releases once that backward is over. Checkpointing wraps this runner,
+    // so its recompute gathers too.
+    auto inner = model.model->run_layer;
+    model.model->run_layer = [this, inner](model::DecoderLayerImpl& layer, const torch::Tensor& x,
+                                           const torch::Tensor& cos, const torch::Tensor& sin,
+                                           const torch::Tensor& mask, model::KVCache* cache) {
+      Unit* u = unit_of_layer_.at(&layer);
+      gather(*u);
+      if (!in_backward_) prefetch(u->next);
+      auto out = inner ? inner(layer, x, cos, sin, mask, cache) : layer.forward(x, cos, sin, mask, cache);
+      const bool backward_follows = torch::GradMode::is_enabled() && out.requires_grad();
+      if (backward_follows) {
+        out.register_hook([this, u](const torch::Tensor&) {
+          in_backward_ = true;
+          gather(*u);
+          prefetch(u->prev);
+        });
+        if (x.requires_grad()) x.register_hook([this, u](const torch::Tensor&) { release(*u); });
+      }
+      if (!backward_follows || o_.reshard_after_forward) release(*u);
+      return out;
+    };
+    return mine;
+  }
+
+  Unit* unit_of(const torch::Tensor& t) const {
+    if (!t.defined() || !t.has_storage()) return nullptr;
+    auto it = unit_of_storage_.find(t.storage().unsafeGetStorageImpl());
+    return it == unit_of_storage_.end() ? nullptr : it->second;
+  }
+
+  // Rank 0 sends `id` to every rank; the others receive it (their `id` is
+  // ignored). The unit-by-unit read protocol of saving.
+  int64_t announce(int64_t id) {
+    auto t = torch::tensor({id}, torch::kInt64);
+    if (!params_.empty()) t = t.to(params_.front().param.device());
+    comm_->broadcast(t, 0)->wait();
+    return t.cpu().item<int64_t>();
+  }
+  void switch_reading(Unit* u) {
+    if (reading_) release(*reading_);
+    reading_ = u;
+    if (u) gather(*u);
+  }
+
   void init_segment(Segment& g) {
     if (g.params.empty()) {
       g.gathered = false;
@@ -331,16 +460,33 @@ class ZeroStrategy : public Strategy {
     release(g);
   }
 
-  void gather(Segment& g) {
+  // Starts gathering a segment (storage back, all-gather in flight).
+  void start_gather(Segment& g) {
     if (g.gathered || g.params.empty()) return;
     resize_storage(g.full, g.numel * g.full.element_size());
-    comm_->all_gather(g.shard, g.full)->wait();
+    g.pending = comm_->all_gather(g.shard, g.full);
     g.gathered = true;
+  }
+  void gather(Segment& g) {
+    start_gather(g);
+    if (g.pending) {
+      g.pending->wait();
+      g.pending.reset();
+    }
   }
   void release(Segment& g) {
     if (!g.gathered || g.params.empty()) return;
+    if (g.pending) {
+      g.pending->wait();
+      g.pending.reset();
+    }
     resize_storage(g.full, 0);
     g.gathered = false;
+  }
+  void prefetch(Unit* u) {
+    if (!u || !o_.prefetch) return;
+    start_gather(u->trainable);
+    start_gather(u->frozen);
   }
   void gather(Unit& u) {
     gather(u.trainable);
@@ -373,8 +519,13 @@ class ZeroStrategy : public Strategy {
   std::unique_ptr<GradBuckets> buckets_;
   std::vector<std::vector<Piece>> pieces_;  // per bucket
   std::vector<Piece*> piece_of_;            // per parameter; null where this rank owns none of it
-  std::vector<std::unique_ptr<Unit>> units_;  // stage 3: one per decoder layer
+  std::vector<std::unique_ptr<Unit>> units_;  // stage 3: one per decoder layer of every wrapped model
+  std::vector<Unit*> policy_units_;           // the trained model's, in layer order
+  std::unordered_map<const model::LanguageModelImpl*, std::vector<Unit*>> units_of_model_;
   std::unordered_map<const model::DecoderLayerImpl*, Unit*> unit_of_layer_;
+  std::unordered_map<const c10::StorageImpl*, Unit*> unit_of_storage_;
+  Unit* reading_ = nullptr;    // the unit gathered for saving
+  bool in_backward_ = false;   // a layer's backward has started this micro-step (no forward prefetch)
   std::vector<Unit*> unit_of_bucket_;  // per bucket: its layer under stage 3, else null
   bool has_data_ = true;
 };
