@@ -232,7 +232,12 @@ losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, c
   Autocast ac(config_.use_bf16(), device_.type());
   auto o = options;
   o.chunk_size = plan_.logprob_chunk_size;
-  return losses::token_logprobs(hidden, m.head_weight(), targets.to(device_), mask.to(device_), o);
+  losses::TokenLogProbs out;
+  m.with_head(hidden, [&] {
+    out = losses::token_logprobs(hidden, m.head_weight(), targets.to(device_), mask.to(device_), o);
+    return std::vector<torch::Tensor>{out.logps, out.entropy};
+  });
+  return out;
 }
 
 torch::Tensor Engine::head(Role role, const torch::Tensor& hidden) {
@@ -249,8 +254,26 @@ torch::Tensor Engine::head(Role role, const torch::Tensor& hidden) {
 
 torch::Tensor Engine::mean_logits(Role role, const torch::Tensor& hidden) {
   torch::NoGradGuard no_grad;
-  auto w = model_for(role).head_weight().detach().to(torch::kFloat32).mean(0);
+  auto& m = model_for(role);
+  torch::Tensor w;
+  m.with_head(torch::Tensor(), [&] {
+    w = m.head_weight().detach().to(torch::kFloat32).mean(0);
+    return std::vector<torch::Tensor>{};
+  });
   return torch::matmul(hidden.detach().to(torch::kFloat32), w);
+}
+
+torch::Tensor Engine::head_weight(Role role) {
+  torch::NoGradGuard no_grad;
+  auto& m = model_for(role);
+  torch::Tensor w;
+  // A copy under sharding: the gathered weight is released after.
+  m.with_head(torch::Tensor(), [&] {
+    w = m.head_weight().detach();
+    if (strategy_->shards_parameters()) w = w.clone();
+    return std::vector<torch::Tensor>{};
+  });
+  return w;
 }
 
 void Engine::sync_reference(double alpha) {

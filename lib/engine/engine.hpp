@@ -124,7 +124,7 @@ class Engine {
   torch::Tensor mean_logits(Role role, const torch::Tensor& hidden);
   // The head weight of the model in `role`, detached (for statistics over
   // the vocabulary that no loss differentiates, e.g. WPO weights).
-  torch::Tensor head_weight(Role role) { return model_for(role).head_weight().detach(); }
+  torch::Tensor head_weight(Role role);
   // Whether the policy is in training mode (false during evaluation and
   // precomputation).
   bool training() const { return policy_->is_training(); }

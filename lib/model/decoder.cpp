@@ -231,7 +231,7 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     if (sliding_mask.defined()) sliding_mask = sliding_mask.logical_and(same).logical_or(diag);
   }
 
-  auto x = embed_tokens->forward(ids);
+  auto x = run_embedding ? run_embedding(*embed_tokens, ids) : embed_tokens->forward(ids);
   auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_.to(device).view({1, 1, -1});
   auto emb = torch::cat({freqs, freqs}, -1);
   auto cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
@@ -259,7 +259,9 @@ torch::Tensor LanguageModelImpl::head_weight() const {
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }
 
-torch::Tensor LanguageModelImpl::head(const torch::Tensor& hidden) { return torch::matmul(hidden, head_weight().t()); }
+torch::Tensor LanguageModelImpl::head(const torch::Tensor& hidden) {
+  return with_head(hidden, [&] { return std::vector<torch::Tensor>{torch::matmul(hidden, head_weight().t())}; }).at(0);
+}
 
 torch::Tensor pool_last_non_pad(const torch::Tensor& scores, const torch::Tensor& input_ids,
                                 std::optional<int64_t> pad_token_id) {

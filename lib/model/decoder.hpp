@@ -147,6 +147,9 @@ class DecoderModelImpl : public torch::nn::Module {
                                                   const torch::Tensor& cos, const torch::Tensor& sin,
                                                   const torch::Tensor& mask, KVCache* cache)>;
   LayerRunner run_layer;
+  // Runs the token embedding; a sharding strategy gathers its weight here.
+  using EmbeddingRunner = std::function<torch::Tensor(EmbeddingImpl& embedding, const torch::Tensor& ids)>;
+  EmbeddingRunner run_embedding;
 
  private:
   ModelConfig config_;
@@ -166,8 +169,19 @@ class LanguageModelImpl : public torch::nn::Module {
   // Head applied to every position: logits [B, T, vocab] or scores [B, T, labels].
   torch::Tensor head(const torch::Tensor& hidden);
   torch::Tensor forward(const Batch& batch, KVCache* cache = nullptr) { return head(hidden_states(batch, cache)); }
-  // The weight the head multiplies by (the embedding when tied).
+  // The weight the head multiplies by (the embedding when tied). Under a
+  // sharding strategy it holds values only inside with_head.
   torch::Tensor head_weight() const;
+  // Runs `compute`, which reads the head weight from `input` (hidden
+  // states), and returns its outputs. A sharding strategy (head_scope)
+  // gathers the weight around it and again for the outputs' backward.
+  using HeadScope = std::function<std::vector<torch::Tensor>(
+      const torch::Tensor& input, const std::function<std::vector<torch::Tensor>()>& compute)>;
+  HeadScope head_scope;
+  std::vector<torch::Tensor> with_head(const torch::Tensor& input,
+                                       const std::function<std::vector<torch::Tensor>()>& compute) {
+    return head_scope ? head_scope(input, compute) : compute();
+  }
 
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_kind_; }

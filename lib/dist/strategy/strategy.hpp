@@ -155,9 +155,10 @@ struct ZeroOptions {
 };
 // ZeRO-1/2: every rank holds the whole model for forward and backward, but
 // updates only its shard of the parameters and all-gathers the result.
-// Stage 3 also splits each decoder layer's parameters (gathered around the
-// layer's forward and backward, see wrap_model); the embedding, final norm
-// and head stay whole on every rank.
+// Stage 3 (ZeRO-3, FSDP) also splits the parameters, unit by unit: the
+// embedding, each decoder layer and the head, each gathered around its
+// forward and again for its backward (see wrap_model); only the final norm
+// stays whole on every rank.
 std::unique_ptr<Strategy> make_zero_strategy(std::shared_ptr<Communicator> comm, const ZeroOptions& options);
 
 }  // namespace trlx::dist

@@ -81,11 +81,11 @@ class ZeroStrategy : public Strategy {
 
   void wrap_model(model::LanguageModelImpl& model) override {
     if (o_.stage != 3) return;
-    policy_units_ = shard_layers(model);
+    policy_units_ = shard_model(model);
   }
   void wrap_frozen_model(model::LanguageModelImpl& model) override {
     if (o_.stage != 3) return;
-    shard_layers(model);
+    shard_model(model);
   }
 
   void read_parameter(const torch::Tensor& param) override {
@@ -358,35 +358,60 @@ class ZeroStrategy : public Strategy {
   }
 
  private:
-  // Splits each decoder layer of `model` into a unit (trainable and frozen
-  // segments) and installs the runner that gathers it around its forward
-  // and backward. Returns the units in layer order.
-  std::vector<Unit*> shard_layers(model::LanguageModelImpl& model) {
+  // Splits `model` into units, each with a trainable and a frozen segment:
+  // the token embedding (with the head when tied), every decoder layer, the
+  // head. Installs the runners that gather a unit around its forward and
+  // again for its backward. Returns the units in forward order. The final
+  // norm stays whole on every rank.
+  std::vector<Unit*> shard_model(model::LanguageModelImpl& model) {
     // Every rank starts from rank 0's weights, frozen ones included, before
-    // the layers are split.
+    // the model is split.
     std::vector<torch::Tensor> all;
     for (auto& p : model.parameters()) all.push_back(p);
     broadcast_from_rank0(*comm_, all);
     torch::NoGradGuard ng;
     std::vector<Unit*> mine;
-    for (auto& m : *model.model->layers) {
-      auto* layer = m->as<model::DecoderLayerImpl>();
+    auto add_unit = [&](const std::vector<torch::Tensor>& params) {
       auto unit = std::make_unique<Unit>();
-      for (auto& p : layer->parameters()) (p.requires_grad() ? unit->trainable : unit->frozen).params.push_back(p);
+      for (const auto& p : params) (p.requires_grad() ? unit->trainable : unit->frozen).params.push_back(p);
       init_segment(unit->trainable);
       init_segment(unit->frozen);
       unit->id = units_.size();
-      if (!mine.empty()) {
-        unit->prev = mine.back();
-        mine.back()->next = unit.get();
-      }
       for (Segment* g : {&unit->trainable, &unit->frozen})
         if (!g->params.empty()) unit_of_storage_[g->full.storage().unsafeGetStorageImpl()] = unit.get();
-      unit_of_layer_[layer] = unit.get();
-      mine.push_back(unit.get());
+      Unit* u = unit.get();
       units_.push_back(std::move(unit));
+      mine.push_back(u);
+      return u;
+    };
+    Unit* embed = add_unit(model.model->embed_tokens->parameters());
+    Unit* first_layer = nullptr;
+    Unit* last_layer = nullptr;
+    for (auto& m : *model.model->layers) {
+      auto* layer = m->as<model::DecoderLayerImpl>();
+      Unit* u = add_unit(layer->parameters());
+      if (last_layer) {
+        u->prev = last_layer;
+        last_layer->next = u;
+      }
+      if (!first_layer) first_layer = u;
+      last_layer = u;
+      unit_of_layer_[layer] = u;
     }
+    Unit* head = embed;  // tied: the embedding is the head
+    if (model.lm_head) head = add_unit(model.lm_head->parameters());
+    if (model.score) head = add_unit(model.score->parameters());
     units_of_model_[&model] = mine;
+
+    // The embedding's backward needs no weight (only the ids), so it is
+    // gathered for its forward only, and starts the first layer's gather.
+    model.model->run_embedding = [this, embed, first_layer](model::EmbeddingImpl& e, const torch::Tensor& ids) {
+      gather(*embed);
+      if (!in_backward_) prefetch(first_layer);
+      auto out = e.forward(ids);
+      release(*embed);
+      return out;
+    };
     // Gather before a layer runs (starting the next layer's gather) and
     // release after; a hook on the output's gradient gathers again for the
     // layer's backward (starting the previous layer's), one on the input's
@@ -400,19 +425,44 @@ class ZeroStrategy : public Strategy {
       gather(*u);
       if (!in_backward_) prefetch(u->next);
       auto out = inner ? inner(layer, x, cos, sin, mask, cache) : layer.forward(x, cos, sin, mask, cache);
-      const bool backward_follows = torch::GradMode::is_enabled() && out.requires_grad();
-      if (backward_follows) {
-        out.register_hook([this, u](const torch::Tensor&) {
-          in_backward_ = true;
-          gather(*u);
-          prefetch(u->prev);
-        });
-        if (x.requires_grad()) x.register_hook([this, u](const torch::Tensor&) { release(*u); });
-      }
-      if (!backward_follows || o_.reshard_after_forward) release(*u);
+      around_backward(*u, x, {out});
       return out;
     };
+    // The head in the same way, around whatever reads its weight (logits,
+    // chunked log-probs, scores).
+    model.head_scope = [this, head](const torch::Tensor& input,
+                                    const std::function<std::vector<torch::Tensor>()>& compute) {
+      gather(*head);
+      auto outs = compute();
+      around_backward(*head, input, outs);
+      return outs;
+    };
     return mine;
+  }
+
+  // After a unit's forward produced `outs` from `input`: when a backward
+  // will run through it, hooks gather the unit again for that backward
+  // (the first output gradient to arrive) and release it once the input's
+  // gradient is computed. The unit is released now unless it is kept for
+  // that backward (reshard_after_forward false).
+  void around_backward(Unit& u, const torch::Tensor& input, const std::vector<torch::Tensor>& outs) {
+    bool backward_follows = false;
+    if (torch::GradMode::is_enabled())
+      for (const auto& o : outs)
+        if (o.defined() && o.requires_grad()) {
+          backward_follows = true;
+          Unit* up = &u;
+          o.register_hook([this, up](const torch::Tensor&) {
+            in_backward_ = true;
+            gather(*up);
+            prefetch(up->prev);
+          });
+        }
+    if (backward_follows && input.defined() && input.requires_grad()) {
+      Unit* up = &u;
+      input.register_hook([this, up](const torch::Tensor&) { release(*up); });
+    }
+    if (!backward_follows || o_.reshard_after_forward) release(u);
   }
 
   Unit* unit_of(const torch::Tensor& t) const {
