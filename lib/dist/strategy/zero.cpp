@@ -231,6 +231,12 @@ class ZeroStrategy : public Strategy {
         Unit* u = unit_of_bucket_[bi];
         auto src = u ? u->trainable.shard.narrow(0, piece.shard_offset, piece.numel)
                      : params_[piece.param].param.detach().reshape({-1}).narrow(0, piece.param_offset, piece.numel);
+        // Stage 3 with fp32 shards on the optimizer's device: the shard is
+        // the master itself (no second fp32 copy).
+        if (u && src.scalar_type() == torch::kFloat32 && src.device() == opts.device()) {
+          if (!piece.master.defined()) piece.master = src.detach().requires_grad_(true);
+          continue;
+        }
         if (piece.master.defined())
           piece.master.copy_(src);
         else
@@ -314,7 +320,10 @@ class ZeroStrategy : public Strategy {
     // (the next forward gathers it).
     for (size_t bi = 0; bi < bs.size(); ++bi)
       if (Unit* u = unit_of_bucket_[bi])
-        for (auto& piece : pieces_[bi]) u->trainable.shard.narrow(0, piece.shard_offset, piece.numel).copy_(piece.master);
+        for (auto& piece : pieces_[bi]) {
+          auto dst = u->trainable.shard.narrow(0, piece.shard_offset, piece.numel);
+          if (dst.data_ptr() != piece.master.data_ptr()) dst.copy_(piece.master);
+        }
     std::vector<size_t> whole;  // buckets of parameters every rank holds whole
     for (size_t bi = 0; bi < bs.size(); ++bi)
       if (!unit_of_bucket_[bi]) whole.push_back(bi);
@@ -340,9 +349,11 @@ class ZeroStrategy : public Strategy {
       b.flat = torch::Tensor();
       b.out = torch::Tensor();
     }
-    // The next step starts without gradients (the optimizer clears only
-    // the masters').
+    // The next step starts without gradients, and none stay live between
+    // steps (the masters' slices included).
     for (auto& p : params_) p.param.mutable_grad() = torch::Tensor();
+    for (auto& bucket_pieces : pieces_)
+      for (auto& piece : bucket_pieces) piece.master.mutable_grad() = torch::Tensor();
   }
 
   void check_grads_in_sync() override {

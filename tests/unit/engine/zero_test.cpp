@@ -8,6 +8,7 @@
 #include "catch_torch.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/CPUAllocator.h>
 #include <fmt/format.h>
 
 #include "config/loader.hpp"
@@ -63,12 +64,18 @@ struct Run {
   std::unique_ptr<trainers::SFTTrainer> trainer;
 };
 
-Run make(const trainers::SFTConfig& c, std::shared_ptr<dist::Communicator> comm) {
+// `own_weights`: the weights in memory of their own rather than views of
+// the mapped checkpoint file (so an allocator sees them).
+Run make(const trainers::SFTConfig& c, std::shared_ptr<dist::Communicator> comm, bool own_weights = false) {
   auto tok = text::Tokenizer::from_dir(tiny_model());
   text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
   std::map<std::string, std::vector<trainers::SFTExample>> splits;
   splits["train"] = trainers::prepare_sft_split(c, tok, &tmpl, "train", true);
   auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  if (own_weights) {
+    torch::NoGradGuard ng;
+    for (auto& p : policy->parameters()) p.set_data(p.detach().clone());
+  }
   Run r;
   r.engine = std::make_unique<engine::Engine>(c, policy, "sft", tiny_model(), std::nullopt, comm);
   r.trainer = std::make_unique<trainers::SFTTrainer>(c, std::move(splits), *tok.pad_token_id());
@@ -526,6 +533,81 @@ TEST_CASE("ZeRO-3 steps equal single-process steps; layers hold only their shard
       INFO("largest logit difference " << worst << ", training moved them by " << moved);
       CHECK(worst < 1e-4);
       CHECK(moved > 1e-2);
+    }
+  }
+}
+
+namespace {
+
+// Counts the bytes of live CPU tensors: every allocation made while it is
+// installed, until its storage is freed.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+  c10::DataPtr allocate(size_t n) override {
+    auto inner = base_->allocate(n);
+    void* data = inner.get();
+    live_ += static_cast<int64_t>(n);
+    return {data, new Ctx{std::move(inner), n, this}, &CountingAllocator::free, c10::Device(c10::kCPU)};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  int64_t live() const { return live_; }
+
+ private:
+  struct Ctx {
+    c10::DataPtr inner;
+    size_t n;
+    CountingAllocator* self;
+  };
+  static void free(void* p) {
+    auto* c = static_cast<Ctx*>(p);
+    c->self->live_ -= static_cast<int64_t>(c->n);
+    delete c;
+  }
+  c10::Allocator* base_;
+  std::atomic<int64_t> live_{0};
+};
+
+}  // namespace
+
+TEST_CASE("ZeRO-3 and FSDP hold about 1/world of parameters, gradients and optimizer state (bytes of live tensors)",
+          "[zero][zero3][memory]") {
+  auto comm = world();
+  c10::Allocator* base = c10::GetCPUAllocator();
+  static CountingAllocator counting(base);
+  c10::SetCPUAllocator(&counting, /*priority=*/100);
+  struct Restore {
+    c10::Allocator* base;
+    ~Restore() { c10::SetCPUAllocator(base, 100); }
+  } restore{base};
+  // Bytes that stay live with the trained engine after two steps: weights
+  // and Adam state (and ZeRO's shards and masters); no gradients are kept
+  // between steps.
+  auto resident = [&](const std::string& preset, std::shared_ptr<dist::Communicator> c) {
+    const int64_t before = counting.live();
+    auto r = make(sft_config({{"accelerate_config", preset}}), c, /*own_weights=*/true);
+    r.engine->step_on(*r.trainer, {{0, 1, 2, 3, 4, 5}});
+    r.engine->step_on(*r.trainer, {{6, 7, 0, 1, 2, 3}});
+    return counting.live() - before;
+  };
+  int64_t weights = 0;  // P: bytes of the fp32 weights
+  for (const auto& p : model::load_language_model(tiny_model(), model::HeadKind::CausalLM)->parameters())
+    weights += p.numel() * p.element_size();
+  const double P = static_cast<double>(weights);
+  const int64_t single = resident("zero3", dist::make_single_communicator());
+  const int w = comm->world_size();
+  // One process: weights, gradients, two Adam moments.
+  CHECK(std::abs(static_cast<double>(single) - 4 * P) < 0.02 * P);
+  for (const std::string preset : {"zero3", "fsdp", "zero2"}) {
+    DYNAMIC_SECTION(preset) {
+      const double mine = static_cast<double>(resident(preset, comm));
+      INFO(preset << ": " << mine << " bytes live on rank " << comm->rank() << " of " << w << " (" << mine / P
+                  << " P); one process " << single << " bytes (" << single / P << " P), P = " << weights);
+      // ZeRO-3/FSDP: 1/world of the weights (each rank's shard is also its
+      // fp32 master) and of the two moments; gradients are freed after the
+      // step. ZeRO-2: whole weights plus fp32 master slices and moments.
+      const double expected = preset == "zero2" ? P + 3 * P / w : 3 * P / w;
+      CHECK(std::abs(mine - expected) < 0.02 * P);
     }
   }
 }
