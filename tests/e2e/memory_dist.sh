@@ -2,8 +2,9 @@
 # The memory savers and DDP through the real binary: SFT with each of LoRA,
 # gradient checkpointing (both modes) and chunked log-probs, and all three
 # together; continuing from a saved adapter; bad LoRA settings (exit 2); and
-# a 2-rank DDP run (`trlx launch`) that ends with the model a single process
-# trains on the same global batches, compared through `trlx score`.
+# 2-rank DDP, ZeRO-3 and FSDP runs (`trlx launch`) that end with the model a
+# single process trains on the same global batches, compared through
+# `trlx score`, DPO with a synced reference model under ZeRO-3 included.
 # Usage: memory_dist.sh <path to trlx> <source dir>
 set -u
 TRLX=$1
@@ -70,6 +71,43 @@ echo "largest log-prob difference, 2 ranks vs 1: $worst"
 check "awk 'BEGIN{exit !($worst < 1e-3)}'"
 # Only rank 0 writes metrics: one line per logged step.
 check "[ \$(grep -c '\"loss\"' '$TMP/two/metrics.jsonl') = 4 ]"
+
+# ZeRO-3 and FSDP: parameters sharded per unit, the same model as one
+# process at the end; the saved model is whole.
+compare_scores() {  # $1 $2: two model dirs; prints the largest difference of their sum log-probs
+  "$TRLX" score --model "$1" --input examples/data/sft/test.jsonl >"$1.score" 2>/dev/null
+  "$TRLX" score --model "$2" --input examples/data/sft/test.jsonl >"$2.score" 2>/dev/null
+  [ -s "$1.score" ] && [ "$(wc -l <"$1.score")" = "$(wc -l <"$2.score")" ] || { echo nan; return; }
+  paste -d' ' <(sed 's/.*"sum_logprob":\([^,]*\),.*/\1/' "$1.score") <(sed 's/.*"sum_logprob":\([^,]*\),.*/\1/' "$2.score") |
+    awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d} END {printf "%.3g", m}'
+}
+for preset in zero3 fsdp; do
+  "$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $DDP --per_device_train_batch_size 4 --accelerate_config $preset \
+    --output_dir "$TMP/$preset" >"$TMP/$preset.log" 2>&1
+  rc=$?
+  check "[ $rc = 0 ] || { tail -20 '$TMP/$preset.log'; false; }"
+  check "grep -q '$preset (mpi communicator' '$TMP/$preset.log'"
+  worst=$(compare_scores "$TMP/one" "$TMP/$preset")
+  echo "largest log-prob difference, $preset on 2 ranks vs 1 process: $worst"
+  check "awk 'BEGIN{exit !($worst < 1e-3)}'"
+done
+
+# DPO under ZeRO-3 with a separate reference model, sharded the same way and
+# synced to the policy on its shards (TR-DPO), equals one process.
+DPO="--config configs/dpo.yaml --model_name_or_path examples/tiny-model --max_steps 4 --logging_steps 1
+     --save_strategy no --eval_strategy no --bf16 false --sync_ref_model true --ref_model_sync_steps 2
+     --ref_model_mixup_alpha 0.5"
+"$TRLX" dpo $DPO --per_device_train_batch_size 8 --output_dir "$TMP/dpo_one" >"$TMP/dpo_one.log" 2>&1
+check "[ $? = 0 ] || { tail -5 '$TMP/dpo_one.log'; false; }"
+"$TRLX" launch --nproc_per_node 2 -- "$TRLX" dpo $DPO --per_device_train_batch_size 4 --accelerate_config zero3 \
+  --output_dir "$TMP/dpo_zero3" >"$TMP/dpo_zero3.log" 2>&1
+rc=$?
+check "[ $rc = 0 ] || { tail -20 '$TMP/dpo_zero3.log'; false; }"
+worst=$(compare_scores "$TMP/dpo_one" "$TMP/dpo_zero3")
+echo "largest log-prob difference, DPO (TR-DPO) under zero3 on 2 ranks vs 1 process: $worst"
+check "awk 'BEGIN{exit !($worst < 1e-3)}'"
+# The logged losses agree step by step.
+check "[ \"\$(grep -o '\"loss\":[^,]*' '$TMP/dpo_one/metrics.jsonl' | cut -c8-13)\" = \"\$(grep -o '\"loss\":[^,]*' '$TMP/dpo_zero3/metrics.jsonl' | cut -c8-13)\" ]"
 
 echo "$pass passed, $failures failed"
 [ "$failures" = 0 ]
