@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ZeRO-1 and ZeRO-2 vs DDP on the same model and batch, same run, under
+# ZeRO-1/2/3 and FSDP vs DDP on the same model and batch, same run, under
 # mpirun with NP ranks (2) on CPU: the slowest rank's best step time, bytes
 # each rank hands to collectives per step against what each strategy should
 # send, the optimizer-state and gradient bytes a rank holds, and its peak
@@ -11,18 +11,27 @@
 #   ddp    4Ψ          (all-reduce)                   wire volume 2Ψ (ring)
 #   zero1  4Ψ + 4Ψ/w   (all-reduce, then all-gather)  wire volume 3Ψ
 #   zero2  4Ψ + 4Ψ/w   (reduce-scatter, all-gather)   wire volume 2Ψ
+#   zero3  4Ψ + 8Ψ/w   (all-gather for forward and again for backward,
+#                       reduce-scatter)                wire volume 3Ψ
+#   fsdp_keep 4Ψ + 4Ψ/w (reshard_after_forward false: one all-gather per
+#                       unit, kept until its backward) wire volume 2Ψ
 # Settings: NP (2), BATCH (2), SEQ (128), STEPS (3), THREADS (1 per rank).
 #
-# Recorded (2026-11-29, 2 shared CPU cores under load 4-6, so times are noisy;
-# two runs, STEPS 3 and 5), Ψ = 11145472:
-#   strategy  step_ms (vs ddp)          bytes/step (= expected)  adamw_state  grad_bytes  peak_rss_mb
-#   ddp        800 / 1211  (1.00)       44581888  (4Ψ)           89163776     44581888    878 / 924
-#   zero1      755 / 1140  (0.94/0.94)  66872840  (4Ψ+4Ψ/2 +8)   44581888     66872832    871 / 895
-#   zero2     1269 / 1268  (1.59/1.05)  66872840  (4Ψ+4Ψ/2 +8)   44581888     22290944    810 / 905
-# (+8: the clip norm's all-reduce.) Optimizer state halves under both stages;
-# stage 2's gradients halve (ZeRO-1 keeps the full reduced gradient as DDP
-# does, plus its fp32 slice). Peak RSS is dominated by activations and the
-# [tokens x 32000] logits at this size, so the state savings barely show.
+# Recorded (2026-11-29, 2 shared CPU cores under load 5 from concurrent
+# builds, so times are noisy; two runs, STEPS 3 and 5), Ψ = 11145472:
+#   strategy   step_ms (vs ddp)           bytes/step (= expected)  adamw_state  grad_bytes  peak_rss_mb
+#   ddp        1212 / 742  (1.00)         44581888  (4Ψ)           89163776     44581888    894 / 986
+#   zero1       801 / 859  (0.66/1.16)    66872840  (4Ψ+4Ψ/2 +8)   44581888     66872832    944 / 821
+#   zero2      1184 / 1141 (0.98/1.54)    66872840  (4Ψ+4Ψ/2 +8)   44581888     22290944    902 / 902
+#   zero3      1184 / 1020 (0.98/1.38)    89163272  (4Ψ+8Ψ/2)      44581888     22290944    895 / 934
+#   fsdp_keep  1138 / 996  (0.94/1.34)    66872840  (4Ψ+4Ψ/2)      44581888     22290944    841 / 918
+# (+8: the clip norm's all-reduce; ZeRO-3 sends 504 bytes less than 4Ψ+8Ψ/w
+# because the final norm, kept whole, is gathered once.) Optimizer state
+# halves under every stage; gradients halve from stage 2. Peak RSS is
+# dominated by activations, the [tokens x 32000] logits and each rank
+# loading the whole checkpoint before sharding it, so the state savings
+# barely show there; tests/unit/engine/zero_test.cpp counts live tensor
+# bytes instead (ZeRO-3: 3Ψ/w x 4 bytes per rank, one process 4Ψ x 4).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -42,16 +51,21 @@ trap 'rm -rf "$WORK"' EXIT
   --num_kv_heads 2 --vocab_size 32000 --tie_word_embeddings --out "$WORK/m" >/dev/null
 
 declare -A out
-for s in ddp zero1 zero2; do
+STRATEGIES="ddp zero1 zero2 zero3 fsdp_keep"
+for s in $STRATEGIES; do
   out[$s]=$(mpirun --oversubscribe --bind-to none -np "$NP" "$BENCH" "$WORK/m" "$s" "$BATCH" "$SEQ" "$STEPS" 2>/dev/null)
 done
 field() { echo "$1" | awk -v k="$2" '{for(i=1;i<NF;i++) if($i==k) print $(i+1)}'; }
 P=$(field "${out[ddp]}" params)
 echo "model: qwen2 hidden 256, 4 layers, vocab 32000 tied, $P parameters (Ψ), fp32; $NP ranks x batch $BATCH x $SEQ tokens, best of $STEPS steps"
 printf "%-8s %10s %8s %16s %16s %8s %16s %16s %12s\n" strategy step_ms vs_ddp bytes/step expected ratio adamw_state grad_bytes peak_rss_mb
-for s in ddp zero1 zero2; do
+for s in $STRATEGIES; do
   o=${out[$s]}
-  if [ "$s" = ddp ]; then exp=$((4 * P)); else exp=$((4 * P + 4 * P / NP)); fi
+  case $s in
+    ddp) exp=$((4 * P)) ;;
+    zero3) exp=$((4 * P + 8 * P / NP)) ;;
+    *) exp=$((4 * P + 4 * P / NP)) ;;
+  esac
   printf "%-8s %10.1f %8.2f %16s %16s %8.3f %16s %16s %12s\n" "$s" "$(field "$o" step_ms)" \
     "$(awk -v a="$(field "$o" step_ms)" -v b="$(field "${out[ddp]}" step_ms)" 'BEGIN{print a/b}')" \
     "$(field "$o" bytes_per_step)" "$exp" "$(awk -v a="$(field "$o" bytes_per_step)" -v b="$exp" 'BEGIN{print a/b}')" \

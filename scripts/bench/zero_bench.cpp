@@ -1,8 +1,9 @@
 // Driver for scripts/bench/bench_zero.sh, run under mpirun: training steps of
-// one model with one strategy (ddp, zero1, zero2), printing rank 0's best
+// one model with one strategy (ddp, zero1, zero2, zero3, or fsdp_keep: the
+// stage-3 layout with reshard_after_forward false), printing rank 0's best
 // step time, the bytes this rank handed to collectives per step, the
 // optimizer-state and gradient bytes it holds, and its peak resident memory.
-// Usage: zero_bench MODEL_DIR ddp|zero1|zero2 BATCH SEQ STEPS
+// Usage: zero_bench MODEL_DIR ddp|zero1|zero2|zero3|fsdp_keep BATCH SEQ STEPS
 #include <sys/resource.h>
 
 #include <chrono>
@@ -18,7 +19,7 @@ using namespace trlx;
 
 int main(int argc, char** argv) {
   if (argc != 6) {
-    std::cerr << "usage: zero_bench MODEL_DIR ddp|zero1|zero2 BATCH SEQ STEPS\n";
+    std::cerr << "usage: zero_bench MODEL_DIR ddp|zero1|zero2|zero3|fsdp_keep BATCH SEQ STEPS\n";
     return 2;
   }
   const std::string dir = argv[1], mode = argv[2];
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
     strategy = dist::make_ddp_strategy(comm, {});
   } else {
     dist::ZeroOptions o;
-    o.stage = mode == "zero1" ? 1 : 2;
+    o.stage = mode == "zero1" ? 1 : mode == "zero2" ? 2 : 3;
+    o.reshard_after_forward = mode != "fsdp_keep";
     strategy = dist::make_zero_strategy(comm, o);
   }
   torch::manual_seed(0);

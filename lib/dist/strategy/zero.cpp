@@ -416,11 +416,14 @@ class ZeroStrategy : public Strategy {
 
     // The embedding's backward needs no weight (only the ids), so it is
     // gathered for its forward only, and starts the first layer's gather.
-    model.model->run_embedding = [this, embed, first_layer](model::EmbeddingImpl& e, const torch::Tensor& ids) {
+    // Tied to the head, it stays gathered until the head has run (one
+    // gather per forward instead of two, as FSDP keeps its root unit).
+    const bool tied = head == embed;
+    model.model->run_embedding = [this, embed, first_layer, tied](model::EmbeddingImpl& e, const torch::Tensor& ids) {
       gather(*embed);
       if (!in_backward_) prefetch(first_layer);
       auto out = e.forward(ids);
-      release(*embed);
+      if (!tied) release(*embed);
       return out;
     };
     // Gather before a layer runs (starting the next layer's gather) and
