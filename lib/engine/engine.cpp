@@ -188,6 +188,13 @@ std::unique_ptr<dist::Strategy> Engine::make_strategy() {
     // its forward and backward; gradients reduce-scattered; optimizer
     // state per shard. FSDP's reshard_after_forward: false (SHARD_GRAD_OP)
     // keeps a layer gathered from its forward until its backward.
+    if (dist_.offload_param_device != "none" && device_.type() != torch::kCPU)
+      fail_input("{}: parameter offload (offload_param_device / fsdp_offload_params) is not built yet in trlx; "
+                 "set it to none (offload_optimizer_device: cpu keeps the optimizer state on the host)",
+                 dist_.source);
+    if (dist_.offload_param_device != "none")
+      log::info("parameter offload to {}: the parameters already live on the host in this CPU run",
+                dist_.offload_param_device);
     dist::ZeroOptions z;
     z.stage = 3;
     z.label = dist_.strategy == config::Strategy::FSDP ? "fsdp" : "zero3";
