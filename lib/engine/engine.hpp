@@ -141,6 +141,8 @@ class Engine {
   void set_reference(model::LanguageModel reference);
   // Sums values over ranks (counts a trainer's loss needs globally).
   void sum_across_ranks(std::vector<double>& values) { strategy_->sum_across_ranks(values); }
+  // The largest of each value over ranks (metrics such as max_reward).
+  void max_across_ranks(std::vector<double>& values) { strategy_->max_across_ranks(values); }
   // True while loss() runs on a stand-in example (see Trainer::loss).
   bool standing_in() const { return standing_in_; }
   int rank() const { return comm_->rank(); }

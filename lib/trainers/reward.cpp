@@ -1,5 +1,6 @@
 #include "trainers/reward.hpp"
 
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -214,13 +215,18 @@ engine::LossOutput RewardTrainer::loss(engine::Engine& engine, const engine::Ten
   // reward_loss is the micro-batch mean; the engine wants the sum over pairs.
   lo.loss_sum = out.loss * static_cast<double>(b);
   // TRL logs each micro-batch's values and averages them over the logging
-  // window, so each micro-batch counts once. Under several ranks min/max are
-  // per-rank values averaged (TRL takes them over the gathered batch).
+  // window, so each micro-batch counts once. min/max are over the rewards
+  // of all ranks, as TRL takes them over the gathered batch: every rank
+  // adds the same global value (a stand-in adds nothing to it).
+  const double none = -std::numeric_limits<double>::infinity();
+  std::vector<double> extremes = {engine.standing_in() ? none : out.max_reward.item<double>(),
+                                  engine.standing_in() ? none : -out.min_reward.item<double>()};
+  engine.max_across_ranks(extremes);
   lo.metrics.add("accuracy", out.accuracy.item<double>(), 1);
   lo.metrics.add("margin", out.margin.item<double>(), 1);
-  lo.metrics.add("min_reward", out.min_reward.item<double>(), 1);
+  lo.metrics.add("min_reward", -extremes[1], 1);
   lo.metrics.add("mean_reward", out.mean_reward.item<double>(), 1);
-  lo.metrics.add("max_reward", out.max_reward.item<double>(), 1);
+  lo.metrics.add("max_reward", extremes[0], 1);
   return lo;
 }
 

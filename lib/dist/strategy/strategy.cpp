@@ -78,13 +78,18 @@ void Strategy::lerp_parameters(model::LanguageModelImpl& dst, model::LanguageMod
   }
 }
 
-void Strategy::sum_across_ranks(std::vector<double>& values) {
-  if (world_size() == 1 || values.empty()) return;
+namespace {
+void reduce_values(Communicator& comm, std::vector<double>& values, ReduceOp op) {
+  if (comm.world_size() == 1 || values.empty()) return;
   auto t = torch::tensor(values, torch::kFloat64);
-  comm_->all_reduce(t, ReduceOp::Sum)->wait();
+  comm.all_reduce(t, op)->wait();
   auto* p = t.data_ptr<double>();
   for (size_t i = 0; i < values.size(); ++i) values[i] = p[i];
 }
+}  // namespace
+
+void Strategy::sum_across_ranks(std::vector<double>& values) { reduce_values(*comm_, values, ReduceOp::Sum); }
+void Strategy::max_across_ranks(std::vector<double>& values) { reduce_values(*comm_, values, ReduceOp::Max); }
 
 std::unique_ptr<Strategy> make_single_strategy(std::shared_ptr<Communicator> comm) {
   return std::make_unique<SingleStrategy>(std::move(comm));

@@ -115,6 +115,8 @@ class Strategy {
 
   // Sums `values` over ranks, in place (metrics, token counts).
   void sum_across_ranks(std::vector<double>& values);
+  // The largest of each value over ranks, in place.
+  void max_across_ranks(std::vector<double>& values);
 
  protected:
   std::shared_ptr<Communicator> comm_;
