@@ -287,6 +287,7 @@ void Engine::sync_reference(double alpha) {
   if (!reference_)
     fail_input("sync_ref_model needs a separate reference model (ref_model, or training without use_peft)");
   strategy_->lerp_parameters(*reference_, *policy_, alpha);
+  reference_moved_ = true;
 }
 
 model::Batch Engine::to_device(const model::Batch& b) const {
@@ -523,7 +524,7 @@ std::map<std::string, torch::Tensor> Engine::parameter_values(bool trainable_onl
   return out;
 }
 
-void Engine::save_model(const fs::path& dir, bool into_existing_dir) {
+void Engine::write_on_rank0(const std::function<void(const io::BeforeWrite&)>& write) {
   // Rank 0 writes; under parameter sharding it gathers one unit at a time
   // as the writer reaches it, and the other ranks join those gathers.
   if (rank() != 0) {
@@ -534,21 +535,29 @@ void Engine::save_model(const fs::path& dir, bool into_existing_dir) {
     dist::Strategy& s;
     ~EndReads() { s.end_parameter_reads(); }
   } end_reads{*strategy_};
-  auto before_write = [this](const torch::Tensor& t) { strategy_->read_parameter(t); };
-  if (lora_) {
+  write([this](const torch::Tensor& t) { strategy_->read_parameter(t); });
+}
+
+void Engine::save_full_model(model::LanguageModelImpl& m, const fs::path& dir, bool into_existing_dir) {
+  write_on_rank0([&](const io::BeforeWrite& before_write) {
+    model::SaveModelOptions so;
+    so.tokenizer_dir = tokenizer_dir_;
+    so.into_existing_dir = into_existing_dir;
+    so.before_write = before_write;
+    model::save_language_model(dir, m, so);
+  });
+}
+
+void Engine::save_model(const fs::path& dir, bool into_existing_dir) {
+  if (!lora_) return save_full_model(*policy_, dir, into_existing_dir);
+  write_on_rank0([&](const io::BeforeWrite& before_write) {
     model::AdapterSaveOptions ao;
     ao.base_model_name_or_path = base_dir_ ? base_dir_->string() : config_.model_name_or_path.value_or("");
     ao.tokenizer_dir = tokenizer_dir_;
     ao.into_existing_dir = into_existing_dir;
     ao.before_write = before_write;
     model::save_adapter(dir, *policy_, *lora_, ao);
-    return;
-  }
-  model::SaveModelOptions so;
-  so.tokenizer_dir = tokenizer_dir_;
-  so.into_existing_dir = into_existing_dir;
-  so.before_write = before_write;
-  model::save_language_model(dir, *policy_, so);
+  });
 }
 
 std::string Engine::optimizer_file() const {
@@ -575,14 +584,18 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     torch::save(*optimizer_, (tmp / optimizer_file()).string());
     comm_->barrier();
   }
+  // A reference TR-DPO moved is part of the state: saved beside the model.
+  const fs::path reference_dir = tmp / "reference";
   if (rank() != 0) {
     save_model(tmp, true);  // joins rank 0's gathers under parameter sharding
+    if (reference_moved_) save_full_model(*reference_, reference_dir, false);
     return;
   }
   try {
     // Into the existing temp dir: under sharded optimizer state it already
     // holds every rank's optimizer file, which a fresh directory would drop.
     save_model(tmp, true);
+    if (reference_moved_) save_full_model(*reference_, reference_dir, false);
     if (!strategy_->shards_optimizer_state()) torch::save(*optimizer_, (tmp / optimizer_file()).string());
     auto rng = at::detail::getDefaultCPUGenerator().get_state();
     torch::save(rng, (tmp / "rng_state.pt").string());
@@ -628,6 +641,15 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
   }
 }
 
+void Engine::load_full_weights(model::LanguageModelImpl& m, const fs::path& dir) {
+  auto loaded = model::load_language_model(dir, m.head_kind(), "auto");
+  auto src = loaded->named_parameters(true);
+  strategy_->write_parameters(m, [&](const std::string& name, torch::Tensor& p) {
+    if (!src.contains(name)) fail_input("resume_from_checkpoint: {} has no tensor {}", dir.string(), name);
+    p.copy_(src[name]);
+  });
+}
+
 void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch) {
   const fs::path state_file = dir / "trainer_state.json";
   std::ifstream in(state_file);
@@ -666,14 +688,18 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
       p.copy_(src[name]);
     });
   } else {
-    auto loaded = model::load_language_model(dir, policy_->head_kind(), "auto");
-    auto src = loaded->named_parameters(true);
-    strategy_->write_parameters(*policy_, [&](const std::string& name, torch::Tensor& p) {
-      if (!src.contains(name)) fail_input("resume_from_checkpoint: {} has no tensor {}", dir.string(), name);
-      p.copy_(src[name]);
-    });
+    load_full_weights(*policy_, dir);
   }
   strategy_->on_weights_loaded();  // ZeRO: master shards from the loaded weights
+  if (fs::exists(dir / "reference" / "config.json")) {
+    if (!reference_) {
+      log::warn("{} holds a reference model moved by sync_ref_model, but this run has no separate reference; "
+                "it is not used", (dir / "reference").string());
+    } else {
+      load_full_weights(*reference_, dir / "reference");
+      reference_moved_ = true;
+    }
+  }
   torch::load(*optimizer_, (dir / optimizer_file()).string());
   torch::Tensor rng;
   torch::load(rng, (dir / "rng_state.pt").string());

@@ -178,6 +178,15 @@ class Engine {
                           bool* stand_in) const;
   void reduce_metrics(MetricSums& m);
   void save_model(const std::filesystem::path& dir, bool into_existing_dir);
+  // Runs `write` on rank 0, which calls the hook it is given before reading
+  // each tensor; under parameter sharding every other rank joins the unit
+  // gathers meanwhile. Every rank calls it.
+  void write_on_rank0(const std::function<void(const io::BeforeWrite&)>& write);
+  // Replaces the weights of `m` (the policy or the reference) with a saved
+  // model's, on every rank (through the strategy under sharding).
+  void load_full_weights(model::LanguageModelImpl& m, const std::filesystem::path& dir);
+  // Writes `m` (the policy or the reference) in Hugging Face format.
+  void save_full_model(model::LanguageModelImpl& m, const std::filesystem::path& dir, bool into_existing_dir);
   std::string optimizer_file() const;
   std::vector<std::vector<size_t>> epoch_batches(size_t n, int64_t epoch) const;
   std::pair<double, double> optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
@@ -206,6 +215,9 @@ class Engine {
   Schedule schedule_;
   int64_t step_ = 0;
   bool standing_in_ = false;
+  // The separate reference has been moved by sync_reference (TR-DPO):
+  // checkpoints then carry it (reference/), and resume restores it.
+  bool reference_moved_ = false;
   int64_t micro_per_step_ = 1;
   size_t batches_per_epoch_ = 0;
   double tokens_seen_ = 0;

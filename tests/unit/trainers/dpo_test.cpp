@@ -214,3 +214,39 @@ TEST_CASE("DPO sync_ref_model (TR-DPO): the reference moves to alpha * policy + 
   auto after = reference->named_parameters(true)[name].detach();
   CHECK(torch::allclose(after, 0.25 * pol + 0.75 * before, 1e-6, 1e-7));
 }
+
+TEST_CASE("DPO sync_ref_model: a checkpoint carries the moved reference, so a resumed run equals an uninterrupted one",
+          "[dpo][resume]") {
+  const fs::path out = temp_dir("trdpo_resume");
+  auto flags = [&](const std::string& dir) {
+    return nlohmann::json{{"sync_ref_model", "true"},     {"ref_model_sync_steps", "1"},
+                          {"ref_model_mixup_alpha", "0.5"}, {"max_steps", "4"},
+                          {"save_steps", "2"},              {"learning_rate", "1e-3"},
+                          {"per_device_train_batch_size", "2"}, {"output_dir", (out / dir).string()}};
+  };
+  auto full = make(dpo_config(dpo_data() / "text", flags("full")));
+  full.engine->train(*full.trainer);
+  REQUIRE(fs::exists(out / "full" / "checkpoint-2" / "reference" / "model.safetensors"));
+  auto resume_flags = flags("resumed");
+  resume_flags["resume_from_checkpoint"] = (out / "full" / "checkpoint-2").string();
+  auto resumed = make(dpo_config(dpo_data() / "text", resume_flags));
+  resumed.engine->train(*resumed.trainer);
+  auto a = full.engine->parameter_values(false), b = resumed.engine->parameter_values(false);
+  REQUIRE(a.size() == b.size());
+  size_t differ = 0;
+  for (const auto& [k, v] : a) differ += torch::equal(v, b.at(k)) ? 0 : 1;
+  CHECK(differ == 0);
+  // The same resume from a copy without the reference: the run differs,
+  // which is what the checkpoint's reference/ prevents.
+  fs::copy(out / "full" / "checkpoint-2", out / "noref", fs::copy_options::recursive);
+  fs::remove_all(out / "noref" / "reference");
+  auto noref_flags = flags("resumed_noref");
+  noref_flags["resume_from_checkpoint"] = (out / "noref").string();
+  auto noref = make(dpo_config(dpo_data() / "text", noref_flags));
+  noref.engine->train(*noref.trainer);
+  auto c = noref.engine->parameter_values(false);
+  size_t differ_noref = 0;
+  for (const auto& [k, v] : a) differ_noref += torch::equal(v, c.at(k)) ? 0 : 1;
+  CHECK(differ_noref > 0);
+  fs::remove_all(out);
+}
