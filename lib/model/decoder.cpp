@@ -1,6 +1,8 @@
 #include "model/decoder.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include <fmt/ranges.h>
@@ -62,6 +64,48 @@ torch::Tensor build_attention_mask(const torch::Tensor& key_mask, int64_t num_qu
 torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
   auto m = attention_mask.to(torch::kInt64);
   return (m.cumsum(-1) - 1).masked_fill(m == 0, 1);
+}
+
+torch::Tensor branch_mask(const torch::Tensor& position_ids, const torch::Tensor& document_ids,
+                          const torch::Tensor& key_mask) {
+  const int64_t b = position_ids.size(0), t = position_ids.size(1);
+  auto pos_t = position_ids.to(torch::kCPU, torch::kInt64).contiguous();
+  auto doc_t = document_ids.to(torch::kCPU, torch::kInt64).contiguous();
+  auto real_t = key_mask.to(torch::kCPU, torch::kBool).contiguous();
+  const auto* pos = pos_t.data_ptr<int64_t>();
+  const auto* doc = doc_t.data_ptr<int64_t>();
+  const auto* real = real_t.data_ptr<bool>();
+  bool branches = false;
+  for (int64_t r = 0; r < b && !branches; ++r)
+    for (int64_t i = r * t + 1; i < (r + 1) * t; ++i)
+      if (real[i] && real[i - 1] && doc[i] == doc[i - 1] && pos[i] <= pos[i - 1]) {
+        branches = true;
+        break;
+      }
+  if (!branches) return {};
+  auto out = torch::zeros({b, 1, t, t}, torch::kBool);
+  auto* o = out.data_ptr<bool>();
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t* p = pos + r * t;
+    const bool* m = real + r * t;
+    for (int64_t q = 0; q < t; ++q) {
+      bool* row = o + (r * t + q) * t;
+      if (!m[q]) {  // padding: left to the other masks
+        std::fill(row, row + q + 1, true);
+        continue;
+      }
+      // Walking back from q: a key is visible while every real position
+      // between it and q is above its own; a restart at or below it hides it.
+      row[q] = true;
+      int64_t lowest = p[q];
+      for (int64_t k = q - 1; k >= 0 && lowest > 0; --k) {
+        if (!m[k]) continue;
+        row[k] = p[k] < lowest;
+        lowest = std::min(lowest, p[k]);
+      }
+    }
+  }
+  return out.to(key_mask.device());
 }
 
 namespace {
@@ -142,7 +186,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   torch::Tensor out;
   if (mask.defined()) {
-    out = at::scaled_dot_product_attention(q, k, v, mask);
+    // The model passes an additive mask made once per forward in its dtype;
+    // a query of another dtype (a bf16 model's autocast mix) gets it cast.
+    const bool cast = mask.scalar_type() != torch::kBool && mask.scalar_type() != q.scalar_type();
+    out = at::scaled_dot_product_attention(q, k, v, cast ? mask.to(q.scalar_type()) : mask);
   } else {
     // No mask: causal over the same positions, or one query after a cache.
     const bool causal = q.size(2) == k.size(2);
@@ -227,11 +274,30 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     const auto& d = batch.document_ids;
     auto same = d.unsqueeze(2).eq(d.unsqueeze(1)).unsqueeze(1);
     auto diag = torch::eye(t, torch::dtype(torch::kBool).device(d.device())).view({1, 1, t, t});
+    auto branches = batch.position_ids.defined() ? branch_mask(positions, d, mask2d) : torch::Tensor();
+    if (branches.defined()) full_mask = full_mask.logical_and(branches);
     full_mask = full_mask.logical_and(same).logical_or(diag);
-    if (sliding_mask.defined()) sliding_mask = sliding_mask.logical_and(same).logical_or(diag);
+    if (sliding_mask.defined()) {
+      if (branches.defined()) {
+        // Across branches slots and positions differ: the window counts positions.
+        auto dist = positions.unsqueeze(2) - positions.unsqueeze(1);
+        sliding_mask = full_mask.logical_and(dist.lt(*config_.sliding_window).unsqueeze(1));
+      } else {
+        sliding_mask = sliding_mask.logical_and(same).logical_or(diag);
+      }
+    }
   }
 
   auto x = run_embedding ? run_embedding(*embed_tokens, ids) : embed_tokens->forward(ids);
+  // SDPA turns a boolean mask into an additive one of the query's dtype on
+  // every call, and each layer's backward keeps its own copy; one additive
+  // mask for all layers gives the same numbers with one conversion and one copy.
+  auto additive = [&](const torch::Tensor& m) {
+    if (!m.defined()) return m;
+    return torch::zeros(m.sizes(), x.options()).masked_fill_(m.logical_not(), -std::numeric_limits<double>::infinity());
+  };
+  full_mask = additive(full_mask);
+  sliding_mask = additive(sliding_mask);
   auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_.to(device).view({1, 1, -1});
   auto emb = torch::cat({freqs, freqs}, -1);
   auto cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());

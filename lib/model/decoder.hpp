@@ -87,6 +87,17 @@ torch::Tensor build_attention_mask(const torch::Tensor& key_mask, int64_t num_qu
 // left-padded prompt starts at position 0 like an unpadded one.
 torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask);
 
+// Branches of packed rows: [B, 1, T, T] booleans, true where key k may be seen
+// by query q as far as branching goes (k <= q, and the positions of the same
+// document have not restarted at or below k's position between k and q). A
+// document whose positions go back to p > 0 at some token starts a branch
+// there that shares the document's first p tokens: each branch sees the
+// shared prefix and itself, not its siblings. Undefined when no real token of
+// any document restarts its positions (every packed batch of independent
+// documents), so that such batches keep their plain mask.
+torch::Tensor branch_mask(const torch::Tensor& position_ids, const torch::Tensor& document_ids,
+                          const torch::Tensor& key_mask);
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& c, int64_t layer);
@@ -127,7 +138,11 @@ struct Batch {
   torch::Tensor attention_mask;  // [B, T] 1 real / 0 pad
   torch::Tensor position_ids;    // [B, T]
   // [B, T]: packed sequences; a token attends only to earlier tokens of its
-  // own document (no cache).
+  // own document (no cache). With position_ids, a document may branch: where
+  // its positions go back to p > 0, the tokens from there on continue the
+  // document's first p tokens instead of the tokens just before them (see
+  // branch_mask), e.g. a prompt followed by two completions that each see the
+  // prompt once computed.
   torch::Tensor document_ids{};
 };
 

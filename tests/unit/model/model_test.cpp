@@ -255,3 +255,52 @@ TEST_CASE("generation stops at eos and when the stop callback says so", "[model]
     CHECK(g.completions[r] == std::vector<int64_t>(greedy[r].begin(), greedy[r].begin() + 4));
   }
 }
+
+TEST_CASE("a packed row whose positions branch equals the branches run as separate rows", "[model][packing]") {
+  // Row: prompt (5 tokens), branch A (4), branch B (3, positions back to 5),
+  // then padding. A and B must see the prompt and themselves only, in values
+  // and in gradients; mistral_window (window 4) also checks that the sliding
+  // window counts positions, not slots.
+  for (const char* name : {"qwen2", "mistral_window"}) {
+    INFO(name);
+    auto model = model::load_language_model(models() / name, model::HeadKind::CausalLM);
+    const int64_t v = model->config().vocab_size;
+    torch::manual_seed(0);
+    auto prompt = torch::randint(1, v, {5}), a = torch::randint(1, v, {4}), b = torch::randint(1, v, {3});
+    auto row = torch::cat({prompt, a, b, torch::zeros({2}, torch::kInt64)}).unsqueeze(0);
+    auto attn = torch::tensor({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, torch::kInt64).unsqueeze(0);
+    auto pos = torch::tensor({0, 1, 2, 3, 4, 5, 6, 7, 8, 5, 6, 7, 0, 0}, torch::kInt64).unsqueeze(0);
+    auto docs = torch::zeros_like(row);
+    auto packed = model->hidden_states({row, attn, pos, docs});
+    auto sep_a = model->hidden_states({torch::cat({prompt, a}).unsqueeze(0), {}, {}});
+    auto sep_b = model->hidden_states({torch::cat({prompt, b}).unsqueeze(0), {}, {}});
+    CHECK((packed[0].slice(0, 0, 9) - sep_a[0]).abs().max().item<double>() < 1e-5);
+    CHECK((packed[0].slice(0, 9, 12) - sep_b[0].slice(0, 5)).abs().max().item<double>() < 1e-5);
+    // Gradients: the same loss over both layouts (summed in another order).
+    model->zero_grad();
+    (packed[0].slice(0, 0, 9).pow(2).sum() + packed[0].slice(0, 9, 12).pow(2).sum()).backward();
+    std::vector<torch::Tensor> g_packed;
+    for (auto& p : model->parameters()) g_packed.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+    model->zero_grad();
+    (sep_a[0].pow(2).sum() + sep_b[0].slice(0, 5).pow(2).sum()).backward();
+    size_t i = 0;
+    for (auto& p : model->parameters()) {
+      const auto& g = g_packed[i++];
+      REQUIRE(g.defined() == p.grad().defined());
+      if (g.defined())
+        CHECK((p.grad() - g).abs().max().item<double>() < 1e-5 * std::max(1.0, g.abs().max().item<double>()));
+    }
+  }
+  // Independent documents (positions only restart at 0 with a new document id)
+  // have no branches: their mask stays the plain block-diagonal one.
+  auto pos = torch::tensor({{0, 1, 2, 0, 1, 1}}, torch::kInt64);
+  auto docs = torch::tensor({{0, 0, 0, 1, 1, -1}}, torch::kInt64);
+  auto real = torch::tensor({{1, 1, 1, 1, 1, 0}}, torch::kInt64);
+  CHECK_FALSE(model::branch_mask(pos, docs, real).defined());
+  auto m = model::branch_mask(torch::tensor({{0, 1, 2, 1, 2}}, torch::kInt64), torch::zeros({1, 5}, torch::kInt64),
+                              torch::ones({1, 5}, torch::kInt64));
+  REQUIRE(m.defined());
+  // Token 3 (position 1, a branch after the first token) sees token 0 and itself.
+  CHECK(torch::equal(m[0][0][3], torch::tensor({true, false, false, true, false})));
+  CHECK(torch::equal(m[0][0][4], torch::tensor({true, false, false, true, true})));
+}
