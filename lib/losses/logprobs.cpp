@@ -14,24 +14,34 @@ std::string shape(c10::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join
 
 TokenLogProbs plain_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
                              const torch::Tensor& mask, const LogProbOptions& o) {
+  // Logits only for the tokens whose mask is set (every output is 0 / false
+  // elsewhere): a prompt's positions cost no [tokens x vocab] work. Each
+  // row's logits are the same product as over all rows.
+  const auto token_shape = hidden.sizes().slice(0, hidden.dim() - 1);
+  auto flat_mask = mask.reshape({-1}).to(torch::kBool);
+  auto rows = flat_mask.nonzero().squeeze(1);
+  auto h = hidden.reshape({-1, hidden.size(-1)}).index_select(0, rows);
   // Log-softmax in fp32 whatever the compute dtype: bf16 log-probs lose the
   // small differences preference losses are made of.
-  auto logits = torch::matmul(hidden, weight.t()).to(torch::kFloat32);
+  auto logits = torch::matmul(h, weight.t()).to(torch::kFloat32);
   if (o.temperature != 1.0) logits = logits / o.temperature;
   auto lse = logits.logsumexp(-1);
-  auto safe_targets = targets.masked_fill(mask == 0, 0);
-  auto picked = logits.gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1);
+  auto row_targets = targets.reshape({-1}).index_select(0, rows).to(torch::kInt64);
+  auto picked = logits.gather(-1, row_targets.unsqueeze(-1)).squeeze(-1);
+  const int64_t n = flat_mask.size(0);
+  auto scatter = [&](const torch::Tensor& values) {
+    return torch::zeros({n}, values.options()).index_copy(0, rows, values).view(token_shape);
+  };
   TokenLogProbs out;
-  auto m = mask.to(torch::kBool);
-  out.logps = (picked - lse).masked_fill(~m, 0.0);
+  out.logps = scatter(picked - lse);
   if (o.entropy) {
     torch::NoGradGuard no_grad;
     auto logp = logits - lse.unsqueeze(-1);
-    out.entropy = -(logp.exp() * logp).sum(-1).masked_fill(~m, 0.0);
+    out.entropy = scatter(-(logp.exp() * logp).sum(-1));
   }
   if (o.accuracy) {
     torch::NoGradGuard no_grad;
-    out.correct = (logits.argmax(-1) == safe_targets).logical_and(m);
+    out.correct = scatter(logits.argmax(-1) == row_targets);
   }
   return out;
 }
@@ -61,6 +71,9 @@ torch::Tensor chunk_logits(const torch::Tensor& hidden_rows, const torch::Tensor
   return logits;
 }
 
+// Rows per block of the softmax statistics inside a chunk.
+constexpr int64_t kStatRows = 64;
+
 // Log-probs of targets over token chunks; backward recomputes each chunk's
 // logits instead of keeping [tokens x vocab] alive between the passes.
 //   inputs: hidden [N, H], weight [V, H] (both in the compute dtype),
@@ -85,15 +98,25 @@ struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
       auto rows_c = rows.slice(0, s, e);
       auto t_c = targets.slice(0, s, e);
       auto logits = chunk_logits(hidden.index_select(0, rows_c), weight, temperature);
-      auto lse_c = logits.logsumexp(-1);
-      lse.slice(0, s, e).copy_(lse_c);
       auto picked = logits.gather(1, t_c.unsqueeze(1)).squeeze(1);
-      logps.index_copy_(0, rows_c, picked - lse_c);
       if (want_accuracy) correct.index_copy_(0, rows_c, logits.argmax(-1) == t_c);
-      if (want_entropy) {
-        auto& logp = logits.sub_(lse_c.unsqueeze(1));
-        entropy.index_copy_(0, rows_c, -(logp.exp().mul_(logp)).sum(-1));
+      // The softmax statistics row block by row block: their temporaries are
+      // [kStatRows x vocab], so the chunk's logits are the one large buffer.
+      auto lse_c = lse.slice(0, s, e);
+      torch::Tensor ent_c;
+      if (want_entropy) ent_c = torch::empty({e - s}, f32);
+      for (int64_t r = 0; r < e - s; r += kStatRows) {
+        const int64_t n = std::min(kStatRows, e - s - r);
+        auto block = logits.narrow(0, r, n);
+        auto lse_b = block.logsumexp(-1);
+        lse_c.narrow(0, r, n).copy_(lse_b);
+        if (want_entropy) {
+          auto& logp = block.sub_(lse_b.unsqueeze(1));
+          ent_c.narrow(0, r, n).copy_(-(logp.exp().mul_(logp)).sum(-1));
+        }
       }
+      logps.index_copy_(0, rows_c, picked - lse_c);
+      if (want_entropy) entropy.index_copy_(0, rows_c, ent_c);
     }
     ctx->save_for_backward({hidden, weight, rows, targets, lse});
     ctx->saved_data["chunk_size"] = chunk_size;

@@ -9,8 +9,9 @@
 //    and their gradient alive through backward;
 //  - chunked (chunk_size > 0): at most [chunk_size x vocab] logits exist at a
 //    time, in forward and again in backward, which recomputes them from the
-//    saved hidden states and per-token log-sum-exp. Only tokens whose mask is
-//    set are computed at all, so prompt and padding tokens cost nothing.
+//    saved hidden states and per-token log-sum-exp.
+// Both compute only the tokens whose mask is set, so prompt and padding
+// tokens cost nothing.
 #include <torch/torch.h>
 
 namespace trlx::losses {
@@ -20,8 +21,9 @@ struct LogProbOptions {
   bool accuracy = false;  // whether the argmax is the target
   double temperature = 1.0;
   // 0: the plain path. > 0: the chunked path over this many (masked-in)
-  // tokens at a time; its peak extra memory is about 3 x chunk_size x vocab x
-  // 4 bytes, on top of the weight's gradient.
+  // tokens at a time; its peak extra memory is about chunk_size x vocab x 4
+  // bytes (one chunk of fp32 logits, in forward and again in backward), on
+  // top of the weight's gradient.
   int64_t chunk_size = 0;
 };
 
