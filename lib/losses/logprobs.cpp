@@ -1,6 +1,7 @@
 #include "losses/logprobs.hpp"
 
 #include <ATen/autocast_mode.h>
+#include <limits>
 #include <fmt/ranges.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -71,11 +72,11 @@ torch::Tensor chunk_logits(const torch::Tensor& hidden_rows, const torch::Tensor
   return logits;
 }
 
-// Rows per block of the softmax statistics inside a chunk.
-constexpr int64_t kStatRows = 64;
-
-// Log-probs of targets over token chunks; backward recomputes each chunk's
-// logits instead of keeping [tokens x vocab] alive between the passes.
+// Log-probs of targets over token chunks and vocabulary tiles: at most
+// [chunk_size x vocab_tile] logits exist at a time, in forward (an online
+// log-sum-exp over the tiles, as flash attention does over keys) and again in
+// backward, which recomputes them from the saved hidden states and per-token
+// log-sum-exp instead of keeping [tokens x vocab] alive between the passes.
 //   inputs: hidden [N, H], weight [V, H] (both in the compute dtype),
 //           rows [n] int64 (the tokens whose mask is set), targets [n] int64
 //   outputs: logps [N] fp32, then entropy [N] fp32 and correct [N] bool when
@@ -83,10 +84,10 @@ constexpr int64_t kStatRows = 64;
 struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
                                                 const torch::Tensor& weight, const torch::Tensor& rows,
-                                                const torch::Tensor& targets, int64_t chunk_size, double temperature,
-                                                bool want_entropy, bool want_accuracy) {
+                                                const torch::Tensor& targets, int64_t chunk_size, int64_t vocab_tile,
+                                                double temperature, bool want_entropy, bool want_accuracy) {
     AutocastOff no_autocast(hidden.device().type());
-    const int64_t n_tokens = hidden.size(0), n_rows = rows.size(0);
+    const int64_t n_tokens = hidden.size(0), n_rows = rows.size(0), vocab = weight.size(0);
     auto f32 = hidden.options().dtype(torch::kFloat32);
     auto logps = torch::zeros({n_tokens}, f32);
     auto lse = torch::empty({n_rows}, f32);
@@ -97,29 +98,55 @@ struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
       const int64_t e = std::min(n_rows, s + chunk_size);
       auto rows_c = rows.slice(0, s, e);
       auto t_c = targets.slice(0, s, e);
-      auto logits = chunk_logits(hidden.index_select(0, rows_c), weight, temperature);
-      auto picked = logits.gather(1, t_c.unsqueeze(1)).squeeze(1);
-      if (want_accuracy) correct.index_copy_(0, rows_c, logits.argmax(-1) == t_c);
-      // The softmax statistics row block by row block: their temporaries are
-      // [kStatRows x vocab], so the chunk's logits are the one large buffer.
-      auto lse_c = lse.slice(0, s, e);
-      torch::Tensor ent_c;
-      if (want_entropy) ent_c = torch::empty({e - s}, f32);
-      for (int64_t r = 0; r < e - s; r += kStatRows) {
-        const int64_t n = std::min(kStatRows, e - s - r);
-        auto block = logits.narrow(0, r, n);
-        auto lse_b = block.logsumexp(-1);
-        lse_c.narrow(0, r, n).copy_(lse_b);
-        if (want_entropy) {
-          auto& logp = block.sub_(lse_b.unsqueeze(1));
-          ent_c.narrow(0, r, n).copy_(-(logp.exp().mul_(logp)).sum(-1));
-        }
+      auto h_c = hidden.index_select(0, rows_c);
+      // Per row, against the running maximum m: sum_exp = sum exp(z - m),
+      // sum_ez = sum exp(z - m) (z - m); the target's logit; the first argmax.
+      auto m = torch::full({e - s}, -std::numeric_limits<double>::infinity(), f32);
+      auto sum_exp = torch::zeros({e - s}, f32), picked = torch::zeros({e - s}, f32);
+      torch::Tensor sum_ez, best, best_idx;
+      if (want_entropy) sum_ez = torch::zeros({e - s}, f32);
+      if (want_accuracy) {
+        best = torch::full({e - s}, -std::numeric_limits<double>::infinity(), f32);
+        best_idx = torch::zeros({e - s}, t_c.options());
       }
+      for (int64_t v0 = 0; v0 < vocab; v0 += vocab_tile) {
+        const int64_t vt = std::min(vocab_tile, vocab - v0);
+        auto z = chunk_logits(h_c, weight.narrow(0, v0, vt), temperature);
+        auto local = t_c - v0;
+        auto here = local.ge(0).logical_and(local.lt(vt));
+        picked = torch::where(here, z.gather(1, local.clamp(0, vt - 1).unsqueeze(1)).squeeze(1), picked);
+        auto [tile_max, tile_arg] = z.max(1);
+        if (want_accuracy) {
+          auto better = tile_max.gt(best);  // strictly: ties keep the earlier token, as argmax does
+          best = torch::where(better, tile_max, best);
+          best_idx = torch::where(better, tile_arg + v0, best_idx);
+        }
+        // A new maximum m' scales what was summed by r = exp(m - m'):
+        // sum_exp' = r sum_exp, sum_ez' = r (sum_ez + (m - m') sum_exp).
+        auto new_m = v0 == 0 ? tile_max : torch::maximum(m, tile_max);
+        if (v0 > 0) {
+          auto shift = m - new_m;
+          auto scale = shift.exp();
+          if (want_entropy) sum_ez.add_(shift.mul_(sum_exp)).mul_(scale);
+          sum_exp.mul_(scale);
+        }
+        z.sub_(new_m.unsqueeze(1));
+        auto ez = z.exp();
+        sum_exp.add_(ez.sum(1));
+        if (want_entropy) sum_ez.add_(ez.mul_(z).sum(1));
+        m = new_m;
+      }
+      auto log_sum = sum_exp.log();
+      auto lse_c = lse.slice(0, s, e);
+      lse_c.copy_(m + log_sum);
       logps.index_copy_(0, rows_c, picked - lse_c);
-      if (want_entropy) entropy.index_copy_(0, rows_c, ent_c);
+      // H = -sum p log p with p = exp(z - m) / sum_exp: log sum_exp - sum_ez / sum_exp.
+      if (want_entropy) entropy.index_copy_(0, rows_c, log_sum - sum_ez / sum_exp);
+      if (want_accuracy) correct.index_copy_(0, rows_c, best_idx == t_c);
     }
     ctx->save_for_backward({hidden, weight, rows, targets, lse});
     ctx->saved_data["chunk_size"] = chunk_size;
+    ctx->saved_data["vocab_tile"] = vocab_tile;
     ctx->saved_data["temperature"] = temperature;
     torch::autograd::variable_list out{logps};
     if (want_entropy) out.push_back(entropy);
@@ -133,39 +160,58 @@ struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
     const auto saved = ctx->get_saved_variables();
     const auto &hidden = saved[0], &weight = saved[1], &rows = saved[2], &targets = saved[3], &lse = saved[4];
     const int64_t chunk_size = ctx->saved_data["chunk_size"].toInt();
+    const int64_t vocab_tile = ctx->saved_data["vocab_tile"].toInt();
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const bool need_hidden = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
-    torch::autograd::variable_list grads(8);
+    torch::autograd::variable_list grads(10);
     const auto& grad_logps = grad_outputs[0];
     if (!grad_logps.defined() || !(need_hidden || need_weight)) return grads;
     AutocastOff no_autocast(hidden.device().type());
     const auto compute = hidden.scalar_type();
+    const int64_t vocab = weight.size(0);
     torch::Tensor grad_hidden, grad_weight;
     if (need_hidden) grad_hidden = torch::zeros_like(hidden);
     // Reduced-precision weights accumulate their gradient over chunks in
-    // fp32 and round once, as one full-size matmul would.
+    // fp32 and round once, as one full-size matmul would; so do the hidden
+    // states' over vocabulary tiles.
     if (need_weight) grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
     const int64_t n_rows = rows.size(0);
     for (int64_t s = 0; s < n_rows; s += chunk_size) {
       const int64_t e = std::min(n_rows, s + chunk_size);
       auto rows_c = rows.slice(0, s, e);
-      auto t_c = targets.slice(0, s, e).unsqueeze(1);
+      auto t_c = targets.slice(0, s, e);
       auto g = grad_logps.index_select(0, rows_c).to(torch::kFloat32).unsqueeze(1);
       auto h_c = hidden.index_select(0, rows_c);
-      // d log p(t) / d logits = (onehot(t) - softmax) / temperature, in place
-      // in the recomputed logits so that one [chunk x vocab] buffer serves.
-      auto d = chunk_logits(h_c, weight, temperature);
-      d.sub_(lse.slice(0, s, e).unsqueeze(1)).exp_().mul_(-g);
-      d.scatter_add_(1, t_c, g);
-      if (temperature != 1.0) d.div_(temperature);
-      auto d_c = d.to(compute);
-      if (need_hidden) grad_hidden.index_copy_(0, rows_c, torch::mm(d_c, weight));
-      if (need_weight) {
-        if (compute == torch::kFloat32)
-          grad_weight.addmm_(d_c.t(), h_c);
-        else
-          grad_weight.add_(torch::mm(d_c.t(), h_c));
+      auto lse_c = lse.slice(0, s, e).unsqueeze(1);
+      torch::Tensor gh;
+      if (need_hidden) gh = torch::zeros({e - s, hidden.size(1)}, hidden.options().dtype(torch::kFloat32));
+      for (int64_t v0 = 0; v0 < vocab; v0 += vocab_tile) {
+        const int64_t vt = std::min(vocab_tile, vocab - v0);
+        auto w_t = weight.narrow(0, v0, vt);
+        auto local = (t_c - v0).unsqueeze(1);
+        auto here = local.ge(0).logical_and(local.lt(vt));
+        // d log p(t) / d logits = (onehot(t) - softmax) / temperature, in
+        // place in the recomputed tile.
+        auto d = chunk_logits(h_c, w_t, temperature);
+        d.sub_(lse_c).exp_().mul_(-g);
+        d.scatter_add_(1, local.clamp(0, vt - 1), g * here);
+        if (temperature != 1.0) d.div_(temperature);
+        auto d_c = d.to(compute);
+        if (need_hidden) {
+          if (compute == torch::kFloat32)
+            gh.addmm_(d_c, w_t);
+          else
+            gh.add_(torch::mm(d_c, w_t));
+        }
+        if (need_weight) {
+          auto gw = grad_weight.narrow(0, v0, vt);
+          if (compute == torch::kFloat32)
+            gw.addmm_(d_c.t(), h_c);
+          else
+            gw.add_(torch::mm(d_c.t(), h_c));
+        }
       }
+      if (need_hidden) grad_hidden.index_copy_(0, rows_c, gh.to(compute));
     }
     grads[0] = grad_hidden;
     if (need_weight) grads[1] = grad_weight.to(weight.scalar_type());
@@ -195,8 +241,8 @@ TokenLogProbs chunked_logprobs(const torch::Tensor& hidden, const torch::Tensor&
   auto flat_mask = mask.reshape({-1}).to(torch::kBool);
   auto rows = flat_mask.nonzero().squeeze(1);
   auto row_targets = targets.reshape({-1}).index_select(0, rows).to(torch::kInt64);
-  auto outs = ChunkedLogProbs::apply(flat_hidden, weight.to(compute), rows, row_targets, o.chunk_size, o.temperature,
-                                     o.entropy, o.accuracy);
+  auto outs = ChunkedLogProbs::apply(flat_hidden, weight.to(compute), rows, row_targets, o.chunk_size,
+                                     std::max<int64_t>(1, o.vocab_tile), o.temperature, o.entropy, o.accuracy);
   TokenLogProbs out;
   size_t i = 0;
   out.logps = outs[i++].view(token_shape);

@@ -7,9 +7,10 @@
 // Two paths with the same results (fp32 log-probs, 0 where masked):
 //  - plain (chunk_size 0): [tokens x vocab] fp32 logits, autograd keeps them
 //    and their gradient alive through backward;
-//  - chunked (chunk_size > 0): at most [chunk_size x vocab] logits exist at a
-//    time, in forward and again in backward, which recomputes them from the
-//    saved hidden states and per-token log-sum-exp.
+//  - chunked (chunk_size > 0): at most [chunk_size x vocab_tile] logits
+//    exist at a time (tokens in chunks, the vocabulary in tiles with an online
+//    log-sum-exp), in forward and again in backward, which recomputes them
+//    from the saved hidden states and per-token log-sum-exp.
 // Both compute only the tokens whose mask is set, so prompt and padding
 // tokens cost nothing.
 #include <torch/torch.h>
@@ -21,10 +22,12 @@ struct LogProbOptions {
   bool accuracy = false;  // whether the argmax is the target
   double temperature = 1.0;
   // 0: the plain path. > 0: the chunked path over this many (masked-in)
-  // tokens at a time; its peak extra memory is about chunk_size x vocab x 4
-  // bytes (one chunk of fp32 logits, in forward and again in backward), on
-  // top of the weight's gradient.
+  // tokens at a time and vocab_tile vocabulary entries at a time; its peak
+  // extra memory is about 2 x chunk_size x min(vocab, vocab_tile) x 4 bytes
+  // (a tile of fp32 logits and its exponentials), on top of the weight's
+  // gradient.
   int64_t chunk_size = 0;
+  int64_t vocab_tile = 16384;
 };
 
 struct TokenLogProbs {

@@ -248,3 +248,22 @@ TEST_CASE("log-prob options that make no sense are input errors", "[losses][logp
   o.temperature = 0.0;
   CHECK_THROWS_AS(token_logprobs(in.hidden, in.weight, in.targets, in.mask, o), InputError);
 }
+
+TEST_CASE("chunked log-probs over vocabulary tiles equal the plain path", "[losses][logprobs]") {
+  auto in = make_inputs(2, 11, 16, 57);
+  // Make some targets the argmax (accuracy), one of them in a later tile.
+  auto logits = torch::einsum("bth,vh->btv", {in.hidden, in.weight});
+  in.targets.slice(1, 2, 6).copy_(logits.argmax(-1).slice(1, 2, 6));
+  LogProbOptions o;
+  o.entropy = true;
+  o.accuracy = true;
+  o.temperature = GENERATE(1.0, 0.7);
+  const int64_t tile = GENERATE(1, 5, 16, 56, 57, 100);  // 57 is the vocabulary
+  CAPTURE(o.temperature, tile);
+  auto plain = run(in, o);
+  auto c = chunked(o, 7);
+  c.vocab_tile = tile;
+  auto chunk_run = run(in, c);
+  require_same(plain, chunk_run, 1e-5);
+  CHECK(chunk_run.out.correct.sum().item<int64_t>() >= 3);
+}
