@@ -2,6 +2,8 @@
 // Helpers shared by the unit tests.
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <optional>
 #include <string>
 
@@ -9,6 +11,10 @@ namespace trlx::test {
 
 // The project's own committed test data (tests/data).
 inline std::filesystem::path data_dir() { return TRLX_TEST_DATA; }
+
+// The committed tiny model (examples/tiny-model) the model and trainer tests
+// load.
+inline std::filesystem::path tiny_model() { return std::filesystem::path(TRLX_SOURCE_DIR) / "examples" / "tiny-model"; }
 
 // The workplace's shared fixtures (real tokenizer files, ...). Passed in by the
 // test command as TRLX_SHARED_DIR; a user's clone has none, and tests that need
@@ -21,15 +27,34 @@ inline std::optional<std::filesystem::path> shared_dir() {
   return dir;
 }
 
+// Writes `text` to the file `name` in the temp dir; its path.
+inline std::filesystem::path write_temp(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Says why a test cannot run here, in the line ctest turns into "Skipped"
+// (TRLX_TEST_SKIP_MARKER, tests/CMakeLists.txt); the test then returns.
+inline void report_skipped(const std::string& why) {
+  std::cout << TRLX_TEST_SKIP_MARKER << " " << why << std::endl;
+}
+
 }  // namespace trlx::test
 
+// Ends a test case as skipped (see report_skipped). Include Catch first.
+#define TRLX_SKIP(why)                                  \
+  do {                                                  \
+    const std::string trlx_skip_why_ = (why);           \
+    ::trlx::test::report_skipped(trlx_skip_why_);       \
+    WARN("SKIPPED: " << trlx_skip_why_);                \
+    return;                                             \
+  } while (0)
+
 // Skips the rest of a test case when the shared fixtures are absent.
-#define TRLX_NEED_SHARED(var)                                                  \
-  const auto var##_opt = ::trlx::test::shared_dir();                           \
-  if (!var##_opt) {                                                            \
-    WARN("SKIPPED: TRLX_SHARED_DIR is not set or missing; shared fixtures absent"); \
-    return;                                                                    \
-  }                                                                            \
+#define TRLX_NEED_SHARED(var)                                                          \
+  const auto var##_opt = ::trlx::test::shared_dir();                                   \
+  if (!var##_opt) TRLX_SKIP("TRLX_SHARED_DIR is not set or missing; shared fixtures absent"); \
   const std::filesystem::path var = *var##_opt
 
 #include <functional>
@@ -50,6 +75,19 @@ inline std::string input_error_of(const std::function<void()>& f) {
   }
   FAIL("expected an InputError");
   return "";
+}
+
+// The message of the InputError that `f` throws, else a text saying what
+// happened instead, which no expected message contains.
+inline std::string error_message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ::trlx::InputError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("<not an InputError: ") + e.what() + ">";
+  }
+  return "<no error>";
 }
 
 }  // namespace trlx::test

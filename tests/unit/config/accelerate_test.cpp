@@ -38,7 +38,7 @@ TEST_CASE("bundled presets read into the right strategies without warnings", "[a
   CHECK(read_accelerate_config("zero1.yaml").zero_stage == 1);
 }
 
-TEST_CASE("a user's accelerate file is read unchanged; unused keys warn once each", "[accelerate]") {
+TEST_CASE("a user's accelerate file is read unchanged and unused keys warn once each", "[accelerate]") {
   const auto path = (test::data_dir() / "config" / "user_accelerate_zero3.yaml").string();
   auto d = read_accelerate_config(path);
   CHECK(d.strategy == Strategy::Zero);

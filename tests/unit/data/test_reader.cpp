@@ -303,7 +303,7 @@ TEST_CASE("directory: split aliases and split directories", "[data][reader][dir]
   CHECK(load_dataset(dir.path(), opt).rows.at(0).value["text"] == "t");
 }
 
-TEST_CASE("directory: unnamed files are all train; words must match whole", "[data][reader][dir]") {
+TEST_CASE("directory: unnamed files are all train, and words must match whole", "[data][reader][dir]") {
   TempDir dir;
   dir.write("a.jsonl", "{\"text\": \"a\"}\n");
   dir.write("b.json", "[{\"text\": \"b\"}]");

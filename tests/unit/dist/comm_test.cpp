@@ -211,7 +211,7 @@ TEST_CASE("single communicator: every collective is the identity", "[single]") {
   CHECK_THROWS_WITH(c->broadcast(t, 1), Catch::Contains("root 1"));
 }
 
-TEST_CASE("factory: world 1 is single; CPU ranks from torchrun are told to use mpirun", "[single]") {
+TEST_CASE("factory: world 1 is single, and CPU ranks from torchrun are told to use mpirun", "[single]") {
   LauncherEnv one;
   CHECK(make_communicator(one, torch::kCPU, std::chrono::seconds(5))->backend() == "single");
   CHECK(make_communicator(one, torch::Device(torch::kCUDA, 0), std::chrono::seconds(5))->backend() == "single");

@@ -512,7 +512,7 @@ torch::Tensor zero3_run(bool stage3, bool lora, int checkpointing, bool reshard,
 
 }  // namespace
 
-TEST_CASE("ZeRO-3 steps equal single-process steps; layers hold only their shards between steps", "[zero][zero3]") {
+TEST_CASE("ZeRO-3 steps equal single-process steps, and layers hold only their shards between steps", "[zero][zero3]") {
   struct Case {
     const char* name;
     bool lora;

@@ -140,7 +140,7 @@ TEST_CASE("greedy generation with left-padded prompts equals transformers' gener
   }
 }
 
-TEST_CASE("sampling is seeded and reproducible; the warpers keep only allowed tokens", "[model][generate]") {
+TEST_CASE("sampling is seeded and reproducible, and the warpers keep only allowed tokens", "[model][generate]") {
   auto model = model::load_language_model(models() / "qwen2", model::HeadKind::CausalLM);
   model::GenerationOptions o;
   o.do_sample = true;
@@ -199,7 +199,7 @@ TEST_CASE("models written by trlx give transformers' numbers when transformers l
   CHECK((pooled - expected.get("scores")).abs().max().item<double>() < 1e-4);
 }
 
-TEST_CASE("save then load gives the same model; a failed save keeps the old directory", "[model][save]") {
+TEST_CASE("save then load gives the same model, and a failed save keeps the old directory", "[model][save]") {
   torch::NoGradGuard no_grad;
   namespace fs = std::filesystem;
   auto tmp = fs::temp_directory_path() / "trlx_model_save_test";

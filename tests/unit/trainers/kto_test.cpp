@@ -48,7 +48,7 @@ TEST_CASE("kto: first 3 steps equal TRL's KTOTrainer (loss, grad norm, every met
   CHECK(cmp.checked > 0);
 }
 
-TEST_CASE("kto: paired data is unpaired; class imbalance advice as TRL gives it", "[trainers][kto]") {
+TEST_CASE("kto: paired data is unpaired, and class imbalance advice as TRL gives it", "[trainers][kto]") {
   auto tok = text::Tokenizer::from_dir(tiny_model());
   auto paired = write_rows("paired", "{\"prompt\": \"Hi\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n"
                                      "{\"prompt\": \"Ho\", \"chosen\": \" a\", \"rejected\": \" b\"}\n");
@@ -90,7 +90,7 @@ TEST_CASE("kto: KL sequences pair each prompt with the previous row's completion
   CHECK(b.at("label").sum().item<int64_t>() == 2);
 }
 
-TEST_CASE("kto: bad input is a clear error; prompts reaching max_length are dropped and counted", "[trainers][kto]") {
+TEST_CASE("kto: bad input is a clear error, and prompts reaching max_length are dropped and counted", "[trainers][kto]") {
   auto tok = text::Tokenizer::from_dir(tiny_model());
   auto nolabel = write_rows("nolabel", "{\"prompt\": \"a\", \"completion\": \"b\"}\n");
   auto msg = test::input_error_of([&] {

@@ -52,11 +52,6 @@ TEST_CASE("reward: first 3 steps equal TRL's RewardTrainer (loss, grad norm, eve
 
 TEST_CASE("reward: a model saved by trlx loads in transformers as AutoModelForSequenceClassification with the same scores",
           "[trainers][reward][golden]") {
-  if (!fs::exists(reward_data() / "saved_scores.json")) {
-    WARN("SKIPPED: tests/data/reward/saved_scores.json not generated yet (scripts/fixtures/kto_reward_fixtures.py saved, "
-         "which needs the trlx binary)");
-    return;
-  }
   const auto want = read_json(reward_data() / "saved_scores.json");
   const fs::path out = fs::temp_directory_path() / "trlx_reward_saved_test";
   fs::remove_all(out);
@@ -81,7 +76,7 @@ TEST_CASE("reward: a model saved by trlx loads in transformers as AutoModelForSe
   fs::remove_all(out);
 }
 
-TEST_CASE("reward: bad input is a clear error; pairs longer than max_length are dropped and counted", "[trainers][reward]") {
+TEST_CASE("reward: bad input is a clear error, and pairs longer than max_length are dropped and counted", "[trainers][reward]") {
   auto tok = text::Tokenizer::from_dir(tiny_model());
   auto missing = write_rows("missing", "{\"chosen\": \"a\"}\n");
   auto msg = test::input_error_of([&] {
