@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path tiny_model() { return fs::path(TRLX_SOURCE_DIR) / "examples" / "tiny-model"; }
+using test::tiny_model;
 
 // A loss touching every position: random weights on per-token log-probs.
 torch::Tensor loss_of(model::LanguageModelImpl& m, const model::Batch& b, const torch::Tensor& w) {

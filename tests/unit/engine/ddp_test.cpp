@@ -12,6 +12,7 @@
 #include "engine/engine.hpp"
 #include "model/loading.hpp"
 #include "support.hpp"
+#include "support/trainers.hpp"
 #include "text/template/chat_template.hpp"
 #include "text/tokenizer/tokenizer.hpp"
 #include "trainers/sft.hpp"
@@ -21,27 +22,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path tiny_model() { return fs::path(TRLX_SOURCE_DIR) / "examples" / "tiny-model"; }
+using test::tiny_model;
 
 std::shared_ptr<dist::Communicator> world() {
   static std::shared_ptr<dist::Communicator> c = dist::make_mpi_communicator(std::chrono::seconds(30));
   return c;
 }
 
-trainers::SFTConfig sft_config(const std::vector<std::pair<std::string, std::string>>& flags) {
-  config::ConfigLoader loader(trainers::sft_schema());
-  loader.apply_flag("model_name_or_path", {tiny_model().string()});
-  loader.apply_flag("dataset_name", {(test::data_dir() / "sft" / "data").string()});
-  loader.apply_flag("bf16", {"false"});
-  loader.apply_flag("gradient_checkpointing", {"false"});
-  loader.apply_flag("max_length", {"128"});
-  loader.apply_flag("learning_rate", {"1e-3"});
-  loader.apply_flag("debug_check_grad_sync_steps", {"1"});
-  for (const auto& [k, v] : flags) loader.apply_flag(k, {v});
-  trainers::SFTConfig c;
-  loader.resolve(&c);
-  return c;
-}
+using test::synced_sft_config;
 
 using Params = std::map<std::string, torch::Tensor>;
 
@@ -49,23 +37,17 @@ using Params = std::map<std::string, torch::Tensor>;
 // with `comm`; the trained parameters after them.
 Params train(const trainers::SFTConfig& c, std::shared_ptr<dist::Communicator> comm,
              const std::vector<std::vector<size_t>>& steps) {
-  auto tok = text::Tokenizer::from_dir(tiny_model());
-  text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
-  std::map<std::string, std::vector<trainers::SFTExample>> splits;
-  splits["train"] = trainers::prepare_sft_split(c, tok, &tmpl, "train", true);
-  auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
-  engine::Engine e(c, policy, "sft", tiny_model(), std::nullopt, comm);
-  trainers::SFTTrainer trainer(c, std::move(splits), *tok.pad_token_id());
-  for (const auto& b : steps) e.step_on(trainer, {b});
+  auto r = test::make_sft(c, std::move(comm));
+  for (const auto& b : steps) r.engine->step_on(*r.trainer, {b});
   Params out;
-  for (const auto& p : e.policy().named_parameters(true))
+  for (const auto& p : r.engine->policy().named_parameters(true))
     if (p.value().requires_grad()) out[p.key()] = p.value().detach().clone();
   return out;
 }
 
 void check_equal_to_single(const std::vector<std::pair<std::string, std::string>>& flags,
                            const std::vector<std::vector<size_t>>& steps) {
-  auto c = sft_config(flags);
+  auto c = synced_sft_config(flags);
   auto single = train(c, dist::make_single_communicator(), steps);
   auto ddp = train(c, world(), steps);
   REQUIRE(single.size() == ddp.size());

@@ -20,6 +20,7 @@
 #include "model/loading.hpp"
 #include "model/lora.hpp"
 #include "support.hpp"
+#include "support/trainers.hpp"
 #include "text/template/chat_template.hpp"
 #include "text/tokenizer/tokenizer.hpp"
 #include "trainers/sft.hpp"
@@ -30,56 +31,26 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path tiny_model() { return fs::path(TRLX_SOURCE_DIR) / "examples" / "tiny-model"; }
+using test::tiny_model;
 
 std::shared_ptr<dist::Communicator> world() {
   static std::shared_ptr<dist::Communicator> c = dist::make_mpi_communicator(std::chrono::seconds(60));
   return c;
 }
 
-using Flags = std::vector<std::pair<std::string, std::string>>;
+using test::Flags;
 
-trainers::SFTConfig sft_config(const Flags& flags) {
-  config::ConfigLoader loader(trainers::sft_schema());
-  loader.apply_flag("model_name_or_path", {tiny_model().string()});
-  loader.apply_flag("dataset_name", {(test::data_dir() / "sft" / "data").string()});
-  loader.apply_flag("bf16", {"false"});
-  loader.apply_flag("gradient_checkpointing", {"false"});
-  loader.apply_flag("max_length", {"128"});
-  loader.apply_flag("learning_rate", {"1e-3"});
-  loader.apply_flag("debug_check_grad_sync_steps", {"1"});
-  for (const auto& [k, v] : flags) loader.apply_flag(k, {v});
-  trainers::SFTConfig c;
-  loader.resolve(&c);
-  return c;
-}
+using test::synced_sft_config;
 
 using Params = std::map<std::string, torch::Tensor>;
 
 // Whole even under ZeRO-3 (a collective then: every rank calls it).
 Params trained(engine::Engine& e) { return e.parameter_values(true); }
 
-struct Run {
-  std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<trainers::SFTTrainer> trainer;
-};
+using Run = test::SFTRun;
 
-// `own_weights`: the weights in memory of their own rather than views of
-// the mapped checkpoint file (so an allocator sees them).
 Run make(const trainers::SFTConfig& c, std::shared_ptr<dist::Communicator> comm, bool own_weights = false) {
-  auto tok = text::Tokenizer::from_dir(tiny_model());
-  text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
-  std::map<std::string, std::vector<trainers::SFTExample>> splits;
-  splits["train"] = trainers::prepare_sft_split(c, tok, &tmpl, "train", true);
-  auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
-  if (own_weights) {
-    torch::NoGradGuard ng;
-    for (auto& p : policy->parameters()) p.set_data(p.detach().clone());
-  }
-  Run r;
-  r.engine = std::make_unique<engine::Engine>(c, policy, "sft", tiny_model(), std::nullopt, comm);
-  r.trainer = std::make_unique<trainers::SFTTrainer>(c, std::move(splits), *tok.pad_token_id());
-  return r;
+  return test::make_sft(c, std::move(comm), own_weights);
 }
 
 Params train(const trainers::SFTConfig& c, std::shared_ptr<dist::Communicator> comm,
@@ -99,7 +70,7 @@ double worst_difference(const Params& a, const Params& b) {
 
 void check_equal_to_single(const std::string& preset, Flags flags, const std::vector<std::vector<size_t>>& steps) {
   flags.emplace_back("accelerate_config", preset);
-  auto c = sft_config(flags);
+  auto c = synced_sft_config(flags);
   auto single = train(c, dist::make_single_communicator(), steps);
   auto zero = train(c, world(), steps);
   const double worst = worst_difference(single, zero);
@@ -150,7 +121,7 @@ TEST_CASE("ZeRO-1/2/3 and FSDP steps equal single-process steps on the same glob
     DYNAMIC_SECTION(preset << ": accumulation, small buckets, uneven batches") {
       // Two micro-steps per step (stage 2 reduces each), buckets of a few
       // tensors, and a last micro-batch that leaves ranks without data.
-      auto c = sft_config({{"accelerate_config", preset}, {"ddp_bucket_cap_mb", "0.05"},
+      auto c = synced_sft_config({{"accelerate_config", preset}, {"ddp_bucket_cap_mb", "0.05"},
                            {"gradient_accumulation_steps", "2"}});
       auto run_steps = [&](std::shared_ptr<dist::Communicator> comm) {
         auto r = make(c, comm);
@@ -329,26 +300,11 @@ TEST_CASE("a ZeRO run (stages 1-3) resumes exactly with the same world size and 
                      {"warmup_steps", "2"},             {"save_steps", "100"},
                      {"logging_steps", "1"},            {"output_dir", (root / out).string()}};
       };
-      auto full = make(sft_config(flags("full")), comm);
+      auto full = make(synced_sft_config(flags("full")), comm);
       CHECK(full.engine->train(*full.trainer).steps == 5);
 
-      struct StopAt : engine::Trainer {
-        engine::Trainer& inner;
-        int64_t at;
-        StopAt(engine::Trainer& i, int64_t a) : inner(i), at(a) {}
-        std::string name() const override { return inner.name(); }
-        size_t num_examples(const std::string& s) const override { return inner.num_examples(s); }
-        engine::TensorMap collate(const std::string& s, const std::vector<size_t>& i) const override {
-          return inner.collate(s, i);
-        }
-        double num_items(const engine::TensorMap& b) const override { return inner.num_items(b); }
-        engine::LossOutput loss(engine::Engine& e, const engine::TensorMap& b) override {
-          if (e.global_step() == at - 1) engine::Engine::request_stop();
-          return inner.loss(e, b);
-        }
-      };
-      auto part = make(sft_config(flags("part")), comm);
-      StopAt stopper(*part.trainer, 3);
+      auto part = make(synced_sft_config(flags("part")), comm);
+      test::StopAt stopper(*part.trainer, 3);
       auto r2 = part.engine->train(stopper);
       CHECK(r2.interrupted);
       const fs::path ckpt = root / "part" / "checkpoint-3";
@@ -359,7 +315,7 @@ TEST_CASE("a ZeRO run (stages 1-3) resumes exactly with the same world size and 
 
       auto resume_flags = flags("part");
       resume_flags.emplace_back("resume_from_checkpoint", ckpt.string());
-      auto resumed = make(sft_config(resume_flags), comm);
+      auto resumed = make(synced_sft_config(resume_flags), comm);
       CHECK(resumed.engine->train(*resumed.trainer).steps == 5);
       comm->barrier();
       auto saved = model::load_language_model(root / "full", model::HeadKind::CausalLM);
@@ -376,7 +332,7 @@ TEST_CASE("a ZeRO run (stages 1-3) resumes exactly with the same world size and 
       auto saved_resumed = model::load_language_model(root / "part", model::HeadKind::CausalLM);
       auto one_flags = flags("single-rank" + std::to_string(comm->rank()));
       one_flags.emplace_back("per_device_train_batch_size", std::to_string(2 * comm->world_size()));
-      auto one = make(sft_config(one_flags), dist::make_single_communicator());
+      auto one = make(synced_sft_config(one_flags), dist::make_single_communicator());
       one.engine->train(*one.trainer);
       auto single = model::load_language_model(root / ("single-rank" + std::to_string(comm->rank())),
                                                model::HeadKind::CausalLM);
@@ -398,7 +354,7 @@ TEST_CASE("a ZeRO run (stages 1-3) resumes exactly with the same world size and 
           fs::rename(ckpt / fmt::format("optimizer-rank{}-of-{}.pt", r, comm->world_size()),
                      ckpt / fmt::format("optimizer-rank{}-of-{}.pt", r, comm->world_size() + 1));
       comm->barrier();
-      auto other = make(sft_config(resume_flags), comm);
+      auto other = make(synced_sft_config(resume_flags), comm);
       try {
         other.engine->train(*other.trainer);
         FAIL("resuming from another world size's optimizer shards did not fail");
@@ -585,7 +541,7 @@ TEST_CASE("ZeRO-3 and FSDP hold about 1/world of parameters, gradients and optim
   // between steps.
   auto resident = [&](const std::string& preset, std::shared_ptr<dist::Communicator> c) {
     const int64_t before = counting.live();
-    auto r = make(sft_config({{"accelerate_config", preset}}), c, /*own_weights=*/true);
+    auto r = make(synced_sft_config({{"accelerate_config", preset}}), c, /*own_weights=*/true);
     r.engine->step_on(*r.trainer, {{0, 1, 2, 3, 4, 5}});
     r.engine->step_on(*r.trainer, {{6, 7, 0, 1, 2, 3}});
     return counting.live() - before;

@@ -68,16 +68,4 @@ inline std::filesystem::path make_file(const std::filesystem::path& p, std::stri
   return p;
 }
 
-// The message of the trlx::InputError `f` throws; fails the test otherwise.
-inline std::string input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const trlx::InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not an InputError: ") + e.what() + ">";
-  }
-  return "<no error>";
-}
-
 }  // namespace trlx::io::test

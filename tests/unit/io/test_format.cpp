@@ -19,7 +19,7 @@ using namespace trlx::io;
 using trlx::io::test::bytes_of;
 using trlx::io::test::expected_json;
 using trlx::io::test::fixture;
-using trlx::io::test::input_error;
+using trlx::test::error_message_of;
 using trlx::io::test::make_file;
 using trlx::io::test::TempDir;
 using Catch::Matchers::Contains;
@@ -28,7 +28,7 @@ namespace {
 
 // Opens a file as the readers do and returns the InputError message.
 std::string open_error(const std::filesystem::path& p) {
-  return input_error([&] { (void)open_safetensors(p); });
+  return error_message_of([&] { (void)open_safetensors(p); });
 }
 
 const char* kTwo =
@@ -113,7 +113,7 @@ TEST_CASE("format: parse_size follows huggingface_hub (decimal units)", "[io][fo
   CHECK(parse_size("1e2MB") == 100'000'000ull);
   for (const char* bad : {"", "GB", "5GiB", "5 G", "abc", "-5GB", "5..0GB", "1e400GB", "99999999999999999999"}) {
     INFO(bad);
-    CHECK_THAT(input_error([&] { parse_size(bad); }), Contains("max_shard_size"));
+    CHECK_THAT(error_message_of([&] { parse_size(bad); }), Contains("max_shard_size"));
   }
 }
 
@@ -330,7 +330,7 @@ TEST_CASE("corrupt: index files", "[io][corrupt]") {
   };
   for (const auto& c : cases) {
     INFO(c.text);
-    CHECK_THAT(input_error([&] { parse_index(c.text, "dir/model.safetensors.index.json"); }),
+    CHECK_THAT(error_message_of([&] { parse_index(c.text, "dir/model.safetensors.index.json"); }),
                Contains("dir/model.safetensors.index.json") && Contains(c.want));
   }
 }

@@ -18,7 +18,7 @@ using namespace trlx::io;
 using trlx::io::test::bytes_of;
 using trlx::io::test::expected_json;
 using trlx::io::test::fixture;
-using trlx::io::test::input_error;
+using trlx::test::error_message_of;
 using trlx::io::test::make_file;
 using trlx::io::test::TempDir;
 using Catch::Matchers::Contains;
@@ -86,7 +86,7 @@ TEST_CASE("read: every fixture value, exactly", "[io][read]") {
   }
   const auto f = SafetensorsFile::open(fixture("meta.safetensors"));
   CHECK(f.metadata().at("note") == "h\xc3\xa9llo \"q\"\n");
-  CHECK_THAT(input_error([&] { f.get("nope"); }), Contains("meta.safetensors") && Contains("no tensor `nope`"));
+  CHECK_THAT(error_message_of([&] { f.get("nope"); }), Contains("meta.safetensors") && Contains("no tensor `nope`"));
 }
 
 TEST_CASE("read: values as numbers", "[io][read]") {
@@ -221,7 +221,7 @@ TEST_CASE("read: sharded and single checkpoints from transformers", "[io][read]"
   const auto c = Checkpoint::open(fixture("sharded") / "model.safetensors.index.json");
   CHECK(c.files().size() == 4);
   CHECK(c.file_of("lm_head.weight").filename() == "model-00004-of-00004.safetensors");
-  CHECK_THAT(input_error([&] { c.get("nope"); }), Contains("model.safetensors.index.json") && Contains("`nope`"));
+  CHECK_THAT(error_message_of([&] { c.get("nope"); }), Contains("model.safetensors.index.json") && Contains("`nope`"));
   CHECK(Checkpoint::open(fixture("single") / "model.safetensors").names().size() == model["order"].size());
 }
 
@@ -241,30 +241,30 @@ TEST_CASE("read: broken sharded checkpoints", "[io][read][corrupt]") {
   // a shard that is not there
   write_index(replace(good, "\"lm_head.weight\": \"model-00004-of-00004.safetensors\"",
                       "\"lm_head.weight\": \"model-00009-of-00009.safetensors\""));
-  CHECK_THAT(input_error([&] { Checkpoint::open_dir(dir); }),
+  CHECK_THAT(error_message_of([&] { Checkpoint::open_dir(dir); }),
              Contains(index.string()) && Contains("model-00009-of-00009.safetensors") &&
                  Contains("tensor `lm_head.weight`") && Contains("does not exist"));
   // a tensor mapped to a shard that does not hold it
   write_index(replace(good, "\"lm_head.weight\": \"model-00004-of-00004.safetensors\"",
                       "\"lm_head.weight\": \"model-00001-of-00004.safetensors\""));
-  CHECK_THAT(input_error([&] { Checkpoint::open_dir(dir); }),
+  CHECK_THAT(error_message_of([&] { Checkpoint::open_dir(dir); }),
              Contains(index.string()) && Contains("tensor `lm_head.weight` is mapped to `model-00001-of-00004.safetensors`"));
   // listed twice
   write_index(replace(good, "\"lm_head.weight\": \"model-00004-of-00004.safetensors\"",
                       "\"lm_head.weight\": \"model-00004-of-00004.safetensors\",\n    \"lm_head.weight\": "
                       "\"model-00004-of-00004.safetensors\""));
-  CHECK_THAT(input_error([&] { Checkpoint::open_dir(dir); }),
+  CHECK_THAT(error_message_of([&] { Checkpoint::open_dir(dir); }),
              Contains(index.string()) && Contains("key `lm_head.weight` appears twice"));
   // a corrupt shard is reported with its own path
   write_index(good);
   const auto shard = dir / "model-00002-of-00004.safetensors";
   const std::string s = bytes_of(shard);
   d.write("ck/model-00002-of-00004.safetensors", s.substr(0, s.size() - 3));
-  CHECK_THAT(input_error([&] { Checkpoint::open_dir(dir); }),
+  CHECK_THAT(error_message_of([&] { Checkpoint::open_dir(dir); }),
              Contains(shard.string()) && Contains("past the end of the file"));
   // no entry point
   fs::remove(index);
-  CHECK_THAT(input_error([&] { Checkpoint::open_dir(dir); }), Contains(dir.string()) && Contains("no model.safetensors"));
+  CHECK_THAT(error_message_of([&] { Checkpoint::open_dir(dir); }), Contains(dir.string()) && Contains("no model.safetensors"));
 }
 
 TEST_CASE("write: round trip of every dtype, any layout", "[io][write]") {
@@ -320,11 +320,11 @@ TEST_CASE("write: replacing files is atomic and leaves no temporaries", "[io][wr
 
   // a failing save leaves the existing file as it was and removes its temporary
   const std::string before = bytes_of(p);
-  CHECK_THAT(input_error([&] { save_safetensors(p, {{"a", torch::ones({1})}, {"a", torch::ones({1})}}); }),
+  CHECK_THAT(error_message_of([&] { save_safetensors(p, {{"a", torch::ones({1})}, {"a", torch::ones({1})}}); }),
              Contains("tensor `a` is given twice"));
-  CHECK_THAT(input_error([&] { save_safetensors(p, {{"c", torch::ones({1}, torch::kComplexFloat)}}); }),
+  CHECK_THAT(error_message_of([&] { save_safetensors(p, {{"c", torch::ones({1}, torch::kComplexFloat)}}); }),
              Contains("tensor `c`") && Contains("cannot be saved"));
-  CHECK_THAT(input_error([&] { save_safetensors(p, {{"__metadata__", torch::ones({1})}}); }),
+  CHECK_THAT(error_message_of([&] { save_safetensors(p, {{"__metadata__", torch::ones({1})}}); }),
              Contains("`__metadata__` cannot be a tensor name"));
   CHECK(bytes_of(p) == before);
   CHECK(listing(d.path()) == std::set<std::string>{"w.safetensors"});

@@ -26,7 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path lora_data() { return test::data_dir() / "lora"; }
-fs::path tiny_model() { return test::data_dir().parent_path().parent_path() / "examples" / "tiny-model"; }
+using test::tiny_model;
 
 model::LanguageModel base() { return model::load_language_model(tiny_model(), model::HeadKind::CausalLM); }
 

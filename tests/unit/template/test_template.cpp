@@ -170,25 +170,15 @@ TEST_CASE("generation spans cover exactly the assistant text", "[template]") {
   CHECK(t.has_generation_tag());
 }
 
-TEST_CASE("apply_chat_template drops null keys and aliases reasoning", "[template]") {
-  ChatTemplate t("{% for m in messages %}{{ m }}\n{% endfor %}", "test");
-  ordered_json msgs = ordered_json::parse(
-      R"([{"role":"assistant","content":null,"reasoning":"r1"},{"role":"assistant","thinking":"t","content":"c"}])");
-  auto out = trlx::text::apply_chat_template(t, msgs, {});
-  CHECK(out.text ==
-        "{'thinking': 'r1', 'role': 'assistant', 'reasoning': 'r1', 'reasoning_content': 'r1'}\n"
-        "{'thinking': 't', 'role': 'assistant', 'content': 'c', 'reasoning_content': 't'}\n");
-}
-
-TEST_CASE("special tokens and extra variables reach the template", "[template]") {
-  ChatTemplate t("{{ bos_token }}|{{ eos_token }}|{{ pad_token is defined }}|{{ enable_thinking }}|{{ tools }}", "test");
-  ChatOptions opt;
-  opt.bos_token = "<s>";
-  opt.eos_token = "</s>";
-  ordered_json extra = {{"enable_thinking", false}, {"eos_token", "<|eot|>"}};
-  opt.extra = &extra;
-  auto out = trlx::text::apply_chat_template(t, ordered_json::array(), opt);
-  CHECK(out.text == "<s>|<|eot|>|False|False|None");
+TEST_CASE("apply_chat_template's own steps (None keys, reasoning aliases, special tokens, extra variables) as transformers'", "[template]") {
+  ordered_json cases = load("api_chats.json");
+  REQUIRE(cases.size() >= 2);
+  Tally tally;
+  for (const auto& rec : cases) {
+    ChatTemplate tmpl(rec["template_source"].get<std::string>(), rec["template"].get<std::string>());
+    check_chat(tmpl, rec, tally);
+  }
+  CHECK(tally.identical == tally.total);
 }
 
 TEST_CASE("one template renders from several threads at once", "[template]") {

@@ -104,14 +104,7 @@ void check_meta(const Tokenizer& tok, const json& m) {
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const trlx::InputError& e) {
-    return e.what();
-  }
-  return "<no InputError>";
-}
+using trlx::test::error_message_of;
 
 const char* kTinyModel =
     R"("model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2,"<unk>":3},"merges":["a b"],"unk_token":"<unk>"})";
@@ -191,54 +184,54 @@ TEST_CASE("errors name the file, the JSON path and the offending value", "[token
   auto load = [](const std::string& body) { return [body] { Tokenizer::from_json(body, "my/tokenizer.json"); }; };
 
   SECTION("unknown pre-tokenizer type inside a sequence") {
-    const std::string msg = error_of(load(std::string("{") + kTinyModel +
+    const std::string msg = error_message_of(load(std::string("{") + kTinyModel +
                                           R"(,"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Digits"},{"type":"FancySplit"}]}})"));
     CHECK_THAT(msg, Catch::Contains("my/tokenizer.json"));
     CHECK_THAT(msg, Catch::Contains("pre_tokenizer.pretokenizers[1].type"));
     CHECK_THAT(msg, Catch::Contains("FancySplit"));
   }
   SECTION("unknown normalizer, decoder and post-processor types") {
-    CHECK_THAT(error_of(load(std::string("{") + kTinyModel + R"(,"normalizer":{"type":"Precompiled"}})")),
+    CHECK_THAT(error_message_of(load(std::string("{") + kTinyModel + R"(,"normalizer":{"type":"Precompiled"}})")),
                Catch::Contains("normalizer.type") && Catch::Contains("Precompiled"));
-    CHECK_THAT(error_of(load(std::string("{") + kTinyModel + R"(,"decoder":{"type":"CTC"}})")),
+    CHECK_THAT(error_message_of(load(std::string("{") + kTinyModel + R"(,"decoder":{"type":"CTC"}})")),
                Catch::Contains("decoder.type") && Catch::Contains("CTC"));
-    CHECK_THAT(error_of(load(std::string("{") + kTinyModel + R"(,"post_processor":{"type":"Unigramish"}})")),
+    CHECK_THAT(error_message_of(load(std::string("{") + kTinyModel + R"(,"post_processor":{"type":"Unigramish"}})")),
                Catch::Contains("post_processor.type") && Catch::Contains("Unigramish"));
   }
   SECTION("unsupported model type") {
-    const std::string msg = error_of(load(R"({"model":{"type":"WordPiece","vocab":{}}})"));
+    const std::string msg = error_message_of(load(R"({"model":{"type":"WordPiece","vocab":{}}})"));
     CHECK_THAT(msg, Catch::Contains("model.type") && Catch::Contains("WordPiece"));
   }
   SECTION("truncated JSON names the file") {
     const std::string full = std::string("{") + kTinyModel + "}";
-    const std::string msg = error_of(load(full.substr(0, full.size() / 2)));
+    const std::string msg = error_message_of(load(full.substr(0, full.size() / 2)));
     CHECK_THAT(msg, Catch::Contains("my/tokenizer.json") && Catch::Contains("not valid JSON"));
   }
   SECTION("missing key") {
-    const std::string msg = error_of(load(R"({"model":{"type":"BPE","vocab":{"a":0}}})"));
+    const std::string msg = error_message_of(load(R"({"model":{"type":"BPE","vocab":{"a":0}}})"));
     CHECK_THAT(msg, Catch::Contains("model.merges") && Catch::Contains("missing"));
   }
   SECTION("wrong value type") {
-    const std::string msg = error_of(load(R"({"model":{"type":"BPE","vocab":{"a":"zero"},"merges":[]}})"));
+    const std::string msg = error_message_of(load(R"({"model":{"type":"BPE","vocab":{"a":"zero"},"merges":[]}})"));
     CHECK_THAT(msg, Catch::Contains("model.vocab.a") && Catch::Contains("expected an integer") && Catch::Contains("a string"));
   }
   SECTION("merge of unknown tokens") {
-    const std::string msg = error_of(load(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":["a q"]}})"));
+    const std::string msg = error_message_of(load(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":["a q"]}})"));
     CHECK_THAT(msg, Catch::Contains("model.merges[0]") && Catch::Contains("\"q\""));
   }
   SECTION("bad regex") {
-    const std::string msg = error_of(load(std::string("{") + kTinyModel +
+    const std::string msg = error_message_of(load(std::string("{") + kTinyModel +
                                           R"(,"pre_tokenizer":{"type":"Split","pattern":{"Regex":"(unclosed"},"behavior":"Isolated"}})"));
     CHECK_THAT(msg, Catch::Contains("pre_tokenizer.pattern.Regex") && Catch::Contains("(unclosed"));
   }
   SECTION("config file errors name the config") {
-    const std::string msg = error_of([] {
+    const std::string msg = error_message_of([] {
       Tokenizer::from_json(std::string("{") + kTinyModel + "}", "t.json", std::string(R"({"bos_token": 5})"), "my/tokenizer_config.json");
     });
     CHECK_THAT(msg, Catch::Contains("my/tokenizer_config.json") && Catch::Contains("bos_token"));
   }
   SECTION("missing file") {
-    CHECK_THAT(error_of([] { Tokenizer::from_dir("/nonexistent/dir"); }), Catch::Contains("/nonexistent/dir"));
+    CHECK_THAT(error_message_of([] { Tokenizer::from_dir("/nonexistent/dir"); }), Catch::Contains("/nonexistent/dir"));
   }
 }
 

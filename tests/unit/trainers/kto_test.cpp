@@ -4,6 +4,7 @@
 #include "catch_torch.hpp"
 
 #include <fstream>
+#include <regex>
 
 #include "config/loader.hpp"
 #include "core/error.hpp"
@@ -21,22 +22,12 @@ namespace {
 using test::tiny_model;
 fs::path kto_data() { return test::data_dir() / "kto"; }
 
-trainers::KTOConfig kto_config(const std::vector<std::pair<std::string, std::string>>& flags) {
-  config::ConfigLoader loader(trainers::kto_schema());
-  loader.apply_flag("model_name_or_path", {tiny_model().string()});
-  loader.apply_flag("dataset_name", {(kto_data() / "train.jsonl").string()});
-  loader.apply_flag("bf16", {"false"});
-  loader.apply_flag("gradient_checkpointing", {"false"});
-  for (const auto& [k, v] : flags) loader.apply_flag(k, {v});
-  trainers::KTOConfig c;
-  loader.resolve(&c);
-  return c;
+trainers::KTOConfig kto_config(const test::Flags& flags) {
+  return test::trainer_config<trainers::KTOConfig>(trainers::kto_schema(), kto_data() / "train.jsonl", flags);
 }
 
 fs::path write_rows(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / ("trlx_kto_test_" + name + ".jsonl");
-  std::ofstream(p) << text;
-  return p;
+  return test::write_temp("trlx_kto_test_" + name + ".jsonl", text);
 }
 
 }  // namespace
@@ -48,7 +39,7 @@ TEST_CASE("kto: first 3 steps equal TRL's KTOTrainer (loss, grad norm, every met
   CHECK(cmp.checked > 0);
 }
 
-TEST_CASE("kto: paired data is unpaired, and class imbalance advice as TRL gives it", "[trainers][kto]") {
+TEST_CASE("kto: paired data is unpaired into a desirable and an undesirable row per pair", "[trainers][kto]") {
   auto tok = text::Tokenizer::from_dir(tiny_model());
   auto paired = write_rows("paired", "{\"prompt\": \"Hi\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n"
                                      "{\"prompt\": \"Ho\", \"chosen\": \" a\", \"rejected\": \" b\"}\n");
@@ -58,13 +49,36 @@ TEST_CASE("kto: paired data is unpaired, and class imbalance advice as TRL gives
   CHECK(split.examples[1].label);
   CHECK_FALSE(split.examples[2].label);
   CHECK(split.examples[0].completion_ids.back() == *tok.eos_token_id());
-  // TRL's numbers for 7 desirable / 5 undesirable at weights 1, 1.
-  auto advice = trainers::kto_class_imbalance_advice(7, 5, 1.0, 1.0);
-  CHECK_THAT(advice, Contains("[0.71, 0.95]"));
-  CHECK_THAT(advice, Contains("[1.05, 1.4]"));
-  CHECK(trainers::kto_class_imbalance_advice(7, 5, 0.8, 1.0).empty());
-  CHECK(trainers::kto_class_imbalance_advice(6, 6, 1.0, 1.0).empty());
   fs::remove(paired);
+}
+
+TEST_CASE("kto: class imbalance advice as TRL's KTOTrainer gives it", "[trainers][kto][golden]") {
+  // The weight ranges in the advice, as numbers: [lo, hi] after `key in [`.
+  auto range_after = [](const std::string& advice, const std::string& key) {
+    const std::regex re("(^|[^n])" + key + " in \\[([^,\\]]+), ([^\\]]+)\\]");
+    std::smatch m;
+    INFO(advice);
+    REQUIRE(std::regex_search(advice, m, re));
+    return std::vector<double>{std::stod(m[2].str()), std::stod(m[3].str())};
+  };
+  const auto want = test::read_json(kto_data() / "class_imbalance.json");
+  REQUIRE(want["cases"].size() >= 5);
+  size_t advised = 0;
+  for (const auto& c : want["cases"]) {
+    const auto advice = trainers::kto_class_imbalance_advice(c["desirable"].get<size_t>(), c["undesirable"].get<size_t>(),
+                                                             c["desirable_weight"].get<double>(),
+                                                             c["undesirable_weight"].get<double>());
+    INFO(c.dump() << "\ntrlx: " << advice);
+    if (c["warning"].is_null()) {
+      CHECK(advice.empty());
+      continue;
+    }
+    ++advised;
+    REQUIRE_FALSE(advice.empty());
+    CHECK(range_after(advice, "desirable_weight") == c["desirable_range"].get<std::vector<double>>());
+    CHECK(range_after(advice, "undesirable_weight") == c["undesirable_range"].get<std::vector<double>>());
+  }
+  CHECK(advised >= 3);
 }
 
 TEST_CASE("kto: KL sequences pair each prompt with the previous row's completion", "[trainers][kto]") {

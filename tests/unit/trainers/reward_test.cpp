@@ -23,22 +23,12 @@ using test::read_json;
 using test::tiny_model;
 fs::path reward_data() { return test::data_dir() / "reward"; }
 
-trainers::RewardConfig reward_config(const std::vector<std::pair<std::string, std::string>>& flags) {
-  config::ConfigLoader loader(trainers::reward_schema());
-  loader.apply_flag("model_name_or_path", {tiny_model().string()});
-  loader.apply_flag("dataset_name", {(reward_data() / "train.jsonl").string()});
-  loader.apply_flag("bf16", {"false"});
-  loader.apply_flag("gradient_checkpointing", {"false"});
-  for (const auto& [k, v] : flags) loader.apply_flag(k, {v});
-  trainers::RewardConfig c;
-  loader.resolve(&c);
-  return c;
+trainers::RewardConfig reward_config(const test::Flags& flags) {
+  return test::trainer_config<trainers::RewardConfig>(trainers::reward_schema(), reward_data() / "train.jsonl", flags);
 }
 
 fs::path write_rows(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / ("trlx_reward_test_" + name + ".jsonl");
-  std::ofstream(p) << text;
-  return p;
+  return test::write_temp("trlx_reward_test_" + name + ".jsonl", text);
 }
 
 }  // namespace

@@ -102,8 +102,6 @@ double tokens_of(engine::Engine& e, const engine::Trainer& trainer, const std::v
 
 }  // namespace
 
-fs::path tiny_model() { return fs::path(TRLX_SOURCE_DIR) / "examples" / "tiny-model"; }
-
 nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path);
   INFO(path.string());
@@ -253,7 +251,7 @@ StepValues dpo_steps(const nlohmann::json& cs, const Run& run) {
 StepValues reference_free_steps(const nlohmann::json& cs, const Run& run) {
   const bool cpo = cs.at("trainer") == "cpo";
   const auto& config = cs.at("config");
-  auto flags = base_flags(data_dir() / "dpo" / "text");
+  auto flags = base_flags(data_dir() / "dpo" / cs.value("data", std::string("text")));
   for (auto& f : flags_of(config, run,
                           per_device_for(run, config.at("per_device_train_batch_size").get<int64_t>(),
                                          cs.value("num_processes", 1))))
