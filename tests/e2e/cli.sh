@@ -2,13 +2,7 @@
 # The trlx command line as a user meets it: help, version, env, the config
 # tools over every shipped config, exit codes and error messages.
 # Usage: cli.sh <path to trlx> <source dir>
-set -u
-TRLX=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-failures=0
-pass=0
+source "$(dirname "$0")/lib.sh"
 
 # run <expected exit code> <args...>: runs trlx, keeps stdout+stderr in $OUT
 run() {
@@ -43,8 +37,6 @@ lacks() {
     pass=$((pass + 1))
   fi
 }
-
-cd "$SRC"
 
 run 0 --help
 has "Commands:"
@@ -152,5 +144,4 @@ else
   failures=$((failures + 1))
 fi
 
-echo "$pass passed, $failures failed"
-[ "$failures" = 0 ]
+finish

@@ -6,14 +6,8 @@
 # tokenizers ($TRLX_SHARED_DIR/fixtures/tokenizers) and are skipped without them;
 # the small tokenizer in tests/data/inspect/tiny covers the rest.
 # Usage: inspect.sh <path to trlx> <source dir>
-set -u
-TRLX=$1
-SRC=$2
+source "$(dirname "$0")/lib.sh"
 D=$SRC/tests/data/inspect
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-failures=0
-pass=0
 
 fail() {
   echo "FAIL: $1"
@@ -63,8 +57,6 @@ same() {
 }
 # lines <file> <sed range>: a slice of a fixture, for comparing with `same`
 lines() { sed -n "$2p" "$1" >"$TMP/want"; }
-
-cd "$SRC"
 
 run 0 tokenize --help
 has "--add_special_tokens"
@@ -231,5 +223,4 @@ else
   has "<|begin_of_text|><|start_header_id|>system<|end_header_id|>"
 fi
 
-echo "$pass passed, $failures failed"
-[ "$failures" = 0 ]
+finish

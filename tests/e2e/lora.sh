@@ -2,15 +2,7 @@
 # trlx merge-lora: a PEFT adapter folded into its base gives a plain HF model
 # that trlx loads and that differs from the base; bad input exits 2.
 # Usage: lora.sh <path to trlx> <source dir>
-set -u
-TRLX=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-cd "$SRC"
-pass=0
-failures=0
-check() { if eval "$1"; then pass=$((pass + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi; }
+source "$(dirname "$0")/lib.sh"
 
 check "\"$TRLX\" --help | grep -q merge-lora"
 ADAPTER=tests/data/lora/all_linear/adapter
@@ -46,5 +38,4 @@ check "[ $? = 2 ] && grep -q 'must differ' '$TMP/o'"
 "$TRLX" merge-lora --base examples/tiny-model --adapter $ADAPTER >"$TMP/o" 2>&1
 check "[ $? = 2 ]"
 
-echo "$pass passed, $failures failed"
-[ "$failures" = 0 ]
+finish

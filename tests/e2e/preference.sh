@@ -3,17 +3,7 @@
 # shipped configs: the runs finish, log TRL's metric names, and what they
 # learn shows up in `trlx score` on held-out pairs.
 # Usage: preference.sh <path to trlx> <source dir>
-set -u
-TRLX=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-cd "$SRC"
-pass=0
-failures=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { if eval "$1"; then ok; else bad "$1"; fi; }
+source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 # Fraction of held-out pairs where the first column (chosen) beats the second.
 wins() { paste -d' ' "$1" "$2" | awk '{n++; if ($1 > $2) w++} END {printf "%.2f", w / n}'; }
@@ -53,5 +43,4 @@ check "[ $? = 0 ] && grep -q 'label true (desirable)' '$TMP/pv.txt' && grep -q '
 "$TRLX" preview kto --config configs/kto.yaml --num_examples 2 --json >"$TMP/pv.jsonl" 2>/dev/null
 check "[ \$(wc -l <'$TMP/pv.jsonl') = 2 ] && grep -q '\"label\":true' '$TMP/pv.jsonl'"
 
-echo "$pass passed, $failures failed"
-[ "$failures" = 0 ]
+finish

@@ -2,15 +2,7 @@
 # trlx score: completion log-probs equal what SFT trains on (the mean NLL over
 # the fixture rows is TRL's first-step loss), rewards from a score model, errors.
 # Usage: score.sh <path to trlx> <source dir>
-set -u
-TRLX=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-cd "$SRC"
-pass=0
-failures=0
-check() { if eval "$1"; then pass=$((pass + 1)); else echo "FAIL: $1"; failures=$((failures + 1)); fi; }
+source "$(dirname "$0")/lib.sh"
 
 "$TRLX" score --model examples/tiny-model --input tests/data/sft/data/train.jsonl >"$TMP/s.jsonl" 2>"$TMP/err"
 check "[ $? = 0 ]"
@@ -37,5 +29,4 @@ check "[ $? = 2 ] && grep -q 'bad.jsonl:1' '$TMP/o'"
 "$TRLX" score --model "$TMP" --input tests/data/sft/data/train.jsonl >"$TMP/o" 2>&1
 check "[ $? = 2 ] && grep -q 'config.json' '$TMP/o'"
 
-echo "$pass passed, $failures failed"
-[ "$failures" = 0 ]
+finish

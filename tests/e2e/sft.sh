@@ -2,17 +2,7 @@
 # trlx sft end to end on the shipped quickstart: a short run, its outputs, a
 # SIGTERM mid-run (checkpoint, non-zero exit) and the resume, bad input.
 # Usage: sft.sh <path to trlx> <source dir>
-set -u
-TRLX=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-cd "$SRC"
-pass=0
-failures=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { if eval "$1"; then ok; else bad "$1"; fi; }
+source "$(dirname "$0")/lib.sh"
 
 # A short run of the shipped config.
 "$TRLX" sft --config configs/sft.yaml --max_steps 20 --logging_steps 5 --save_steps 10 --eval_steps 10 \
@@ -82,5 +72,4 @@ check "grep -q '\"loss\":true' '$TMP/pv.jsonl' && grep -q '\"loss\":false' '$TMP
 "$TRLX" preview rloo --config configs/rloo.yaml >"$TMP/pv2.txt" 2>&1
 check "[ $? = 1 ] && grep -q 'not built yet' '$TMP/pv2.txt'"
 
-echo "$pass passed, $failures failed"
-[ "$failures" = 0 ]
+finish

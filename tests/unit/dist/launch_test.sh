@@ -3,15 +3,8 @@
 # failing rank's exit code, num_processes from an accelerate config, SIGTERM
 # passed on, usage errors.
 # Usage: launch_test.sh <path to trlx> <source dir>
-set -u
-TRLX=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-cd "$SRC"
-failures=0
-pass=0
-ok() { pass=$((pass + 1)); }
+source "$(dirname "$0")/../../e2e/lib.sh"
+# A failure shows the last command's output.
 bad() { echo "FAIL: $*"; echo "$OUT" | sed 's/^/    /'; failures=$((failures + 1)); }
 # run <expected exit code> <args...>
 run() {
@@ -72,5 +65,4 @@ run 2 launch --nproc_per_node 2
 has 'no command'
 run 2 launch --nproc_per_node 0 -- trlx env
 
-echo "launch: $pass passed, $failures failed"
-[ $failures = 0 ]
+finish
