@@ -46,7 +46,7 @@ int run_merge_lora_cmd(const std::string&, std::vector<std::string> args) { retu
 
 std::string trainer_summary(const trainers::TrainerEntry& t) {
   std::string s = t.schema().summary();
-  if (!t.run) s += " [config checks only; training not built yet]";
+  if (!t.trains) s += " [config checks only; training not built yet]";
   return s;
 }
 
@@ -157,7 +157,7 @@ void report_unknown(const std::vector<std::string>& unknown, config::ConfigLoade
 struct ResolvedRun {
   const trainers::TrainerEntry* trainer = nullptr;
   std::shared_ptr<config::ConfigLoader> loader;
-  std::shared_ptr<void> config;
+  std::unique_ptr<trainers::ResolvedTrainer> resolved;
   std::optional<config::DistributedConfig> dist;
 };
 
@@ -229,7 +229,6 @@ std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, co
   ResolvedRun out;
   out.trainer = &trainer;
   out.loader = std::make_shared<config::ConfigLoader>(schema);
-  out.config = trainer.make_config();
   if (src.yaml_file) {
     std::ifstream in(*src.yaml_file);
     std::stringstream ss;
@@ -242,10 +241,10 @@ std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, co
   }
   for (const auto& [name, values] : src.flags) out.loader->apply_flag(name, values);
   report_unknown(unknown, *out.loader, cmd);
-  out.loader->resolve(out.config.get());
+  out.resolved = trainer.resolve(*out.loader);
 
-  const auto* tc = static_cast<const config::TrainingConfig*>(out.config.get());
-  if (tc->accelerate_config) out.dist = config::read_accelerate_config(*tc->accelerate_config);
+  const auto& tc = out.resolved->config();
+  if (tc.accelerate_config) out.dist = config::read_accelerate_config(*tc.accelerate_config);
   return out;
 }
 
@@ -254,11 +253,11 @@ int run_trainer(const std::string& name, std::vector<std::string> args) {
   int rc = 0;
   auto run = resolve_run(trainer, name, std::move(args), &rc);
   if (!run) return rc;
-  if (!trainer.run)
+  if (!trainer.trains)
     throw Error(fmt::format("the {} trainer is not built yet in trlx {}: its config is checked "
                             "(`trlx validate {} --config FILE`) but it cannot train",
                             name, TRLX_VERSION, name));
-  return trainer.run({run->loader.get(), run->config.get()});
+  return run->resolved->run();
 }
 
 // validate / print-config take an optional trainer name, else `trainer:` from
@@ -320,10 +319,10 @@ int run_preview(const std::string& cmd, std::vector<std::string> args) {
   auto run = resolve_for_tool(cmd, rest, &rc, &accel);
   if (accel) throw InputError("trlx preview needs a training config, not an accelerate config");
   if (!run) return rc;
-  if (!run->trainer->preview)
+  if (!run->trainer->previews)
     throw Error(fmt::format("trlx preview {} is not built yet{}", run->trainer->name,
-                            run->trainer->run ? "" : fmt::format(" (the {} trainer is not built)", run->trainer->name)));
-  return run->trainer->preview({run->loader.get(), run->config.get()}, num_examples, json);
+                            run->trainer->trains ? "" : fmt::format(" (the {} trainer is not built)", run->trainer->name)));
+  return run->resolved->preview(num_examples, json);
 }
 
 int run_validate(const std::string& cmd, std::vector<std::string> args) {
@@ -336,12 +335,10 @@ int run_validate(const std::string& cmd, std::vector<std::string> args) {
     return 0;
   }
   if (!run) return rc;
-  const auto* tc = static_cast<const config::TrainingConfig*>(run->config.get());
   const size_t warnings = run->loader->warnings().size() + (run->dist ? run->dist->warnings.size() : 0);
   std::cout << fmt::format("valid {} config{}{}\n", run->trainer->name,
                            run->dist ? fmt::format("; distributed: {}", run->dist->describe()) : "",
                            warnings ? fmt::format(" ({} warning{})", warnings, warnings == 1 ? "" : "s") : "");
-  (void)tc;
   return 0;
 }
 

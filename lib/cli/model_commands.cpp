@@ -15,6 +15,7 @@
 #include "config/loader.hpp"
 #include "core/log.hpp"
 #include "losses/logprobs.hpp"
+#include "trainers/common.hpp"
 #include "trainers/sft.hpp"
 #include "model/generate.hpp"
 #include "model/loading.hpp"
@@ -138,11 +139,7 @@ int run_generate(std::vector<std::string> args) {
     bool special = true;
     if (tmpl) {
       nlohmann::ordered_json messages = in.is_array() ? in : nlohmann::ordered_json::array({{{"role", "user"}, {"content", in}}});
-      text::ChatOptions co;
-      co.add_generation_prompt = true;
-      co.bos_token = tok.bos_token();
-      co.eos_token = tok.eos_token();
-      text = text::apply_chat_template(*tmpl, messages, co).text;
+      text = trainers::render_conversation(tok, *tmpl, messages, true);
       special = false;  // the template writes the special tokens itself
     } else {
       if (!in.is_string()) fail_input("a message list needs --chat");
@@ -211,9 +208,7 @@ int run_score(std::vector<std::string> args) {
   const auto config = model::load_model_config(model_dir);
   bool reward = false;
   for (const auto& a : config.architectures) reward = reward || a.find("ForSequenceClassification") != std::string::npos;
-  auto tok = text::Tokenizer::from_dir(model_dir);
-  std::optional<text::ChatTemplate> tmpl;
-  if (!tok.chat_template().empty()) tmpl.emplace(tok.chat_template(), model_dir + ": chat_template");
+  auto [tok, tmpl] = trainers::load_tokenizer_and_template(model_dir, std::nullopt);
   // The rows go through the SFT trainer's own preparation, so the scored
   // tokens are exactly those SFT trains on (completion only for
   // prompt-completion rows, eos appended).

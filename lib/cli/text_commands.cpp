@@ -27,6 +27,7 @@
 #include "core/log.hpp"
 #include "text/template/chat_template.hpp"
 #include "text/tokenizer/tokenizer.hpp"
+#include "trainers/common.hpp"
 
 namespace trlx::cli {
 
@@ -378,14 +379,9 @@ int run_render_template(std::vector<std::string> args) {
 
   for (size_t i = 0; i < conversations.size(); ++i) {
     const auto& conv = conversations[i];
-    text::ChatOptions co;
-    co.add_generation_prompt = add_generation_prompt;
+    text::ChatOptions co = trainers::chat_options(tok, add_generation_prompt);
     co.tools = !tools_json.is_null() ? &tools_json : (!conv.tools.is_null() ? &conv.tools : nullptr);
     co.extra = kwargs_json.is_null() ? nullptr : &kwargs_json;
-    co.bos_token = tok.bos_token();
-    co.eos_token = tok.eos_token();
-    co.unk_token = tok.unk_token();
-    co.pad_token = tok.pad_token();
     text::RenderedChat r;
     try {
       r = text::apply_chat_template(tmpl, conv.messages, co);

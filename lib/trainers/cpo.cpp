@@ -1,7 +1,6 @@
 #include "trainers/cpo.hpp"
 
 #include <algorithm>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -14,30 +13,15 @@
 
 namespace trlx::trainers {
 
-namespace fs = std::filesystem;
-
 namespace {
-
-std::vector<int64_t> to64(const std::vector<int32_t>& v) { return {v.begin(), v.end()}; }
-
-std::string render_text(const text::Tokenizer& tok, const text::ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
-                        bool add_generation_prompt) {
-  text::ChatOptions o;
-  o.add_generation_prompt = add_generation_prompt;
-  o.bos_token = tok.bos_token();
-  o.eos_token = tok.eos_token();
-  o.pad_token = tok.pad_token();
-  o.unk_token = tok.unk_token();
-  return text::apply_chat_template(tmpl, messages, o).text;
-}
 
 // A completion after its prompt: prompt+answer tokenized whole, the answer
 // starting after the prompt's tokens, or one token earlier when the prompt's
 // last token merged with the answer.
 std::pair<std::vector<int64_t>, size_t> tokenize_answer(const text::Tokenizer& tok, const std::string& prompt,
                                                         const std::string& answer) {
-  auto full = to64(tok.encode_ids(prompt + answer, false));
-  auto p = to64(tok.encode_ids(prompt, false));
+  auto full = encode_text(tok, prompt + answer, false);
+  auto p = encode_text(tok, prompt, false);
   size_t start = std::min(p.size(), full.size());
   if (!std::equal(p.begin(), p.begin() + static_cast<long>(start), full.begin()) || start < p.size())
     start = start > 0 ? start - 1 : 0;
@@ -48,48 +32,29 @@ std::pair<std::vector<int64_t>, size_t> tokenize_answer(const text::Tokenizer& t
 
 SidedSplit prepare_sided_preference_split(const PreferenceDataOptions& c, const text::Tokenizer& tok,
                                           const text::ChatTemplate* tmpl, const std::string& split, bool required) {
-  data::LoadOptions lo;
-  lo.split = split;
-  lo.skip_bad_rows = c.skip_bad_rows;
-  if (!c.dataset_name) fail_input("{}: no dataset: set dataset_name (a JSONL/JSON file or a directory)", c.trainer);
-  data::Shaped shaped;
-  try {
-    shaped = data::load_for(data::Task::preference, *c.dataset_name, lo);
-  } catch (const InputError& e) {
-    if (!required && std::string(e.what()).find("split") != std::string::npos) return {};
-    throw;
-  }
-  if (shaped.skipped) log::warn("{} split: skipped {} bad row(s) (skip_bad_rows)", split, shaped.skipped);
-  const bool conversational = shaped.form == data::Form::conversational;
-  if (conversational && !tmpl) fail_input("{}: the dataset is conversational but the tokenizer has no chat template", c.trainer);
+  const auto read = read_split(data::Task::preference, DataSource{c.trainer, c.dataset_name, c.skip_bad_rows}, split,
+                               required);
+  if (!read) return {};
+  const data::Shaped& shaped = *read;
+  const bool conversational = is_conversational(shaped, tmpl, c.trainer, false);
   const auto eos = tok.eos_token_id();
   if (!eos) fail_input("{}: the tokenizer has no eos_token to end completions with", c.trainer);
   const auto bos = tok.bos_token() ? tok.token_to_id(*tok.bos_token()) : std::nullopt;
   SidedSplit out;
   out.files = shaped.files;
-  size_t cut = 0, skipped_empty = 0;
+  size_t cut = 0;
+  EmptyCompletions empty(c.skip_bad_rows, "every pair needs a non-empty chosen and rejected answer");
   for (size_t i = 0; i < shaped.rows.size(); ++i) {
     const auto& row = shaped.rows[i].value;
     const std::string where = shaped.rows[i].where();
-    auto is_empty = [](const data::Value& v) { return v.is_string() ? v.get<std::string>().empty() : v.empty(); };
-    if (is_empty(row["chosen"]) || is_empty(row["rejected"])) {
-      if (c.skip_bad_rows) {
-        ++skipped_empty;
-        continue;
-      }
-      fail_input("{}: the {} completion is empty; every pair needs a non-empty chosen and rejected answer "
-                 "(or set skip_bad_rows: true to drop such rows)",
-                 where, is_empty(row["chosen"]) ? "chosen" : "rejected");
-    }
+    if (empty.drop(shaped.rows[i], {"chosen", "rejected"})) continue;
     std::string prompt, chosen, rejected;
     if (conversational) {
       // Rendered to text first; the prompt is the shared start of the
       // rendered prompt and prompt+chosen.
-      nlohmann::ordered_json pc = row["prompt"], pr = row["prompt"];
-      for (const auto& m : row["chosen"]) pc.push_back(m);
-      for (const auto& m : row["rejected"]) pr.push_back(m);
-      prompt = render_text(tok, *tmpl, row["prompt"], true);
-      const std::string full_c = render_text(tok, *tmpl, pc, false), full_r = render_text(tok, *tmpl, pr, false);
+      prompt = render_conversation(tok, *tmpl, row["prompt"], true);
+      const std::string full_c = render_conversation(tok, *tmpl, prompt_then(row["prompt"], row["chosen"]), false),
+                        full_r = render_conversation(tok, *tmpl, prompt_then(row["prompt"], row["rejected"]), false);
       size_t n = 0;
       while (n < prompt.size() && n < full_c.size() && prompt[n] == full_c[n]) ++n;
       prompt.resize(n);
@@ -123,7 +88,7 @@ SidedSplit prepare_sided_preference_split(const PreferenceDataOptions& c, const 
     }
     out.pairs.push_back(std::move(p));
   }
-  if (skipped_empty) log::warn("{} split: skipped {} row(s) with an empty completion (skip_bad_rows)", split, skipped_empty);
+  empty.report(split);
   if (cut) log::info("{} split: {} completion(s) cut to fit max_length {} (prompts are kept whole)", split, cut, *c.max_length);
   return out;
 }
@@ -255,14 +220,8 @@ engine::LossOutput ReferenceFreeTrainer::loss(engine::Engine& engine, const engi
 namespace {
 
 template <class C>
-int run_reference_free(const RunRequest& request, ReferenceFreeTrainer::Kind kind, const std::string& name) {
-  const auto& c = *static_cast<const C*>(request.config);
-  if (!c.model_name_or_path) fail_input("{}: set model_name_or_path (a Hugging Face model directory)", name);
-  auto loaded = engine::load_policy(c, model::HeadKind::CausalLM);
-  auto tok = text::Tokenizer::from_dir(loaded.tokenizer_dir);
-  std::optional<text::ChatTemplate> tmpl;
-  if (!tok.chat_template().empty())
-    tmpl.emplace(tok.chat_template(), (loaded.tokenizer_dir / "tokenizer_config.json").string() + ": chat_template");
+int run_reference_free(const C& c, ReferenceFreeTrainer::Kind kind, const std::string& name) {
+  auto [tok, tmpl] = load_text_inputs(c, name);
   PreferenceDataOptions o;
   o.trainer = name;
   o.dataset_name = c.dataset_name;
@@ -274,31 +233,20 @@ int run_reference_free(const RunRequest& request, ReferenceFreeTrainer::Kind kin
     splits["test"] = prepare_sided_preference_split(o, tok, tmpl ? &*tmpl : nullptr, c.dataset_test_split, true).pairs;
   std::optional<int64_t> pad;
   if constexpr (std::is_same_v<C, ORPOConfig>) pad = c.padding_value;
-  if (!pad && tok.pad_token_id()) pad = *tok.pad_token_id();
-  if (!pad && tok.eos_token_id()) pad = *tok.eos_token_id();
-  if (!pad) fail_input("{}: the tokenizer has neither a pad nor an eos token", name);
-  engine::Engine engine(c, std::move(loaded), name);
+  if (!pad) pad = resolve_pad_id(tok, name);
+  engine::Engine engine(c, engine::load_policy(c, model::HeadKind::CausalLM), name);
   const CPOConfig* cpo = nullptr;
   const ORPOConfig* orpo = nullptr;
   if constexpr (std::is_same_v<C, CPOConfig>) cpo = &c;
   else orpo = &c;
   ReferenceFreeTrainer trainer(kind, cpo, orpo, std::move(splits), *pad);
-  auto summary = engine.train(trainer);
-  if (summary.interrupted) {
-    log::error("training stopped at step {} on request; resume with resume_from_checkpoint: latest", summary.steps);
-    return 1;
-  }
-  return 0;
+  return train_to_exit_code(engine, trainer);
 }
 
 }  // namespace
 
-int run_cpo(const RunRequest& request) {
-  return run_reference_free<CPOConfig>(request, ReferenceFreeTrainer::Kind::CPO, "cpo");
-}
+int run_cpo(const CPOConfig& config) { return run_reference_free(config, ReferenceFreeTrainer::Kind::CPO, "cpo"); }
 
-int run_orpo(const RunRequest& request) {
-  return run_reference_free<ORPOConfig>(request, ReferenceFreeTrainer::Kind::ORPO, "orpo");
-}
+int run_orpo(const ORPOConfig& config) { return run_reference_free(config, ReferenceFreeTrainer::Kind::ORPO, "orpo"); }
 
 }  // namespace trlx::trainers

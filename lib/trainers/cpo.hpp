@@ -14,7 +14,6 @@
 #include "trainers/cpo_config.hpp"
 #include "trainers/dpo.hpp"
 #include "trainers/orpo_config.hpp"
-#include "trainers/registry.hpp"
 
 namespace trlx::trainers {
 
@@ -59,7 +58,7 @@ class ReferenceFreeTrainer : public engine::Trainer {
   engine::MetricSums last_metrics_;
 };
 
-int run_cpo(const RunRequest& request);
-int run_orpo(const RunRequest& request);
+int run_cpo(const CPOConfig& config);
+int run_orpo(const ORPOConfig& config);
 
 }  // namespace trlx::trainers

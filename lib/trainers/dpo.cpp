@@ -1,16 +1,14 @@
 #include "trainers/dpo.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <fstream>
-#include <iostream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "engine/reference_cache.hpp"
 #include "losses/preference.hpp"
 #include "model/loading.hpp"
 #include "text/data/dataset.hpp"
@@ -22,85 +20,6 @@ namespace trlx::trainers {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<int64_t> to64(const std::vector<int32_t>& v) { return {v.begin(), v.end()}; }
-
-size_t common_prefix(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-  size_t n = 0;
-  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
-  return n;
-}
-
-// A conversation through the chat template, tokenized without special tokens
-// (the template writes them), as transformers' apply_chat_template(tokenize=True).
-std::vector<int64_t> render_ids(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
-                                const nlohmann::ordered_json& messages, bool add_generation_prompt) {
-  text::ChatOptions o;
-  o.add_generation_prompt = add_generation_prompt;
-  o.bos_token = tok.bos_token();
-  o.eos_token = tok.eos_token();
-  o.pad_token = tok.pad_token();
-  o.unk_token = tok.unk_token();
-  return to64(tok.encode_ids(text::apply_chat_template(tmpl, messages, o).text, false));
-}
-
-bool empty_completion(const data::Value& v) {
-  if (v.is_string()) return v.get<std::string>().empty();
-  return v.is_array() && v.empty();
-}
-
-// FNV-1a, 64 bits: enough to tell a stale cache from a current one.
-struct Hasher {
-  uint64_t h = 1469598103934665603ULL;
-  void bytes(const void* p, size_t n) {
-    const auto* c = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) {
-      h ^= c[i];
-      h *= 1099511628211ULL;
-    }
-  }
-  void str(const std::string& s) {
-    const uint64_t n = s.size();
-    bytes(&n, sizeof n);
-    bytes(s.data(), s.size());
-  }
-  void ids(const std::vector<int64_t>& v) {
-    const uint64_t n = v.size();
-    bytes(&n, sizeof n);
-    bytes(v.data(), v.size() * sizeof(int64_t));
-  }
-  void file(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) fail_input("{}: cannot be read", p.string());
-    str(p.filename().string());
-    std::vector<char> buf(1 << 20);
-    while (in) {
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      bytes(buf.data(), static_cast<size_t>(in.gcount()));
-    }
-  }
-  std::string hex() const { return fmt::format("{:016x}", h); }
-};
-
-// The files a model directory is made of: its configs and weights (adapter
-// directories too), sorted by name.
-std::vector<fs::path> model_files(const fs::path& dir) {
-  std::vector<fs::path> out;
-  if (!fs::is_directory(dir)) return out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const auto name = e.path().filename().string();
-    if (!e.is_regular_file()) continue;
-    if (name == "config.json" || name == "adapter_config.json" || e.path().extension() == ".safetensors")
-      out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// The cached reference log-probs of a split live beside the run's outputs.
-fs::path ref_cache_path(const DPOConfig& c, const std::string& split) {
-  return fs::path(c.output_dir.value_or("trainer_output")) / fmt::format("ref_logps_{}.json", split);
-}
 
 // Per-sequence sums of per-token log-probs [2B, T]; with ld_alpha, split into
 // the pair's shared length and the rest (TRL's LD-DPO masks).
@@ -137,68 +56,33 @@ torch::Tensor log_sum_sq_probs(const torch::Tensor& hidden, const torch::Tensor&
 
 }  // namespace
 
-std::string hash_files(const std::vector<fs::path>& files) {
-  Hasher h;
-  for (const auto& f : files) h.file(f);
-  return h.hex();
-}
-
 PreferenceSplit prepare_preference_split(const PreferenceDataOptions& c, const text::Tokenizer& tok,
                                          const text::ChatTemplate* tmpl, const std::string& split, bool required) {
-  data::LoadOptions lo;
-  lo.split = split;
-  lo.skip_bad_rows = c.skip_bad_rows;
-  if (!c.dataset_name) fail_input("{}: no dataset: set dataset_name (a JSONL/JSON file or a directory)", c.trainer);
-  data::Shaped shaped;
-  try {
-    shaped = data::load_for(data::Task::preference, *c.dataset_name, lo);
-  } catch (const InputError& e) {
-    if (!required && std::string(e.what()).find("split") != std::string::npos) return {};
-    throw;
-  }
-  if (shaped.skipped) log::warn("{} split: skipped {} bad row(s) (skip_bad_rows)", split, shaped.skipped);
-  if (shaped.prompts_extracted)
-    log::info("{} split: {} row(s) had no prompt; took the shared start of chosen and rejected", split, shaped.prompts_extracted);
-  const bool conversational = shaped.form == data::Form::conversational;
-  if (conversational && !tmpl)
-    fail_input("{}: the dataset is conversational but the tokenizer has no chat template", c.trainer);
-  const std::string eos = tok.eos_token().value_or("");
-  if (!conversational && eos.empty()) fail_input("{}: the tokenizer has no eos_token to end completions with", c.trainer);
+  const auto read = read_split(data::Task::preference, DataSource{c.trainer, c.dataset_name, c.skip_bad_rows}, split,
+                               required);
+  if (!read) return {};
+  const data::Shaped& shaped = *read;
+  const bool conversational = is_conversational(shaped, tmpl, c.trainer, false);
+  const std::string eos = completion_eos(tok, std::nullopt, c.trainer, false, conversational);
 
   PreferenceSplit out;
   out.files = shaped.files;
-  size_t skipped_empty = 0;
+  EmptyCompletions empty(c.skip_bad_rows, "every pair needs a non-empty chosen and rejected answer");
   bool warned_prefix = false;
   for (size_t i = 0; i < shaped.rows.size(); ++i) {
     const auto& row = shaped.rows[i].value;
     const std::string where = shaped.rows[i].where();
-    const char* empty_side = empty_completion(row["chosen"]) ? "chosen" : empty_completion(row["rejected"]) ? "rejected" : nullptr;
-    if (empty_side) {
-      if (c.skip_bad_rows) {
-        ++skipped_empty;
-        continue;
-      }
-      fail_input("{}: the {} completion is empty; every pair needs a non-empty chosen and rejected answer "
-                 "(or set skip_bad_rows: true to drop such rows)",
-                 where, empty_side);
-    }
+    if (empty.drop(shaped.rows[i], {"chosen", "rejected"})) continue;
     std::vector<int64_t> prompt, pc, pr;
     if (conversational) {
-      nlohmann::ordered_json with_c = row["prompt"], with_r = row["prompt"];
-      for (const auto& m : row["chosen"]) with_c.push_back(m);
-      for (const auto& m : row["rejected"]) with_r.push_back(m);
-      prompt = render_ids(tok, *tmpl, row["prompt"], true);
-      pc = render_ids(tok, *tmpl, with_c, false);
-      pr = render_ids(tok, *tmpl, with_r, false);
+      prompt = render_conversation_ids(tok, *tmpl, row["prompt"], true);
+      pc = render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["chosen"]), false);
+      pr = render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["rejected"]), false);
     } else {
-      auto with_eos = [&](std::string s) {
-        if (s.size() < eos.size() || s.compare(s.size() - eos.size(), eos.size(), eos) != 0) s += eos;
-        return s;
-      };
       const std::string p = row["prompt"].get<std::string>();
-      prompt = to64(tok.encode_ids(p, true));
-      pc = to64(tok.encode_ids(p + with_eos(row["chosen"].get<std::string>()), true));
-      pr = to64(tok.encode_ids(p + with_eos(row["rejected"].get<std::string>()), true));
+      prompt = encode_text(tok, p, true);
+      pc = encode_text(tok, p + with_eos(row["chosen"].get<std::string>(), eos), true);
+      pr = encode_text(tok, p + with_eos(row["rejected"].get<std::string>(), eos), true);
     }
     // The completions start where prompt and prompt+completion diverge.
     const size_t plen = std::min(common_prefix(prompt, pc), common_prefix(prompt, pr));
@@ -221,7 +105,7 @@ PreferenceSplit prepare_preference_split(const PreferenceDataOptions& c, const t
     ex.where = where;
     out.examples.push_back(std::move(ex));
   }
-  if (skipped_empty) log::warn("{} split: skipped {} row(s) with an empty completion (skip_bad_rows)", split, skipped_empty);
+  empty.report(split);
   if (out.dropped_long_prompts)
     log::info("{} split: dropped {} of {} pairs whose prompt alone has max_length ({}) tokens or more", split,
               out.dropped_long_prompts, shaped.rows.size(), *c.max_length);
@@ -493,108 +377,48 @@ engine::LossOutput DPOTrainer::loss(engine::Engine& engine, const engine::Tensor
   return result;
 }
 
-RefLogps DPOTrainer::compute_reference(engine::Engine& engine, const std::string& split, engine::Role role) {
-  const auto& ex = splits_.at(split);
-  const size_t n = ex.size();
-  const bool ld = config_.ld_alpha.has_value();
-  const size_t bs = static_cast<size_t>(config_.precompute_ref_batch_size.value_or(
-      split == "train" ? config_.per_device_train_batch_size : config_.per_device_eval_batch_size));
-  // Each rank computes every world_size-th batch; a sum over ranks fills in
-  // the rest. Every rank runs the same number of forwards (a sharded model
-  // gathers in each): one without a batch in the last round recomputes the
-  // first and keeps nothing.
-  std::vector<double> flat(4 * n, 0.0);
-  torch::NoGradGuard ng;
-  const size_t w = static_cast<size_t>(engine.world_size());
-  const size_t num_batches = (n + bs - 1) / bs, rounds = (num_batches + w - 1) / w;
-  for (size_t round = 0; round < rounds; ++round) {
-    const size_t batch_no = round * w + static_cast<size_t>(engine.rank());
-    const bool stand_in = batch_no >= num_batches;
-    const size_t i = stand_in ? 0 : batch_no * bs;
-    std::vector<size_t> idx;
-    for (size_t j = i; j < std::min(n, i + bs); ++j) idx.push_back(j);
-    auto b = collate_pairs(ex, idx, pad_id_, config_.max_length, config_.truncation_mode);
-    const auto& ids = b.at("input_ids");
-    const int64_t t = ids.size(1);
-    auto mask = b.at("completion_mask").slice(1, 1).to(engine.device());
-    auto h = engine.forward(role, {ids, b.at("attention_mask"), torch::Tensor(), torch::Tensor()});
-    auto lp = engine.logprobs(role, h.slice(1, 0, t - 1), ids.slice(1, 1), mask);
-    auto [s, tl] = sequence_sums(lp.logps, mask, ld);
-    auto sc = s.to(torch::kCPU, torch::kFloat64).contiguous();
-    auto tc = ld ? tl.to(torch::kCPU, torch::kFloat64).contiguous() : torch::zeros_like(sc);
-    const auto* ps = sc.data_ptr<double>();
-    const auto* pt = tc.data_ptr<double>();
-    for (size_t r = 0; r < idx.size() && !stand_in; ++r) {
-      flat[4 * idx[r] + 0] = ps[r];
-      flat[4 * idx[r] + 1] = ps[idx.size() + r];
-      flat[4 * idx[r] + 2] = pt[r];
-      flat[4 * idx[r] + 3] = pt[idx.size() + r];
-    }
-  }
-  engine.sum_across_ranks(flat);
-  RefLogps out;
-  for (size_t i = 0; i < n; ++i) {
-    out.chosen.push_back(flat[4 * i]);
-    out.rejected.push_back(flat[4 * i + 1]);
-    out.chosen_tail.push_back(flat[4 * i + 2]);
-    out.rejected_tail.push_back(flat[4 * i + 3]);
-  }
-  return out;
-}
-
 void DPOTrainer::precompute_reference(engine::Engine& engine, const std::string& split,
                                       const std::vector<std::string>& data_files, const std::string& reference_key,
                                       engine::Role role) {
   if (!splits_.count(split)) return;
-  Hasher h;
-  h.str("trlx dpo reference log-probs v1");
-  for (const auto& f : data_files) h.file(f);
-  for (const auto& e : splits_.at(split)) {
-    h.ids(e.prompt_ids);
-    h.ids(e.chosen_ids);
-    h.ids(e.rejected_ids);
+  const auto& ex = splits_.at(split);
+  engine::CacheKey key;
+  key.text("trlx dpo reference log-probs v1");
+  for (const auto& f : data_files) key.file(f);
+  for (const auto& e : ex) {
+    key.ids(e.prompt_ids);
+    key.ids(e.chosen_ids);
+    key.ids(e.rejected_ids);
   }
-  h.str(reference_key);
-  h.str(fmt::format("{}|{}|{}|{}", config_.max_length.value_or(-1), config_.truncation_mode,
-                    config_.ld_alpha ? fmt::format("{}", *config_.ld_alpha) : "none", config_.use_bf16()));
-  const std::string key = h.hex();
-  const fs::path path = ref_cache_path(config_, split);
-  const size_t n = splits_.at(split).size();
-  if (fs::exists(path)) {
-    try {
-      std::ifstream in(path);
-      auto j = nlohmann::json::parse(in);
-      if (j.value("key", "") == key && j["chosen"].size() == n) {
-        RefLogps r;
-        r.chosen = j["chosen"].get<std::vector<double>>();
-        r.rejected = j["rejected"].get<std::vector<double>>();
-        r.chosen_tail = j["chosen_tail"].get<std::vector<double>>();
-        r.rejected_tail = j["rejected_tail"].get<std::vector<double>>();
-        ref_[split] = std::move(r);
-        log::info("{} split: reference log-probs read from {} (cache key {})", split, path.string(), key);
-        return;
-      }
-      log::info("{} split: {} was made for other data or another reference model; recomputing", split, path.string());
-    } catch (const std::exception& e) {
-      log::warn("{}: unreadable reference log-prob cache ({}); recomputing", path.string(), e.what());
-    }
-  }
-  log::info("{} split: computing reference log-probs of {} pairs", split, n);
-  auto r = compute_reference(engine, split, role);
-  if (engine.rank() == 0) {
-    fs::create_directories(path.parent_path());
-    nlohmann::json j = {{"key", key}, {"chosen", r.chosen}, {"rejected", r.rejected}, {"chosen_tail", r.chosen_tail},
-                        {"rejected_tail", r.rejected_tail}};
-    const fs::path tmp = path.string() + ".tmp";
-    {
-      std::ofstream out(tmp);
-      out << j.dump();
-      if (!out) fail_input("{}: cannot be written", tmp.string());
-    }
-    fs::rename(tmp, path);
-    log::info("{} split: reference log-probs cached in {}", split, path.string());
-  }
-  ref_[split] = std::move(r);
+  key.text(reference_key);
+  key.text(fmt::format("{}|{}|{}|{}", config_.max_length.value_or(-1), config_.truncation_mode,
+                       config_.ld_alpha ? fmt::format("{}", *config_.ld_alpha) : "none", config_.use_bf16()));
+  const bool ld = config_.ld_alpha.has_value();
+  const auto batch_size = static_cast<size_t>(config_.precompute_ref_batch_size.value_or(
+      split == "train" ? config_.per_device_train_batch_size : config_.per_device_eval_batch_size));
+  // Per pair: the chosen and rejected sums (the shared part with ld_alpha),
+  // then with ld_alpha the rest.
+  auto values = engine::cached_reference_values(
+      engine, "ref_logps", split, key.hex(), ex.size(), {"chosen", "rejected", "chosen_tail", "rejected_tail"},
+      batch_size, [&](const std::vector<size_t>& idx) {
+        auto b = collate_pairs(ex, idx, pad_id_, config_.max_length, config_.truncation_mode);
+        const auto& ids = b.at("input_ids");
+        const int64_t t = ids.size(1);
+        auto mask = b.at("completion_mask").slice(1, 1).to(engine.device());
+        auto h = engine.forward(role, {ids, b.at("attention_mask"), torch::Tensor(), torch::Tensor()});
+        auto lp = engine.logprobs(role, h.slice(1, 0, t - 1), ids.slice(1, 1), mask);
+        auto [sums, tails] = sequence_sums(lp.logps, mask, ld);
+        auto sc = sums.to(torch::kCPU, torch::kFloat64).contiguous();
+        auto tc = ld ? tails.to(torch::kCPU, torch::kFloat64).contiguous() : torch::zeros_like(sc);
+        const auto* ps = sc.data_ptr<double>();
+        const auto* pt = tc.data_ptr<double>();
+        const size_t n = idx.size();
+        std::vector<double> out;
+        for (size_t r = 0; r < n; ++r) out.insert(out.end(), {ps[r], ps[n + r], pt[r], pt[n + r]});
+        return out;
+      });
+  ref_[split] = {values.column("chosen"), values.column("rejected"), values.column("chosen_tail"),
+                 values.column("rejected_tail")};
 }
 
 namespace {
@@ -609,179 +433,39 @@ PreferenceDataOptions data_options(const DPOConfig& c) {
   return o;
 }
 
-std::pair<text::Tokenizer, std::optional<text::ChatTemplate>> load_tokenizer(const DPOConfig& c) {
-  if (!c.model_name_or_path) fail_input("dpo: set model_name_or_path (a Hugging Face model directory)");
-  fs::path dir = *c.model_name_or_path;
-  if (!fs::exists(dir / "tokenizer.json") && fs::exists(dir / "adapter_config.json")) {
-    std::ifstream in(dir / "adapter_config.json");
-    try {
-      const auto base = nlohmann::json::parse(in).value("base_model_name_or_path", "");
-      if (!base.empty()) dir = base;
-    } catch (const nlohmann::json::exception&) {
-    }
-  }
-  auto tok = text::Tokenizer::from_dir(dir);
-  std::optional<text::ChatTemplate> tmpl;
-  if (!tok.chat_template().empty())
-    tmpl.emplace(tok.chat_template(), (dir / "tokenizer_config.json").string() + ": chat_template");
-  return {std::move(tok), std::move(tmpl)};
-}
-
-int64_t pad_id_of(const DPOConfig& c, const text::Tokenizer& tok) {
-  std::optional<int32_t> pad = c.pad_token ? tok.token_to_id(*c.pad_token) : tok.pad_token_id();
-  if (c.pad_token && !pad) fail_input("pad_token `{}` is not in the tokenizer's vocabulary", *c.pad_token);
-  if (!pad) pad = tok.eos_token_id();
-  if (!pad) fail_input("dpo: the tokenizer has neither a pad nor an eos token; set pad_token");
-  return *pad;
-}
-
 }  // namespace
 
-int preview_dpo(const RunRequest& request, size_t num_examples, bool json) {
-  const auto& c = *static_cast<const DPOConfig*>(request.config);
-  auto [tok, tmpl] = load_tokenizer(c);
-  auto split = prepare_preference_split(data_options(c), tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true);
-  const auto& ex = split.examples;
-  const bool tty = !json && isatty(STDOUT_FILENO);
-  const auto eos = tok.eos_token_id();
-  auto dec = [&](const std::vector<int64_t>& v, size_t lo, size_t hi) {
-    return tok.decode(std::vector<int32_t>(v.begin() + static_cast<long>(lo), v.begin() + static_cast<long>(hi)), false);
-  };
-  for (size_t i = 0; i < std::min(num_examples, ex.size()); ++i) {
-    const auto& e = ex[i];
-    std::vector<std::string> warnings;
-    nlohmann::ordered_json j = {{"row", e.source_row}, {"where", e.where}, {"prompt", dec(e.prompt_ids, 0, e.prompt_ids.size())},
-                                {"prompt_tokens", e.prompt_ids.size()}};
-    std::string text_out = fmt::format("=== pair {} ({}): prompt {} tokens\n", i, e.where, e.prompt_ids.size());
-    text_out += dec(e.prompt_ids, 0, e.prompt_ids.size()) + "\n";
-    for (int side = 0; side < 2; ++side) {
-      const auto& comp = side == 0 ? e.chosen_ids : e.rejected_ids;
-      const char* name = side == 0 ? "chosen" : "rejected";
-      // The sequence as the collator cuts it.
-      std::vector<int64_t> seq = e.prompt_ids;
-      seq.insert(seq.end(), comp.begin(), comp.end());
-      std::vector<uint8_t> loss(e.prompt_ids.size(), 0);
-      loss.resize(seq.size(), 1);
-      bool truncated = false;
-      if (c.max_length && static_cast<int64_t>(seq.size()) > *c.max_length) {
-        truncated = true;
-        const auto keep = static_cast<size_t>(*c.max_length);
-        if (c.truncation_mode == "keep_end") {
-          const size_t cut = seq.size() - keep;
-          if (cut >= e.prompt_ids.size()) warnings.push_back(fmt::format("{}: keep_end truncation removed the whole prompt", name));
-          else warnings.push_back(fmt::format("{}: keep_end truncation removed {} prompt token(s)", name, cut));
-          seq.erase(seq.begin(), seq.begin() + static_cast<long>(cut));
-          loss.erase(loss.begin(), loss.begin() + static_cast<long>(cut));
-        } else {
-          seq.resize(keep);
-          loss.resize(keep);
-          warnings.push_back(fmt::format("{}: truncated to max_length {}; {} completion token(s) left", name, keep,
-                                         keep - e.prompt_ids.size()));
-        }
-      }
-      size_t targets = 0;
-      for (size_t t = 1; t < seq.size(); ++t) targets += loss[t];
-      if (targets == 0) warnings.push_back(fmt::format("{}: loss on zero tokens", name));
-      if (!truncated && eos && std::find(comp.begin(), comp.end(), *eos) == comp.end())
-        warnings.push_back(fmt::format("{}: no EOS in the completion: the model will not learn to stop", name));
-      const size_t start = seq.size() - static_cast<size_t>(std::count(loss.begin(), loss.end(), uint8_t{1}));
-      if (json) {
-        nlohmann::ordered_json toks = nlohmann::ordered_json::array();
-        for (size_t t = 0; t < seq.size(); ++t)
-          toks.push_back({{"id", seq[t]}, {"token", tok.id_to_token(static_cast<int32_t>(seq[t]))}, {"loss", t > 0 && loss[t]}});
-        j[name] = {{"text", dec(seq, start, seq.size())}, {"num_tokens", seq.size()}, {"num_loss_tokens", targets},
-                   {"truncated", truncated}, {"tokens", toks}};
-      } else {
-        const std::string comp_text = dec(seq, start, seq.size());
-        text_out += fmt::format("--- {}: {} tokens, {} with loss{}\n", name, seq.size(), targets, truncated ? ", truncated" : "");
-        // The prompt was printed above; only a prompt cut by keep_end is shown again.
-        const std::string prefix = start == e.prompt_ids.size() && seq.size() - start == comp.size() ? "" : dec(seq, 0, start);
-        text_out += prefix + (tty ? "\033[42;30m" + comp_text + "\033[0m" : "[" + comp_text + "]") + "\n";
-      }
-    }
-    if (json) {
-      j["warnings"] = warnings;
-      std::cout << j.dump() << "\n";
-    } else {
-      std::cout << text_out;
-      for (const auto& w : warnings) std::cout << "  warning: " << w << "\n";
-    }
-  }
-  if (!json)
-    std::cout << fmt::format("{} of {} training pairs shown{}; {}\n", std::min(num_examples, ex.size()), ex.size(),
-                             split.dropped_long_prompts
-                                 ? fmt::format(" ({} dropped: prompt reaches max_length)", split.dropped_long_prompts)
-                                 : "",
-                             tty ? "tokens with loss are highlighted" : "tokens with loss are in [brackets]");
-  return 0;
+PreferenceSplit prepare_dpo_split(const DPOConfig& c, const TextInputs& text, const std::string& split) {
+  return prepare_preference_split(data_options(c), text.tokenizer, text.chat_template_or_null(), split, true);
 }
 
-int run_dpo(const RunRequest& request) {
-  const auto& c = *static_cast<const DPOConfig*>(request.config);
-  auto [tok, tmpl] = load_tokenizer(c);
+int run_dpo(const DPOConfig& c) {
+  const auto text = load_text_inputs(c, "dpo");
   std::map<std::string, std::vector<PreferenceExample>> splits;
   std::map<std::string, std::vector<std::string>> files;
-  auto train = prepare_preference_split(data_options(c), tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true);
+  auto train = prepare_dpo_split(c, text, c.dataset_train_split);
   splits["train"] = std::move(train.examples);
   files["train"] = train.files;
   if (c.eval_strategy != "no") {
-    auto test = prepare_preference_split(data_options(c), tok, tmpl ? &*tmpl : nullptr, c.dataset_test_split, true);
+    auto test = prepare_dpo_split(c, text, c.dataset_test_split);
     splits["test"] = std::move(test.examples);
     files["test"] = test.files;
   }
-  const int64_t pad = pad_id_of(c, tok);
+  const int64_t pad = resolve_pad_id(text.tokenizer, c.pad_token, "dpo");
 
   auto loaded = engine::load_policy(c, model::HeadKind::CausalLM);
-  const bool adapter_dir = loaded.lora.has_value();
-  const int64_t vocab = loaded.model->config().vocab_size;
-  // Where the reference comes from, and what its log-probs depend on.
-  std::vector<fs::path> ref_files;
-  model::LanguageModel reference{nullptr};
-  bool reference_is_start_policy = false;
-  if (c.ref_model) {
-    reference = model::load_language_model(*c.ref_model, model::HeadKind::CausalLM, c.dtype);
-    if (reference->config().vocab_size != vocab)
-      fail_input("ref_model {} has a vocabulary of {} tokens but the policy {} has {}; the reference must share the "
-                 "policy's tokenizer",
-                 *c.ref_model, reference->config().vocab_size, *c.model_name_or_path, vocab);
-    ref_files = model_files(*c.ref_model);
-  } else if (adapter_dir) {
-    // Continuing from an adapter: the reference is that adapter as it starts.
-    ref_files = model_files(*c.model_name_or_path);
-    for (const auto& f : model_files(loaded.base_dir)) ref_files.push_back(f);
-    if (!c.precompute_ref_log_probs) reference = engine::load_policy(c, model::HeadKind::CausalLM).model;
-    else reference_is_start_policy = true;
-  } else {
-    ref_files = model_files(loaded.base_dir);
-    if (!c.use_peft) {
-      // A second copy of the starting model, as TRL loads; with precomputed
-      // log-probs the policy before its first step serves instead.
-      if (!c.precompute_ref_log_probs) reference = model::load_language_model(loaded.base_dir, model::HeadKind::CausalLM, c.dtype);
-      else reference_is_start_policy = true;
-    }
-  }
-
+  auto reference = load_reference(c, loaded, c.ref_model, c.precompute_ref_log_probs, model::HeadKind::CausalLM);
   engine::Engine engine(c, std::move(loaded), "dpo");
-  if (reference) engine.set_reference(reference);
+  if (reference.separate) engine.set_reference(reference.separate);
   DPOTrainer trainer(c, std::move(splits), pad);
-  if (c.sync_ref_model && !reference)
+  if (c.sync_ref_model && !reference.separate)
     fail_input("sync_ref_model needs a separate reference model to update; with use_peft set ref_model");
   if (c.precompute_ref_log_probs) {
-    const std::string key = hash_files(ref_files);
-    // With no separate reference, the policy before its first step is the
-    // reference: its forward (no graph, eval mode) gives the same numbers
-    // without a second copy in memory.
-    const auto role = reference_is_start_policy ? engine::Role::Policy : engine::Role::Reference;
-    engine.set_training(false);
-    for (const auto& [split, f] : files) trainer.precompute_reference(engine, split, f, key, role);
-    engine.set_training(true);
+    engine::CacheKey key;
+    for (const auto& f : reference.files) key.file(f);
+    for (const auto& [split, f] : files) trainer.precompute_reference(engine, split, f, key.hex(), reference.precompute_role());
   }
-  auto summary = engine.train(trainer);
-  if (summary.interrupted) {
-    log::error("training stopped at step {} on request; resume with resume_from_checkpoint: latest", summary.steps);
-    return 1;
-  }
-  return 0;
+  return train_to_exit_code(engine, trainer);
 }
 
 }  // namespace trlx::trainers

@@ -10,13 +10,8 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "trainers/common.hpp"
 #include "trainers/dpo_config.hpp"
-#include "trainers/registry.hpp"
-
-namespace trlx::text {
-class Tokenizer;
-class ChatTemplate;
-}  // namespace trlx::text
 
 namespace trlx::trainers {
 
@@ -89,9 +84,9 @@ class DPOTrainer : public engine::Trainer {
   engine::LossOutput loss(engine::Engine& engine, const engine::TensorMap& batch) override;
 
   // precompute_ref_log_probs: the log-probs of `role` (the reference, or the
-  // policy before training when that is the reference) for of every pair of
-  // `split`, read from the cache in output_dir when its key matches, else
-  // computed through the engine's reference role and written there.
+  // policy before training when that is the reference) for every pair of
+  // `split`, through the engine's reference cache (engine/reference_cache.hpp);
+  // `reference_key` says what the reference is made of.
   void precompute_reference(engine::Engine& engine, const std::string& split, const std::vector<std::string>& data_files,
                             const std::string& reference_key, engine::Role role = engine::Role::Reference);
   bool has_precomputed(const std::string& split) const { return ref_.count(split) != 0; }
@@ -101,7 +96,6 @@ class DPOTrainer : public engine::Trainer {
   const engine::MetricSums& last_metrics() const { return last_metrics_; }
 
  private:
-  RefLogps compute_reference(engine::Engine& engine, const std::string& split, engine::Role role);
   void maybe_sync_reference(engine::Engine& engine);
 
   DPOConfig config_;
@@ -112,13 +106,10 @@ class DPOTrainer : public engine::Trainer {
   engine::MetricSums last_metrics_;
 };
 
-// A hash (hex) of the files a reference model is made of, for the
-// precompute cache key.
-std::string hash_files(const std::vector<std::filesystem::path>& files);
+// One split of a DPO run's dataset, prepared as training sees it (also what
+// `trlx preview dpo` shows).
+PreferenceSplit prepare_dpo_split(const DPOConfig& config, const TextInputs& text, const std::string& split);
 
-int run_dpo(const RunRequest& request);
-// `trlx preview dpo`: the shared prompt, then chosen and rejected with the
-// tokens that carry loss marked.
-int preview_dpo(const RunRequest& request, size_t num_examples, bool json);
+int run_dpo(const DPOConfig& config);
 
 }  // namespace trlx::trainers

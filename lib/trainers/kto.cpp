@@ -1,9 +1,6 @@
 #include "trainers/kto.hpp"
 
-#include <unistd.h>
-
 #include <cmath>
-#include <iostream>
 
 #include <nlohmann/json.hpp>
 
@@ -12,21 +9,10 @@
 #include "losses/preference.hpp"
 #include "model/loading.hpp"
 #include "text/data/dataset.hpp"
-#include "trainers/reward.hpp"
 
 namespace trlx::trainers {
 
-
-
 namespace {
-
-size_t common_prefix(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-  size_t n = 0;
-  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
-  return n;
-}
-
-bool is_empty_text(const data::Value& v) { return (v.is_string() && v.get<std::string>().empty()) || (v.is_array() && v.empty()); }
 
 double round2(double x) { return std::round(x * 100.0) / 100.0; }
 
@@ -51,57 +37,34 @@ std::string kto_class_imbalance_advice(size_t n_desirable, size_t n_undesirable,
 
 KTOSplit prepare_kto_split(const KTOConfig& c, const text::Tokenizer& tok, const text::ChatTemplate* tmpl,
                            const std::string& split, bool required) {
-  if (!c.dataset_name) fail_input("kto: no dataset: set dataset_name (a JSONL/JSON file or a directory)");
-  data::LoadOptions lo;
-  lo.split = split;
-  lo.skip_bad_rows = c.skip_bad_rows;
-  data::Shaped shaped;
-  try {
-    shaped = data::load_for(data::Task::unpaired_preference, *c.dataset_name, lo);
-  } catch (const InputError& e) {
-    if (!required && std::string(e.what()).find("split") != std::string::npos) return {};
-    throw;
-  }
-  if (shaped.skipped) log::warn("{} split: skipped {} bad row(s) (skip_bad_rows)", split, shaped.skipped);
-  const bool conversational = shaped.form == data::Form::conversational;
-  if (conversational && !tmpl) fail_input("the dataset is conversational but the tokenizer has no chat template");
-  const std::string eos = tok.eos_token().value_or("");
-  if (!conversational && eos.empty()) fail_input("kto: the tokenizer has no eos_token to end completions with");
+  const auto read = read_split(data::Task::unpaired_preference, data_source(c, "kto"), split, required);
+  if (!read) return {};
+  const data::Shaped& shaped = *read;
+  const bool conversational = is_conversational(shaped, tmpl, "kto", false);
+  const std::string eos = completion_eos(tok, std::nullopt, "kto", false, conversational);
 
   KTOSplit out;
   out.unpaired_from = shaped.unpaired_from;
   if (shaped.unpaired_from)
     log::info("{} split: {} prompt/chosen/rejected pair(s) unpaired into desirable and undesirable examples", split,
               shaped.unpaired_from);
-  size_t empty = 0, prompt_not_prefix = 0;
+  EmptyCompletions empty(c.skip_bad_rows, "there is nothing to label desirable or not");
+  size_t prompt_not_prefix = 0;
   std::string first_long;
   for (size_t i = 0; i < shaped.rows.size(); ++i) {
     const auto& row = shaped.rows[i].value;
-    if (is_empty_text(row["completion"])) {
-      if (!c.skip_bad_rows)
-        fail_input("{}: `completion` is empty: there is nothing to label desirable or not (set skip_bad_rows: true to "
-                   "drop such rows)",
-                   shaped.rows[i].where());
-      ++empty;
-      continue;
-    }
+    if (empty.drop(shaped.rows[i], {"completion"})) continue;
     KTOExample ex;
     ex.source_row = i;
     ex.label = row["label"].get<bool>();
     std::vector<int64_t> prompt_ids, full_ids;
     if (conversational) {
-      nlohmann::ordered_json all = row["prompt"];
-      for (const auto& m : row["completion"]) all.push_back(m);
       prompt_ids = render_conversation_ids(tok, *tmpl, row["prompt"], true);
-      full_ids = render_conversation_ids(tok, *tmpl, all, false);
+      full_ids = render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["completion"]), false);
     } else {
-      std::string completion = row["completion"].get<std::string>();
-      if (completion.size() < eos.size() || completion.compare(completion.size() - eos.size(), eos.size(), eos) != 0)
-        completion += eos;
       const std::string prompt = row["prompt"].get<std::string>();
-      const auto p = tok.encode_ids(prompt, true), f = tok.encode_ids(prompt + completion, true);
-      prompt_ids.assign(p.begin(), p.end());
-      full_ids.assign(f.begin(), f.end());
+      prompt_ids = encode_text(tok, prompt, true);
+      full_ids = encode_text(tok, prompt + with_eos(row["completion"].get<std::string>(), eos), true);
     }
     // Tokens merging across the boundary belong to the completion.
     const size_t plen = common_prefix(prompt_ids, full_ids);
@@ -116,7 +79,7 @@ KTOSplit prepare_kto_split(const KTOConfig& c, const text::Tokenizer& tok, const
     }
     out.examples.push_back(std::move(ex));
   }
-  if (empty) log::warn("{} split: dropped {} example(s) with an empty completion (skip_bad_rows)", split, empty);
+  empty.report(split);
   if (prompt_not_prefix)
     log::warn("{} split: in {} example(s) the tokenized prompt is not a prefix of the tokenized prompt+completion "
               "(tokens merge across the boundary, or the chat template renders the prompt differently); the "
@@ -279,112 +242,31 @@ engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::Tensor
   return lo;
 }
 
-namespace {
-
-KTOSplit load_split(const KTOConfig& c, const text::Tokenizer& tok, const std::optional<text::ChatTemplate>& tmpl,
-                    const std::string& split) {
-  return prepare_kto_split(c, tok, tmpl ? &*tmpl : nullptr, split, true);
-}
-
-void warn_imbalance(const KTOConfig& c, const std::vector<KTOExample>& examples) {
-  size_t d = 0;
-  for (const auto& e : examples) d += e.label ? 1 : 0;
-  const auto advice = kto_class_imbalance_advice(d, examples.size() - d, c.desirable_weight, c.undesirable_weight);
+KTOSplit prepare_kto_train_split(const KTOConfig& c, const TextInputs& text) {
+  auto split = prepare_kto_split(c, text.tokenizer, text.chat_template_or_null(), c.dataset_train_split, true);
+  size_t desirable = 0;
+  for (const auto& e : split.examples) desirable += e.label ? 1 : 0;
+  const auto advice = kto_class_imbalance_advice(desirable, split.examples.size() - desirable, c.desirable_weight,
+                                                 c.undesirable_weight);
   if (!advice.empty()) log::warn("{}", advice);
+  return split;
 }
 
-}  // namespace
-
-int preview_kto(const RunRequest& request, size_t num_examples, bool json) {
-  const auto& c = *static_cast<const KTOConfig*>(request.config);
-  if (!c.model_name_or_path) fail_input("kto: set model_name_or_path (a Hugging Face model directory)");
-  auto [tok, tmpl] = load_tokenizer_and_template(*c.model_name_or_path, std::nullopt);
-  auto split = load_split(c, tok, tmpl, c.dataset_train_split);
-  warn_imbalance(c, split.examples);
-  const bool tty = !json && isatty(STDOUT_FILENO);
-  const auto eos = tok.eos_token_id();
-  const size_t cap = c.max_length ? static_cast<size_t>(*c.max_length) : SIZE_MAX;
-  auto decode = [&](const std::vector<int64_t>& ids) { return tok.decode(std::vector<int32_t>(ids.begin(), ids.end()), false); };
-  const size_t shown = std::min(num_examples, split.examples.size());
-  for (size_t i = 0; i < shown; ++i) {
-    const auto& e = split.examples[i];
-    std::vector<int64_t> completion = e.completion_ids;
-    const bool truncated = e.prompt_ids.size() + completion.size() > cap;
-    if (truncated) completion.resize(cap - e.prompt_ids.size());
-    std::vector<std::string> warnings;
-    if (!truncated && eos && (completion.empty() || completion.back() != *eos))
-      warnings.push_back("no EOS at the end of the completion");
-    if (truncated) warnings.push_back(fmt::format("truncated to max_length {}", *c.max_length));
-    const char* label = e.label ? "desirable" : "undesirable";
-    if (json) {
-      nlohmann::ordered_json j = {{"row", e.source_row},
-                                  {"label", e.label},
-                                  {"num_tokens", e.prompt_ids.size() + completion.size()},
-                                  {"num_loss_tokens", completion.size()},
-                                  {"truncated", truncated},
-                                  {"prompt", decode(e.prompt_ids)},
-                                  {"completion", decode(completion)}};
-      nlohmann::ordered_json toks = nlohmann::ordered_json::array();
-      for (size_t t = 0; t < e.prompt_ids.size() + completion.size(); ++t) {
-        const bool in_completion = t >= e.prompt_ids.size();
-        const int64_t id = in_completion ? completion[t - e.prompt_ids.size()] : e.prompt_ids[t];
-        toks.push_back({{"id", id}, {"token", tok.id_to_token(static_cast<int32_t>(id))}, {"loss", in_completion}});
-      }
-      j["tokens"] = toks;
-      j["warnings"] = warnings;
-      std::cout << j.dump() << "\n";
-      continue;
-    }
-    std::cout << fmt::format("=== example {} (row {}): label {} ({}), {} tokens, {} with loss{}\n", i, e.source_row,
-                             e.label ? "true" : "false", label, e.prompt_ids.size() + completion.size(), completion.size(),
-                             truncated ? ", truncated" : "");
-    const std::string ctext = decode(completion);
-    std::cout << decode(e.prompt_ids) << (tty ? (e.label ? "\033[42;30m" : "\033[41;30m") + ctext + "\033[0m" : "[" + ctext + "]")
-              << "\n";
-    for (const auto& w : warnings) std::cout << "  warning: " << w << "\n";
-  }
-  if (!json)
-    std::cout << fmt::format("{} of {} training examples shown; {}\n", shown, split.examples.size(),
-                             tty ? "completions (the tokens with loss) are highlighted, green desirable, red undesirable"
-                                 : "completions (the tokens with loss) are in [brackets]");
-  return 0;
-}
-
-int run_kto(const RunRequest& request) {
-  const auto& c = *static_cast<const KTOConfig*>(request.config);
-  if (!c.model_name_or_path) fail_input("kto: set model_name_or_path (a Hugging Face model directory)");
+int run_kto(const KTOConfig& c) {
   if (c.precompute_ref_log_probs) fail_input("kto: precompute_ref_log_probs is not built for kto yet; set it to false");
   if (c.sync_ref_model) fail_input("kto: sync_ref_model is not built for kto yet; set it to false");
-  auto policy = engine::load_policy(c, model::HeadKind::CausalLM);
-  auto [tok, tmpl] = load_tokenizer_and_template(policy.tokenizer_dir, std::nullopt);
-  const int64_t pad = resolve_pad_id(tok, std::nullopt, "kto");
+  const auto text = load_text_inputs(c, "kto");
+  const int64_t pad = resolve_pad_id(text.tokenizer, "kto");
   std::map<std::string, std::vector<KTOExample>> splits;
-  splits["train"] = load_split(c, tok, tmpl, c.dataset_train_split).examples;
-  warn_imbalance(c, splits["train"]);
-  if (c.eval_strategy != "no") splits["test"] = load_split(c, tok, tmpl, c.dataset_test_split).examples;
-
-  // The reference: a separate model when named; else the starting model,
-  // loaded a second time (under use_peft the engine uses the policy with its
-  // adapters disabled instead).
-  model::LanguageModel reference{nullptr};
-  if (c.ref_model) {
-    reference = model::load_language_model(*c.ref_model, model::HeadKind::CausalLM, c.dtype);
-    if (reference->config().vocab_size != policy.model->config().vocab_size)
-      fail_input("ref_model {} has a vocabulary of {} tokens but the policy {} has {}; the reference must share the "
-                 "policy's tokenizer",
-                 *c.ref_model, reference->config().vocab_size, *c.model_name_or_path, policy.model->config().vocab_size);
-  } else if (!c.use_peft) {
-    reference = engine::load_policy(c, model::HeadKind::CausalLM).model;
-  }
+  splits["train"] = prepare_kto_train_split(c, text).examples;
+  if (c.eval_strategy != "no")
+    splits["test"] = prepare_kto_split(c, text.tokenizer, text.chat_template_or_null(), c.dataset_test_split, true).examples;
+  auto policy = engine::load_policy(c, model::HeadKind::CausalLM);
+  auto reference = load_reference(c, policy, c.ref_model, false, model::HeadKind::CausalLM);
   engine::Engine engine(c, std::move(policy), "kto");
-  if (reference) engine.set_reference(reference);
+  if (reference.separate) engine.set_reference(reference.separate);
   KTOTrainer trainer(c, std::move(splits), pad);
-  auto summary = engine.train(trainer);
-  if (summary.interrupted) {
-    log::error("training stopped at step {} on request; resume with resume_from_checkpoint: latest", summary.steps);
-    return 1;
-  }
-  return 0;
+  return train_to_exit_code(engine, trainer);
 }
 
 }  // namespace trlx::trainers

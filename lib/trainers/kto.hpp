@@ -11,13 +11,8 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "trainers/common.hpp"
 #include "trainers/kto_config.hpp"
-#include "trainers/registry.hpp"
-
-namespace trlx::text {
-class Tokenizer;
-class ChatTemplate;
-}  // namespace trlx::text
 
 namespace trlx::trainers {
 
@@ -62,8 +57,10 @@ class KTOTrainer : public engine::Trainer {
   int64_t pad_id_;
 };
 
-int run_kto(const RunRequest& request);
-// `trlx preview kto`: prompt, completion with its loss tokens marked, label.
-int preview_kto(const RunRequest& request, size_t num_examples, bool json);
+// The train split of a KTO run, prepared as training sees it, with TRL's
+// warning when its classes are imbalanced (also what `trlx preview kto` shows).
+KTOSplit prepare_kto_train_split(const KTOConfig& config, const TextInputs& text);
+
+int run_kto(const KTOConfig& config);
 
 }  // namespace trlx::trainers

@@ -1,38 +1,32 @@
 #include "trainers/registry.hpp"
 
+#include "cli/preview.hpp"
 #include "trainers/cpo.hpp"
 #include "trainers/cpo_config.hpp"
 #include "trainers/dpo.hpp"
 #include "trainers/dpo_config.hpp"
 #include "trainers/kto.hpp"
 #include "trainers/kto_config.hpp"
+#include "trainers/orpo_config.hpp"
 #include "trainers/reward.hpp"
 #include "trainers/reward_config.hpp"
-#include "trainers/orpo_config.hpp"
 #include "trainers/rloo_config.hpp"
 #include "trainers/sft.hpp"
 #include "trainers/sft_config.hpp"
 
 namespace trlx::trainers {
 
-namespace {
-template <class C>
-std::shared_ptr<void> make() {
-  return std::make_shared<C>();
-}
-}  // namespace
-
 const std::vector<TrainerEntry>& trainer_table() {
   // Rows are added as trainers are built; a row without `run` has its config
   // table (validate, print-config, docs) but cannot train yet.
   static const std::vector<TrainerEntry> table = {
-      {"sft", &sft_schema, &make<SFTConfig>, &run_sft, &preview_sft},
-      {"dpo", &dpo_schema, &make<DPOConfig>, &run_dpo, &preview_dpo},
-      {"kto", &kto_schema, &make<KTOConfig>, &run_kto, &preview_kto},
-      {"reward", &reward_schema, &make<RewardConfig>, &run_reward, {}},
-      {"cpo", &cpo_schema, &make<CPOConfig>, &run_cpo, {}},
-      {"orpo", &orpo_schema, &make<ORPOConfig>, &run_orpo, {}},
-      {"rloo", &rloo_schema, &make<RLOOConfig>, {}, {}},
+      entry<SFTConfig>("sft", &sft_schema, &run_sft, &cli::preview_sft),
+      entry<DPOConfig>("dpo", &dpo_schema, &run_dpo, &cli::preview_dpo),
+      entry<KTOConfig>("kto", &kto_schema, &run_kto, &cli::preview_kto),
+      entry<RewardConfig>("reward", &reward_schema, &run_reward),
+      entry<CPOConfig>("cpo", &cpo_schema, &run_cpo),
+      entry<ORPOConfig>("orpo", &orpo_schema, &run_orpo),
+      entry<RLOOConfig>("rloo", &rloo_schema),
   };
   return table;
 }

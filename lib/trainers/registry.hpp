@@ -1,33 +1,84 @@
 #pragma once
 // The trainer subcommands: one row per trainer. A row names the trainer, says
-// in one line what it does, gives its config table and its entry point.
+// in one line what it does, gives its config table and its entry points.
+// Rows are built by entry<C>, so each trainer's run and preview receive its
+// own config struct, typed, and nothing is cast on the way.
+#include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "config/loader.hpp"
 #include "config/schema.hpp"
-
-namespace trlx::config {
-class ConfigLoader;
-}
+#include "config/training.hpp"
+#include "core/error.hpp"
 
 namespace trlx::trainers {
 
-struct RunRequest {
-  const config::ConfigLoader* loader = nullptr;  // resolved config with origins
-  const void* config = nullptr;                  // the trainer's config struct
+// A trainer's config once resolved, bound to what can be done with it.
+class ResolvedTrainer {
+ public:
+  virtual ~ResolvedTrainer() = default;
+  // The fields every trainer has (accelerate_config, output_dir, ...).
+  virtual const config::TrainingConfig& config() const = 0;
+  // Training; the process exit code.
+  virtual int run() const = 0;
+  // `trlx preview <trainer>`: what the trainer will train on.
+  virtual int preview(size_t num_examples, bool json) const = 0;
 };
 
 struct TrainerEntry {
   std::string name;
-  const config::Schema& (*schema)();
-  // Builds the typed config struct and resolves it; returns it type-erased.
-  std::shared_ptr<void> (*make_config)();
-  // Training entry point; empty while the trainer is not built yet.
-  std::function<int(const RunRequest&)> run;
-  // `trlx preview <trainer>`; empty while not built.
-  std::function<int(const RunRequest&, size_t num_examples, bool json)> preview;
+  const config::Schema& (*schema)() = nullptr;
+  // The trainer's own config struct, filled and checked by `loader`.
+  std::function<std::unique_ptr<ResolvedTrainer>(config::ConfigLoader& loader)> resolve;
+  bool trains = false;    // false: the config table is built (validate, docs), training is not yet
+  bool previews = false;  // `trlx preview` is built for it
 };
+
+template <class C>
+using RunFn = int (*)(const C&);
+template <class C>
+using PreviewFn = int (*)(const C&, size_t num_examples, bool json);
+
+// A row for a trainer whose config struct is C; `run` and `preview` are null
+// while not built.
+template <class C>
+TrainerEntry entry(std::string name, const config::Schema& (*schema)(), RunFn<C> run = nullptr,
+                   PreviewFn<C> preview = nullptr) {
+  class Bound final : public ResolvedTrainer {
+   public:
+    Bound(std::string name, RunFn<C> run, PreviewFn<C> preview)
+        : name_(std::move(name)), run_(run), preview_(preview) {}
+    C typed;
+    const config::TrainingConfig& config() const override { return typed; }
+    int run() const override {
+      if (!run_) throw Error(fmt::format("the {} trainer is not built yet in this version of trlx", name_));
+      return run_(typed);
+    }
+    int preview(size_t num_examples, bool json) const override {
+      if (!preview_) throw Error(fmt::format("trlx preview {} is not built yet", name_));
+      return preview_(typed, num_examples, json);
+    }
+
+   private:
+    std::string name_;
+    RunFn<C> run_;
+    PreviewFn<C> preview_;
+  };
+  TrainerEntry e;
+  e.name = name;
+  e.schema = schema;
+  e.trains = run != nullptr;
+  e.previews = preview != nullptr;
+  e.resolve = [name, run, preview](config::ConfigLoader& loader) {
+    auto bound = std::make_unique<Bound>(name, run, preview);
+    loader.resolve(&bound->typed);
+    return std::unique_ptr<ResolvedTrainer>(std::move(bound));
+  };
+  return e;
+}
 
 const std::vector<TrainerEntry>& trainer_table();
 const TrainerEntry* find_trainer(const std::string& name);

@@ -1,8 +1,6 @@
 #include "trainers/reward.hpp"
 
 #include <limits>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -12,118 +10,33 @@
 
 namespace trlx::trainers {
 
-std::pair<text::Tokenizer, std::optional<text::ChatTemplate>> load_tokenizer_and_template(
-    const std::filesystem::path& model_dir, const std::optional<std::string>& chat_template_path) {
-  auto tok = text::Tokenizer::from_dir(model_dir);
-  std::optional<text::ChatTemplate> tmpl;
-  if (chat_template_path) {
-    const std::filesystem::path p = *chat_template_path;
-    if (std::filesystem::is_directory(p)) {
-      auto other = text::Tokenizer::from_dir(p);
-      if (other.chat_template().empty()) fail_input("chat_template_path {} has no chat_template", p.string());
-      tmpl.emplace(other.chat_template(), (p / "tokenizer_config.json").string() + ": chat_template");
-    } else {
-      std::ifstream in(p);
-      if (!in) fail_input("chat_template_path {} cannot be read", p.string());
-      std::stringstream ss;
-      ss << in.rdbuf();
-      tmpl.emplace(ss.str(), p.string());
-    }
-  } else if (!tok.chat_template().empty()) {
-    tmpl.emplace(tok.chat_template(), (model_dir / "tokenizer_config.json").string() + ": chat_template");
-  }
-  return {std::move(tok), std::move(tmpl)};
-}
-
-std::vector<int64_t> render_conversation_ids(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
-                                             const nlohmann::ordered_json& messages, bool add_generation_prompt) {
-  text::ChatOptions o;
-  o.add_generation_prompt = add_generation_prompt;
-  o.bos_token = tok.bos_token();
-  o.eos_token = tok.eos_token();
-  o.pad_token = tok.pad_token();
-  o.unk_token = tok.unk_token();
-  const auto ids = tok.encode_ids(text::apply_chat_template(tmpl, messages, o).text, false);
-  return {ids.begin(), ids.end()};
-}
-
-int64_t resolve_pad_id(const text::Tokenizer& tok, const std::optional<std::string>& pad_token, const std::string& trainer) {
-  if (pad_token) {
-    auto id = tok.token_to_id(*pad_token);
-    if (!id) fail_input("pad_token `{}` is not in the tokenizer's vocabulary", *pad_token);
-    return *id;
-  }
-  if (auto id = tok.pad_token_id()) return *id;
-  if (auto id = tok.eos_token_id()) return *id;
-  fail_input("{}: the tokenizer has neither a pad nor an eos token; set pad_token", trainer);
-}
-
-namespace {
-
-bool is_empty_text(const data::Value& v) { return (v.is_string() && v.get<std::string>().empty()) || (v.is_array() && v.empty()); }
-
-std::string with_eos(std::string s, const std::string& eos) {
-  if (s.size() < eos.size() || s.compare(s.size() - eos.size(), eos.size(), eos) != 0) s += eos;
-  return s;
-}
-
-}  // namespace
-
 RewardSplit prepare_reward_split(const RewardConfig& c, const text::Tokenizer& tok, const text::ChatTemplate* tmpl,
                                  const std::string& split, bool required) {
-  if (!c.dataset_name) fail_input("reward: no dataset: set dataset_name (a JSONL/JSON file or a directory)");
-  data::LoadOptions lo;
-  lo.split = split;
-  lo.skip_bad_rows = c.skip_bad_rows;
-  data::Shaped shaped;
-  try {
-    shaped = data::load_for(data::Task::reward, *c.dataset_name, lo);
-  } catch (const InputError& e) {
-    if (!required && std::string(e.what()).find("split") != std::string::npos) return {};
-    throw;
-  }
-  if (shaped.skipped) log::warn("{} split: skipped {} bad row(s) (skip_bad_rows)", split, shaped.skipped);
-  const bool conversational = shaped.form == data::Form::conversational;
-  if (conversational && !tmpl)
-    fail_input("the dataset is conversational but the tokenizer has no chat template; set chat_template_path");
-  const std::string eos = c.eos_token.value_or(tok.eos_token().value_or(""));
-  if (c.eos_token && !tok.token_to_id(*c.eos_token))
-    fail_input("eos_token `{}` is not in the tokenizer's vocabulary", *c.eos_token);
-  if (!conversational && eos.empty()) fail_input("reward: the tokenizer has no eos_token; set eos_token in the config");
+  const auto read = read_split(data::Task::reward, data_source(c, "reward"), split, required);
+  if (!read) return {};
+  const data::Shaped& shaped = *read;
+  const bool conversational = is_conversational(shaped, tmpl, "reward", true);
+  const std::string eos = completion_eos(tok, c.eos_token, "reward", true, conversational);
 
   RewardSplit out;
-  size_t empty = 0;
+  EmptyCompletions empty(c.skip_bad_rows, "a reward pair needs two texts to compare");
   std::string first_long;
   for (size_t i = 0; i < shaped.rows.size(); ++i) {
     const auto& row = shaped.rows[i].value;
-    for (const char* side : {"chosen", "rejected"})
-      if (is_empty_text(row[side])) {
-        if (!c.skip_bad_rows)
-          fail_input("{}: `{}` is empty: a reward pair needs two texts to compare (set skip_bad_rows: true to drop such "
-                     "rows)",
-                     shaped.rows[i].where(), side);
-      }
-    if (is_empty_text(row["chosen"]) || is_empty_text(row["rejected"])) {
-      ++empty;
-      continue;
-    }
+    if (empty.drop(shaped.rows[i], {"chosen", "rejected"})) continue;
     RewardExample ex;
     ex.source_row = i;
     const bool has_prompt = row.contains("prompt");
     if (conversational) {
       auto full = [&](const char* side) {
-        nlohmann::ordered_json all = has_prompt ? row["prompt"] : nlohmann::ordered_json::array();
-        for (const auto& m : row[side]) all.push_back(m);
-        return render_conversation_ids(tok, *tmpl, all, false);
+        return render_conversation_ids(
+            tok, *tmpl, prompt_then(has_prompt ? row["prompt"] : nlohmann::ordered_json::array(), row[side]), false);
       };
       ex.chosen_ids = full("chosen");
       ex.rejected_ids = full("rejected");
     } else {
       const std::string prompt = has_prompt ? row["prompt"].get<std::string>() : "";
-      auto ids = [&](const char* side) {
-        const auto v = tok.encode_ids(prompt + with_eos(row[side].get<std::string>(), eos), true);
-        return std::vector<int64_t>(v.begin(), v.end());
-      };
+      auto ids = [&](const char* side) { return encode_text(tok, prompt + with_eos(row[side].get<std::string>(), eos), true); };
       ex.chosen_ids = ids("chosen");
       ex.rejected_ids = ids("rejected");
     }
@@ -136,7 +49,7 @@ RewardSplit prepare_reward_split(const RewardConfig& c, const text::Tokenizer& t
     }
     out.examples.push_back(std::move(ex));
   }
-  if (empty) log::warn("{} split: dropped {} pair(s) with an empty chosen or rejected text (skip_bad_rows)", split, empty);
+  empty.report(split);
   if (out.dropped_long) {
     if (out.examples.empty())
       fail_input("{} split: every pair has a chosen or rejected sequence longer than max_length {} (e.g. {}); raise "
@@ -230,11 +143,9 @@ engine::LossOutput RewardTrainer::loss(engine::Engine& engine, const engine::Ten
   return lo;
 }
 
-int run_reward(const RunRequest& request) {
-  const auto& c = *static_cast<const RewardConfig*>(request.config);
-  if (!c.model_name_or_path) fail_input("reward: set model_name_or_path (a Hugging Face model directory)");
+int run_reward(const RewardConfig& c) {
+  auto [tok, tmpl] = load_text_inputs(c, "reward", c.chat_template_path);
   auto policy = engine::load_policy(c, model::HeadKind::SequenceClassification);
-  auto [tok, tmpl] = load_tokenizer_and_template(policy.tokenizer_dir, c.chat_template_path);
   if (policy.model->config().num_labels != 1)
     fail_input("{}: the model has num_labels {}; a reward model outputs one score per sequence (num_labels 1)",
                *c.model_name_or_path, policy.model->config().num_labels);
@@ -249,12 +160,7 @@ int run_reward(const RunRequest& request) {
     splits["test"] = prepare_reward_split(c, tok, tmpl ? &*tmpl : nullptr, c.dataset_test_split, true).examples;
   engine::Engine engine(c, std::move(policy), "reward");
   RewardTrainer trainer(c, std::move(splits), pad);
-  auto summary = engine.train(trainer);
-  if (summary.interrupted) {
-    log::error("training stopped at step {} on request; resume with resume_from_checkpoint: latest", summary.steps);
-    return 1;
-  }
-  return 0;
+  return train_to_exit_code(engine, trainer);
 }
 
 }  // namespace trlx::trainers

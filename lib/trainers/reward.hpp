@@ -4,42 +4,16 @@
 // its last non-pad token, and learns with the Bradley-Terry loss
 // -log sigmoid(r_chosen - r_rejected - margin). Data preparation follows TRL's
 // RewardTrainer token for token.
-//
-// Also home of the small text helpers the reward and KTO trainers share
-// (tokenizer + chat template loading, rendering a conversation to ids).
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/engine.hpp"
-#include "text/template/chat_template.hpp"
-#include "text/tokenizer/tokenizer.hpp"
-#include "trainers/registry.hpp"
+#include "trainers/common.hpp"
 #include "trainers/reward_config.hpp"
 
 namespace trlx::trainers {
-
-// The model directory's tokenizer and the chat template to use:
-// `chat_template_path` (a Jinja file or a tokenizer directory) when set, else
-// the tokenizer's own (none when it has none).
-std::pair<text::Tokenizer, std::optional<text::ChatTemplate>> load_tokenizer_and_template(
-    const std::filesystem::path& model_dir, const std::optional<std::string>& chat_template_path);
-
-// A conversation rendered through the chat template and tokenized without
-// special tokens (the template writes them), as transformers'
-// apply_chat_template(tokenize=True) does.
-std::vector<int64_t> render_conversation_ids(const text::Tokenizer& tokenizer, const text::ChatTemplate& chat_template,
-                                             const nlohmann::ordered_json& messages, bool add_generation_prompt);
-
-// The padding id a trainer uses: `pad_token` when set, else the tokenizer's
-// pad, else its eos.
-int64_t resolve_pad_id(const text::Tokenizer& tokenizer, const std::optional<std::string>& pad_token,
-                       const std::string& trainer);
 
 // One tokenized pair: the full chosen and rejected sequences (prompt included).
 struct RewardExample {
@@ -81,6 +55,6 @@ class RewardTrainer : public engine::Trainer {
   int64_t pad_id_;
 };
 
-int run_reward(const RunRequest& request);
+int run_reward(const RewardConfig& config);
 
 }  // namespace trlx::trainers

@@ -1,13 +1,5 @@
 #include "trainers/sft.hpp"
 
-#include "trainers/reward.hpp"
-
-#include <unistd.h>
-
-#include <fstream>
-#include <iostream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -21,14 +13,6 @@ namespace trlx::trainers {
 
 namespace {
 
-std::vector<int64_t> to64(const std::vector<int32_t>& v) { return {v.begin(), v.end()}; }
-
-size_t common_prefix(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-  size_t n = 0;
-  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
-  return n;
-}
-
 struct Rendered {
   std::vector<int64_t> ids;
   std::vector<uint8_t> assistant;  // empty unless asked
@@ -38,16 +22,10 @@ struct Rendered {
 // (the template writes them), with the assistant mask from its generation tag.
 Rendered render(const text::Tokenizer& tok, const text::ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
                 bool add_generation_prompt, bool want_mask) {
-  text::ChatOptions o;
-  o.add_generation_prompt = add_generation_prompt;
-  o.bos_token = tok.bos_token();
-  o.eos_token = tok.eos_token();
-  o.pad_token = tok.pad_token();
-  o.unk_token = tok.unk_token();
-  auto chat = text::apply_chat_template(tmpl, messages, o);
+  auto chat = text::apply_chat_template(tmpl, messages, chat_options(tok, add_generation_prompt));
   auto enc = tok.encode(chat.text, false);
   Rendered r;
-  r.ids = to64(enc.ids);
+  r.ids.assign(enc.ids.begin(), enc.ids.end());
   if (want_mask) {
     r.assistant.assign(r.ids.size(), 0);
     for (size_t t = 0; t < r.ids.size(); ++t) {
@@ -63,26 +41,15 @@ Rendered render(const text::Tokenizer& tok, const text::ChatTemplate& tmpl, cons
 
 std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokenizer& tok,
                                           const text::ChatTemplate* tmpl, const std::string& split, bool required) {
-  data::LoadOptions lo;
-  lo.split = split;
-  lo.skip_bad_rows = c.skip_bad_rows;
-  lo.text_field = c.dataset_text_field;
-  if (!c.dataset_name) fail_input("sft: no dataset: set dataset_name (a JSONL/JSON file or a directory)");
-  data::Shaped shaped;
-  try {
-    shaped = data::load_for(data::Task::sft, *c.dataset_name, lo);
-  } catch (const InputError& e) {
-    if (!required && std::string(e.what()).find("split") != std::string::npos) return {};
-    throw;
-  }
-  if (shaped.skipped) log::warn("{} split: skipped {} bad row(s) (skip_bad_rows)", split, shaped.skipped);
-  const bool conversational = shaped.form == data::Form::conversational;
-  if (conversational && !tmpl)
-    fail_input("the dataset is conversational but the tokenizer has no chat template; set chat_template_path");
+  auto source = data_source(c, "sft");
+  source.text_field = c.dataset_text_field;
+  const auto read = read_split(data::Task::sft, source, split, required);
+  if (!read) return {};
+  const data::Shaped& shaped = *read;
+  const bool conversational = is_conversational(shaped, tmpl, "sft", true);
   const bool prompt_completion = shaped.sft_layout == data::SftLayout::prompt_completion;
   const bool completion_only = c.completion_only_loss.value_or(prompt_completion);
-  const std::string eos = c.eos_token.value_or(tok.eos_token().value_or(""));
-  if (!conversational && eos.empty()) fail_input("sft: the tokenizer has no eos_token; set eos_token in the config");
+  const std::string eos = completion_eos(tok, c.eos_token, "sft", true, conversational);
 
   std::vector<SFTExample> out;
   size_t n_truncated = 0, n_dropped = 0;
@@ -95,19 +62,14 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
     if (prompt_completion) {
       std::vector<int64_t> prompt_ids, full_ids;
       if (conversational) {
-        nlohmann::ordered_json all = row["prompt"];
-        for (const auto& m : row["completion"]) all.push_back(m);
         prompt_ids = render(tok, *tmpl, row["prompt"], true, false).ids;
-        auto full = render(tok, *tmpl, all, false, c.assistant_only_loss);
+        auto full = render(tok, *tmpl, prompt_then(row["prompt"], row["completion"]), false, c.assistant_only_loss);
         full_ids = full.ids;
         assistant = full.assistant;
       } else {
-        std::string completion = row["completion"].get<std::string>();
-        if (completion.size() < eos.size() || completion.compare(completion.size() - eos.size(), eos.size(), eos) != 0)
-          completion += eos;
         const std::string prompt = row["prompt"].get<std::string>();
-        prompt_ids = to64(tok.encode_ids(prompt, true));
-        full_ids = to64(tok.encode_ids(prompt + completion, true));
+        prompt_ids = encode_text(tok, prompt, true);
+        full_ids = encode_text(tok, prompt + with_eos(row["completion"].get<std::string>(), eos), true);
       }
       // The completion starts where prompt and prompt+completion diverge.
       const size_t plen = common_prefix(prompt_ids, full_ids);
@@ -119,9 +81,7 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
       ex.ids = std::move(r.ids);
       assistant = std::move(r.assistant);
     } else {
-      std::string text = row["text"].get<std::string>();
-      if (text.size() < eos.size() || text.compare(text.size() - eos.size(), eos.size(), eos) != 0) text += eos;
-      ex.ids = to64(tok.encode_ids(text, true));
+      ex.ids = encode_text(tok, with_eos(row["text"].get<std::string>(), eos), true);
     }
     if (c.assistant_only_loss && std::find(assistant.begin(), assistant.end(), 1) == assistant.end())
       fail_input("{}: assistant_only_loss is set but this example has no assistant tokens: the chat template needs "
@@ -275,112 +235,16 @@ engine::LossOutput SFTTrainer::loss(engine::Engine& engine, const engine::Tensor
   return out;
 }
 
-namespace {
-
-// The tokenizer of the model and the chat template the config asks for
-// (chat_template_path: a Jinja file or a tokenizer directory), else the
-// tokenizer's own. Shared by training, preview and score.
-std::pair<text::Tokenizer, std::optional<text::ChatTemplate>> load_text_inputs(const SFTConfig& c) {
-  if (!c.model_name_or_path) fail_input("sft: set model_name_or_path (a Hugging Face model directory)");
-  return load_tokenizer_and_template(*c.model_name_or_path, c.chat_template_path);
-}
-
-}  // namespace
-
-int preview_sft(const RunRequest& request, size_t num_examples, bool json) {
-  const auto& c = *static_cast<const SFTConfig*>(request.config);
-  auto [tok, tmpl] = load_text_inputs(c);
-  auto examples = prepare_sft_split(c, tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true);
-  const bool tty = !json && isatty(STDOUT_FILENO);
-  const auto eos = tok.eos_token_id();
-  size_t warned_no_eos = 0;
-  if (tmpl && !tmpl->has_generation_tag() && c.assistant_only_loss)
-    log::warn("{}: assistant_only_loss needs a {{% generation %}} block in the chat template", tmpl->origin());
-  if (tmpl) {
-    // A template that ignores add_generation_prompt renders prompts without
-    // the assistant header the model must learn to answer after.
-    text::ChatOptions with, without;
-    with.add_generation_prompt = true;
-    const nlohmann::ordered_json probe = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
-    if (text::apply_chat_template(*tmpl, probe, with).text == text::apply_chat_template(*tmpl, probe, without).text)
-      log::warn("{}: the chat template writes nothing for add_generation_prompt; prompts will lack the assistant "
-                "header at inference",
-                tmpl->origin());
-  }
-  for (size_t i = 0; i < std::min(num_examples, examples.size()); ++i) {
-    const auto& e = examples[i];
-    std::vector<std::string> warnings;
-    size_t targets = 0, first_target = e.ids.size();
-    for (size_t t = 1; t < e.ids.size(); ++t)
-      if (e.loss_mask[t]) {
-        ++targets;
-        first_target = std::min(first_target, t);
-      }
-    if (targets == 0) warnings.push_back("loss on zero tokens");
-    if (!e.truncated && eos && e.positions.empty() && (e.ids.empty() || e.ids.back() != *eos)) {
-      warnings.push_back("no EOS at the end: the model will not learn to stop");
-      ++warned_no_eos;
-    }
-    if (e.truncated && first_target >= e.ids.size()) warnings.push_back("truncation removed the whole completion");
-    if (e.truncated) warnings.push_back(fmt::format("truncated to max_length {}", *c.max_length));
-    if (json) {
-      nlohmann::ordered_json j = {{"row", e.source_row}, {"num_tokens", e.ids.size()}, {"num_loss_tokens", targets},
-                                  {"truncated", e.truncated}};
-      j["text"] = tok.decode(std::vector<int32_t>(e.ids.begin(), e.ids.end()), false);
-      nlohmann::ordered_json toks = nlohmann::ordered_json::array();
-      for (size_t t = 0; t < e.ids.size(); ++t)
-        toks.push_back({{"id", e.ids[t]}, {"token", tok.id_to_token(static_cast<int32_t>(e.ids[t]))}, {"loss", t > 0 && e.loss_mask[t]}});
-      j["tokens"] = toks;
-      j["warnings"] = warnings;
-      std::cout << j.dump() << "\n";
-      continue;
-    }
-    std::cout << fmt::format("=== example {} (row {}): {} tokens, {} with loss{}\n", i, e.source_row, e.ids.size(), targets,
-                             e.truncated ? ", truncated" : "");
-    // Runs of tokens with and without loss, decoded; loss runs marked.
-    std::string out;
-    size_t t = 0;
-    while (t < e.ids.size()) {
-      const bool loss = t > 0 && e.loss_mask[t];
-      size_t u = t;
-      std::vector<int32_t> run;
-      while (u < e.ids.size() && (u > 0 && e.loss_mask[u]) == loss) run.push_back(static_cast<int32_t>(e.ids[u++]));
-      const std::string text = tok.decode(run, false);
-      if (loss) out += tty ? "\033[42;30m" + text + "\033[0m" : "[" + text + "]";
-      else out += text;
-      t = u;
-    }
-    std::cout << out << "\n";
-    for (const auto& w : warnings) std::cout << "  warning: " << w << "\n";
-  }
-  if (!json)
-    std::cout << fmt::format("{} of {} training examples shown; {}\n", std::min(num_examples, examples.size()), examples.size(),
-                             tty ? "tokens with loss are highlighted" : "tokens with loss are in [brackets]");
-  return 0;
-}
-
-int run_sft(const RunRequest& request) {
-  const auto& c = *static_cast<const SFTConfig*>(request.config);
-  if (!c.model_name_or_path) fail_input("sft: set model_name_or_path (a Hugging Face model directory)");
-  const std::filesystem::path model_dir = *c.model_name_or_path;
-  auto [tok, tmpl] = load_text_inputs(c);
+int run_sft(const SFTConfig& c) {
+  auto [tok, tmpl] = load_text_inputs(c, "sft", c.chat_template_path);
   std::map<std::string, std::vector<SFTExample>> splits;
   splits["train"] = prepare_sft_split(c, tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true);
   if (c.eval_strategy != "no")
     splits["test"] = prepare_sft_split(c, tok, tmpl ? &*tmpl : nullptr, c.dataset_test_split, true);
-  std::optional<int32_t> pad = c.pad_token ? tok.token_to_id(*c.pad_token) : tok.pad_token_id();
-  if (c.pad_token && !pad) fail_input("pad_token `{}` is not in the tokenizer's vocabulary", *c.pad_token);
-  if (!pad) pad = tok.eos_token_id();
-  if (!pad) fail_input("sft: the tokenizer has neither a pad nor an eos token; set pad_token");
-
+  const int64_t pad = resolve_pad_id(tok, c.pad_token, "sft");
   engine::Engine engine(c, engine::load_policy(c, model::HeadKind::CausalLM), "sft");
-  SFTTrainer trainer(c, std::move(splits), *pad);
-  auto summary = engine.train(trainer);
-  if (summary.interrupted) {
-    log::error("training stopped at step {} on request; resume with resume_from_checkpoint: latest", summary.steps);
-    return 1;
-  }
-  return 0;
+  SFTTrainer trainer(c, std::move(splits), pad);
+  return train_to_exit_code(engine, trainer);
 }
 
 }  // namespace trlx::trainers

@@ -8,13 +8,8 @@
 #include <vector>
 
 #include "engine/engine.hpp"
-#include "trainers/registry.hpp"
+#include "trainers/common.hpp"
 #include "trainers/sft_config.hpp"
-
-namespace trlx::text {
-class Tokenizer;
-class ChatTemplate;
-}  // namespace trlx::text
 
 namespace trlx::trainers {
 
@@ -54,8 +49,6 @@ class SFTTrainer : public engine::Trainer {
   int64_t pad_id_;
 };
 
-int run_sft(const RunRequest& request);
-// `trlx preview sft`: what the trainer will train on, tokens with loss marked.
-int preview_sft(const RunRequest& request, size_t num_examples, bool json);
+int run_sft(const SFTConfig& config);
 
 }  // namespace trlx::trainers

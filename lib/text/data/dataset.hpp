@@ -43,6 +43,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.hpp"
+
 namespace trlx::data {
 
 using Value = nlohmann::ordered_json;
@@ -71,7 +73,17 @@ struct Dataset {
   std::vector<std::string> files;            // files read, in order
 };
 
-// Reads a file or directory (see above). Throws InputError.
+// The dataset has no such split: a directory whose files name other splits
+// (or none, for a split other than "train"), or a JSON object holding lists
+// for other splits. A distinct error so that a caller wanting a split only if
+// it exists can tell this from a broken file.
+class MissingSplitError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// Reads a file or directory (see above). Throws InputError (MissingSplitError
+// when the split is not there).
 Dataset load_dataset(const std::filesystem::path& path, const LoadOptions& options = {});
 
 // In-memory readers, for tests and fuzzing; `file` names the source in errors.

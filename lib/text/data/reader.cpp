@@ -384,12 +384,13 @@ std::vector<fs::path> split_files(const fs::path& dir, const LoadOptions& option
     if (known_splits.empty() && aliases.front() == "train") {
       chosen = candidates;  // nothing is named: it is all training data
     } else if (known_splits.empty()) {
-      fail_input("{}: no file names split \"{}\" (no file names any split, so they all form "
-                 "the \"train\" split)",
-                 dir.string(), options.split);
+      throw MissingSplitError(fmt::format("{}: no file names split \"{}\" (no file names any split, so they "
+                                          "all form the \"train\" split)",
+                                          dir.string(), options.split));
     } else {
-      fail_input("{}: no file names split \"{}\"; splits found: {}", dir.string(), options.split,
-                 join(std::vector<std::string>(known_splits.begin(), known_splits.end()), ", "));
+      throw MissingSplitError(fmt::format("{}: no file names split \"{}\"; splits found: {}", dir.string(),
+                                          options.split,
+                                          join(std::vector<std::string>(known_splits.begin(), known_splits.end()), ", ")));
     }
   }
   for (const auto& p : chosen)
@@ -478,8 +479,8 @@ void read_json_text(std::string_view text, const std::string& file, const LoadOp
         if (it->is_array() && !canonical_split(to_lower(it.key())).empty())
           split_lists.push_back('"' + it.key() + '"');
       if (!split_lists.empty())
-        fail_input("{}: no \"{}\" list in this JSON object; it holds lists for: {}", file,
-                   options.split, join(split_lists, ", "));
+        throw MissingSplitError(fmt::format("{}: no \"{}\" list in this JSON object; it holds lists for: {}",
+                                            file, options.split, join(split_lists, ", ")));
       // Any other object is a single row (as a one-line JSON Lines file is).
       out.rows.push_back(Row{std::move(doc), file, lines.line(first), std::nullopt});
       return;

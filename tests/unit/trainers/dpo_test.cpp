@@ -216,8 +216,7 @@ TEST_CASE("DPO bad input: empty or missing completions, long prompts, a referenc
   loader.apply_flag("output_dir", {(dir / "run").string()});
   trainers::DPOConfig c;
   loader.resolve(&c);
-  trainers::RunRequest req{&loader, &c};
-  msg = test::input_error_of([&] { trainers::run_dpo(req); });
+  msg = test::input_error_of([&] { trainers::run_dpo(c); });
   CHECK_THAT(msg, Contains("vocabulary of 200 tokens"));
   // exo_pair without label_smoothing is refused by the config.
   config::ConfigLoader l2(trainers::dpo_schema());

@@ -48,9 +48,7 @@ TEST_CASE("reward: a model saved by trlx loads in transformers as AutoModelForSe
   // The run scripts/fixtures/kto_reward_fixtures.py made with the trlx binary.
   auto c = reward_config({{"output_dir", out.string()}, {"max_steps", "2"}, {"per_device_train_batch_size", "4"},
                           {"learning_rate", "1e-2"}, {"save_strategy", "no"}, {"logging_steps", "1"}, {"seed", "42"}});
-  config::ConfigLoader loader(trainers::reward_schema());
-  trainers::RunRequest req{&loader, &c};
-  REQUIRE(trainers::run_reward(req) == 0);
+  REQUIRE(trainers::run_reward(c) == 0);
   auto cfg = read_json(out / "config.json");
   CHECK(cfg.at("architectures") == want.at("architectures"));
   auto m = model::load_language_model(out, model::HeadKind::SequenceClassification);

@@ -1,0 +1,20 @@
+#pragma once
+// `trlx preview <trainer>`: what a trainer will train on, read through the
+// trainer's own data preparation, with the tokens that carry loss marked
+// (highlighted on a terminal, [bracketed] otherwise, or JSON lines).
+#include <cstddef>
+
+#include "trainers/dpo_config.hpp"
+#include "trainers/kto_config.hpp"
+#include "trainers/sft_config.hpp"
+
+namespace trlx::cli {
+
+// Each example's tokens with loss marked, and warnings (no EOS, truncation).
+int preview_sft(const trainers::SFTConfig& config, size_t num_examples, bool json);
+// The shared prompt, then chosen and rejected with the tokens that carry loss marked.
+int preview_dpo(const trainers::DPOConfig& config, size_t num_examples, bool json);
+// Prompt, completion with its loss tokens marked, label.
+int preview_kto(const trainers::KTOConfig& config, size_t num_examples, bool json);
+
+}  // namespace trlx::cli

@@ -1,0 +1,150 @@
+#include "engine/reference_cache.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "engine/engine.hpp"
+#include "io/atomic_write.hpp"
+
+namespace trlx::engine {
+
+namespace fs = std::filesystem;
+
+void CacheKey::bytes(const void* data, size_t size) {
+  const auto* c = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) {
+    h_ ^= c[i];
+    h_ *= 1099511628211ULL;
+  }
+}
+
+void CacheKey::text(const std::string& s) {
+  const uint64_t n = s.size();
+  bytes(&n, sizeof n);
+  bytes(s.data(), s.size());
+}
+
+void CacheKey::ids(const std::vector<int64_t>& v) {
+  const uint64_t n = v.size();
+  bytes(&n, sizeof n);
+  bytes(v.data(), v.size() * sizeof(int64_t));
+}
+
+void CacheKey::file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) fail_input("{}: cannot be read", p.string());
+  text(p.filename().string());
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    bytes(buf.data(), static_cast<size_t>(in.gcount()));
+  }
+}
+
+std::string CacheKey::hex() const { return fmt::format("{:016x}", h_); }
+
+const std::vector<double>& CachedValues::column(const std::string& name) const {
+  for (size_t i = 0; i < columns.size(); ++i)
+    if (columns[i] == name) return values[i];
+  throw Error(fmt::format("reference values have no column `{}`", name));
+}
+
+namespace {
+
+// The cached values when the file holds this key and every column in full.
+std::optional<CachedValues> read_cache(const fs::path& path, const std::string& split, const std::string& key,
+                                       size_t n, const std::vector<std::string>& columns) {
+  if (!fs::exists(path)) return std::nullopt;
+  try {
+    std::ifstream in(path);
+    auto j = nlohmann::json::parse(in);
+    if (j.value("key", "") != key) {
+      log::info("{} split: {} was made for other data or another reference model; recomputing", split, path.string());
+      return std::nullopt;
+    }
+    CachedValues out{columns, {}};
+    for (const auto& c : columns) {
+      out.values.push_back(j.at(c).get<std::vector<double>>());
+      if (out.values.back().size() != n) return std::nullopt;
+    }
+    return out;
+  } catch (const std::exception& e) {
+    log::warn("{}: unreadable reference cache ({}); recomputing", path.string(), e.what());
+    return std::nullopt;
+  }
+}
+
+CachedValues compute(Engine& engine, size_t n, const std::vector<std::string>& columns, size_t batch_size,
+                     const BatchValues& batch_values) {
+  const size_t width = columns.size();
+  // Each rank computes every world_size-th batch; a sum over ranks fills in
+  // the rest. Every rank runs the same number of forwards (a sharded model
+  // gathers in each): one without a batch in the last round recomputes the
+  // first and keeps nothing.
+  std::vector<double> flat(width * n, 0.0);
+  const size_t w = static_cast<size_t>(engine.world_size());
+  const size_t num_batches = (n + batch_size - 1) / batch_size, rounds = (num_batches + w - 1) / w;
+  for (size_t round = 0; round < rounds; ++round) {
+    const size_t batch_no = round * w + static_cast<size_t>(engine.rank());
+    const bool stand_in = batch_no >= num_batches;
+    const size_t first = stand_in ? 0 : batch_no * batch_size;
+    std::vector<size_t> idx;
+    for (size_t i = first; i < std::min(n, first + batch_size); ++i) idx.push_back(i);
+    const auto v = batch_values(idx);
+    if (v.size() != idx.size() * width)
+      throw Error(fmt::format("reference values: {} values for a batch of {} examples x {} columns", v.size(),
+                              idx.size(), width));
+    if (stand_in) continue;
+    for (size_t r = 0; r < idx.size(); ++r)
+      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(r * width), width,
+                  flat.begin() + static_cast<std::ptrdiff_t>(idx[r] * width));
+  }
+  engine.sum_across_ranks(flat);
+  CachedValues out{columns, std::vector<std::vector<double>>(width, std::vector<double>(n))};
+  for (size_t i = 0; i < n; ++i)
+    for (size_t c = 0; c < width; ++c) out.values[c][i] = flat[i * width + c];
+  return out;
+}
+
+}  // namespace
+
+CachedValues cached_reference_values(Engine& engine, const std::string& name, const std::string& split,
+                                     const std::string& key, size_t num_examples,
+                                     const std::vector<std::string>& columns, size_t batch_size,
+                                     const BatchValues& batch_values) {
+  const fs::path path =
+      fs::path(engine.config().output_dir.value_or("trainer_output")) / fmt::format("{}_{}.json", name, split);
+  auto cached = read_cache(path, split, key, num_examples, columns);
+  // Every rank must take the same road: computing runs collectives.
+  std::vector<double> found = {cached ? 1.0 : 0.0};
+  engine.sum_across_ranks(found);
+  if (found[0] == static_cast<double>(engine.world_size())) {
+    log::info("{} split: reference log-probs read from {} (cache key {})", split, path.string(), key);
+    return std::move(*cached);
+  }
+  log::info("{} split: computing reference log-probs of {} examples", split, num_examples);
+  const bool was_training = engine.training();
+  engine.set_training(false);
+  CachedValues out;
+  {
+    torch::NoGradGuard no_grad;
+    out = compute(engine, num_examples, columns, std::max<size_t>(1, batch_size), batch_values);
+  }
+  engine.set_training(was_training);
+  if (engine.rank() == 0) {
+    nlohmann::json j = {{"key", key}};
+    for (size_t c = 0; c < columns.size(); ++c) j[columns[c]] = out.values[c];
+    fs::create_directories(path.parent_path());
+    io::write_file_atomic(path, j.dump());
+    log::info("{} split: reference log-probs cached in {}", split, path.string());
+  }
+  return out;
+}
+
+}  // namespace trlx::engine

@@ -1,0 +1,247 @@
+#include "trainers/common.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "model/loading.hpp"
+
+namespace trlx::trainers {
+
+namespace fs = std::filesystem;
+
+fs::path tokenizer_dir_of(const fs::path& model_dir) {
+  if (fs::exists(model_dir / "tokenizer.json") || !fs::exists(model_dir / "adapter_config.json")) return model_dir;
+  std::string base;
+  try {
+    std::ifstream in(model_dir / "adapter_config.json");
+    base = nlohmann::json::parse(in).value("base_model_name_or_path", "");
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("{}: not valid JSON: {}", (model_dir / "adapter_config.json").string(), e.what());
+  }
+  if (base.empty() || !fs::is_directory(base))
+    fail_input("{} is a LoRA adapter without tokenizer files whose base_model_name_or_path (`{}`) is not a local model "
+               "directory; set it to the base model's directory",
+               (model_dir / "adapter_config.json").string(), base);
+  return base;
+}
+
+TextInputs load_tokenizer_and_template(const fs::path& model_dir, const std::optional<std::string>& chat_template_path) {
+  TextInputs out{text::Tokenizer::from_dir(model_dir), std::nullopt};
+  if (chat_template_path) {
+    const fs::path p = *chat_template_path;
+    if (fs::is_directory(p)) {
+      auto other = text::Tokenizer::from_dir(p);
+      if (other.chat_template().empty()) fail_input("chat_template_path {} has no chat_template", p.string());
+      out.chat_template.emplace(other.chat_template(), (p / "tokenizer_config.json").string() + ": chat_template");
+    } else {
+      std::ifstream in(p);
+      if (!in) fail_input("chat_template_path {} cannot be read", p.string());
+      std::stringstream ss;
+      ss << in.rdbuf();
+      out.chat_template.emplace(ss.str(), p.string());
+    }
+  } else if (!out.tokenizer.chat_template().empty()) {
+    out.chat_template.emplace(out.tokenizer.chat_template(), (model_dir / "tokenizer_config.json").string() + ": chat_template");
+  }
+  return out;
+}
+
+TextInputs load_text_inputs(const config::TrainingConfig& c, const std::string& trainer,
+                            const std::optional<std::string>& chat_template_path) {
+  if (!c.model_name_or_path) fail_input("{}: set model_name_or_path (a Hugging Face model directory)", trainer);
+  return load_tokenizer_and_template(tokenizer_dir_of(*c.model_name_or_path), chat_template_path);
+}
+
+text::ChatOptions chat_options(const text::Tokenizer& tok, bool add_generation_prompt) {
+  text::ChatOptions o;
+  o.add_generation_prompt = add_generation_prompt;
+  o.bos_token = tok.bos_token();
+  o.eos_token = tok.eos_token();
+  o.pad_token = tok.pad_token();
+  o.unk_token = tok.unk_token();
+  return o;
+}
+
+std::string render_conversation(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
+                                const nlohmann::ordered_json& messages, bool add_generation_prompt) {
+  return text::apply_chat_template(tmpl, messages, chat_options(tok, add_generation_prompt)).text;
+}
+
+std::vector<int64_t> render_conversation_ids(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
+                                             const nlohmann::ordered_json& messages, bool add_generation_prompt) {
+  return encode_text(tok, render_conversation(tok, tmpl, messages, add_generation_prompt), false);
+}
+
+nlohmann::ordered_json prompt_then(const nlohmann::ordered_json& prompt, const nlohmann::ordered_json& completion) {
+  nlohmann::ordered_json all = prompt;
+  for (const auto& m : completion) all.push_back(m);
+  return all;
+}
+
+std::vector<int64_t> encode_text(const text::Tokenizer& tok, const std::string& text, bool add_special_tokens) {
+  const auto ids = tok.encode_ids(text, add_special_tokens);
+  return {ids.begin(), ids.end()};
+}
+
+std::string with_eos(std::string text, const std::string& eos) {
+  if (text.size() < eos.size() || text.compare(text.size() - eos.size(), eos.size(), eos) != 0) text += eos;
+  return text;
+}
+
+size_t common_prefix(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+DataSource data_source(const config::TrainingConfig& c, std::string trainer) {
+  DataSource s;
+  s.trainer = std::move(trainer);
+  s.dataset_name = c.dataset_name;
+  s.skip_bad_rows = c.skip_bad_rows;
+  return s;
+}
+
+std::optional<data::Shaped> read_split(data::Task task, const DataSource& source, const std::string& split,
+                                       bool required) {
+  if (!source.dataset_name)
+    fail_input("{}: no dataset: set dataset_name (a JSONL/JSON file or a directory)", source.trainer);
+  data::LoadOptions lo;
+  lo.split = split;
+  lo.skip_bad_rows = source.skip_bad_rows;
+  lo.text_field = source.text_field;
+  data::Shaped shaped;
+  try {
+    shaped = data::load_for(task, *source.dataset_name, lo);
+  } catch (const data::MissingSplitError&) {
+    if (!required) return std::nullopt;
+    throw;
+  }
+  if (shaped.skipped) log::warn("{} split: skipped {} bad row(s) (skip_bad_rows)", split, shaped.skipped);
+  if (shaped.prompts_extracted)
+    log::info("{} split: {} row(s) had no prompt; took the shared start of chosen and rejected", split,
+              shaped.prompts_extracted);
+  return shaped;
+}
+
+bool is_conversational(const data::Shaped& shaped, const text::ChatTemplate* tmpl, const std::string& trainer,
+                    bool template_settable) {
+  const bool conv = shaped.form == data::Form::conversational;
+  if (conv && !tmpl)
+    fail_input("{}: the dataset is conversational but the tokenizer has no chat template{}", trainer,
+               template_settable ? "; set chat_template_path" : "");
+  return conv;
+}
+
+std::string completion_eos(const text::Tokenizer& tok, const std::optional<std::string>& eos_token,
+                           const std::string& trainer, bool eos_token_settable, bool conversational) {
+  if (eos_token && !tok.token_to_id(*eos_token))
+    fail_input("eos_token `{}` is not in the tokenizer's vocabulary", *eos_token);
+  if (conversational) return "";
+  const std::string eos = eos_token.value_or(tok.eos_token().value_or(""));
+  if (eos.empty())
+    fail_input("{}: the tokenizer has no eos_token to end completions with{}", trainer,
+               eos_token_settable ? "; set eos_token in the config" : "");
+  return eos;
+}
+
+bool EmptyCompletions::drop(const data::Row& row, std::initializer_list<const char*> columns) {
+  for (const char* column : columns) {
+    const auto& v = row.value[column];
+    const bool empty = (v.is_string() && v.get<std::string>().empty()) || (v.is_array() && v.empty());
+    if (!empty) continue;
+    if (!skip_)
+      fail_input("{}: the {} is empty; {} (or set skip_bad_rows: true to drop such rows)", row.where(),
+                 std::string(column) == "completion" ? std::string("completion") : std::string(column) + " completion",
+                 why_);
+    ++dropped_;
+    return true;
+  }
+  return false;
+}
+
+void EmptyCompletions::report(const std::string& split) const {
+  if (dropped_) log::warn("{} split: skipped {} row(s) with an empty completion (skip_bad_rows)", split, dropped_);
+}
+
+namespace {
+
+int64_t pad_or_eos(const text::Tokenizer& tok, const std::string& trainer, const char* advice) {
+  if (auto id = tok.pad_token_id()) return *id;
+  if (auto id = tok.eos_token_id()) return *id;
+  fail_input("{}: the tokenizer has neither a pad nor an eos token; {}", trainer, advice);
+}
+
+}  // namespace
+
+int64_t resolve_pad_id(const text::Tokenizer& tok, const std::optional<std::string>& pad_token, const std::string& trainer) {
+  if (pad_token) {
+    auto id = tok.token_to_id(*pad_token);
+    if (!id) fail_input("pad_token `{}` is not in the tokenizer's vocabulary", *pad_token);
+    return *id;
+  }
+  return pad_or_eos(tok, trainer, "set pad_token");
+}
+
+int64_t resolve_pad_id(const text::Tokenizer& tok, const std::string& trainer) {
+  return pad_or_eos(tok, trainer, "use a tokenizer that defines one of them");
+}
+
+std::vector<fs::path> model_files(const fs::path& dir) {
+  std::vector<fs::path> out;
+  if (!fs::is_directory(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const auto name = e.path().filename().string();
+    if (!e.is_regular_file()) continue;
+    if (name == "config.json" || name == "adapter_config.json" || e.path().extension() == ".safetensors")
+      out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Reference load_reference(const config::TrainingConfig& c, const engine::LoadedPolicy& policy,
+                         const std::optional<std::string>& ref_model, bool precompute, model::HeadKind head) {
+  Reference out;
+  if (ref_model) {
+    out.separate = model::load_language_model(*ref_model, head, c.dtype);
+    const int64_t vocab = policy.model->config().vocab_size;
+    if (out.separate->config().vocab_size != vocab)
+      fail_input("ref_model {} has a vocabulary of {} tokens but the policy {} has {}; the reference must share the "
+                 "policy's tokenizer",
+                 *ref_model, out.separate->config().vocab_size, c.model_name_or_path.value_or(""), vocab);
+    out.files = model_files(*ref_model);
+    return out;
+  }
+  out.files = model_files(policy.base_dir);
+  if (policy.lora) {
+    // Continuing from an adapter: the adapter as it starts.
+    auto adapter = model_files(*c.model_name_or_path);
+    out.files.insert(out.files.begin(), adapter.begin(), adapter.end());
+    if (precompute) out.is_start_policy = true;
+    else out.separate = engine::load_policy(c, head).model;
+  } else if (!c.use_peft) {
+    // A second copy of the starting model, as TRL loads one; with precomputed
+    // log-probs the policy before its first step gives the same numbers
+    // without a second copy in memory.
+    if (precompute) out.is_start_policy = true;
+    else out.separate = model::load_language_model(policy.base_dir, head, c.dtype);
+  }
+  return out;
+}
+
+int train_to_exit_code(engine::Engine& engine, engine::Trainer& trainer) {
+  const auto summary = engine.train(trainer);
+  if (summary.interrupted) {
+    log::error("training stopped at step {} on request; resume with resume_from_checkpoint: latest", summary.steps);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace trlx::trainers
