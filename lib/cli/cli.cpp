@@ -245,6 +245,7 @@ std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, co
   out.loader->resolve(out.config.get());
 
   const auto* tc = static_cast<const config::TrainingConfig*>(out.config.get());
+  log::set_level(tc->log_level);
   if (tc->accelerate_config) out.dist = config::read_accelerate_config(*tc->accelerate_config);
   return out;
 }
