@@ -244,6 +244,7 @@ std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, co
   out.resolved = trainer.resolve(*out.loader);
 
   const auto& tc = out.resolved->config();
+  log::set_level(tc.log_level);
   if (tc.accelerate_config) out.dist = config::read_accelerate_config(*tc.accelerate_config);
   return out;
 }

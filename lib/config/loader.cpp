@@ -148,6 +148,7 @@ std::optional<Value> parse_text(Kind kind, const std::string& raw, std::string* 
 }
 
 std::string FieldSpec::constraint_text() const {
+  if (not_built_reason) return fmt::format("only the default (not built in trlx: {})", *not_built_reason);
   std::vector<std::string> parts;
   if (min_value) parts.push_back(fmt::format("{} {}", min_exclusive ? ">" : ">=", format_double(*min_value)));
   if (max_value) parts.push_back(fmt::format("{} {}", max_exclusive ? "<" : "<=", format_double(*max_value)));
@@ -458,6 +459,10 @@ void ConfigLoader::check_constraints(const FieldSpec& f) {
     if (!near.empty()) msg += fmt::format(" (did you mean `{}`?)", near);
     errors_.push_back(msg);
   };
+  if (f.not_built_reason && v != f.default_value) {
+    errors_.push_back(fmt::format("{}: `{}: {}`: not built in trlx: {}", at, f.name, format_value(v), *f.not_built_reason));
+    return;
+  }
   if (auto* i = std::get_if<int64_t>(&v)) check_num(static_cast<double>(*i));
   if (auto* d = std::get_if<double>(&v)) check_num(*d);
   if (auto* l = std::get_if<std::vector<double>>(&v))

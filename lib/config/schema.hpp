@@ -36,11 +36,26 @@ struct FieldSpec {
   bool min_exclusive = false, max_exclusive = false;
   std::vector<std::string> choices;  // for strings and string lists
   std::function<void(void*, const Value&)> assign;
+  // The config struct's member this field is bound to. Defaults to the last
+  // part of the name; a test scans lib/ for code that reads it, so that no
+  // field is accepted and ignored.
+  std::string member;
+  // Set when code reads the member only through this accessor of the config
+  // struct (e.g. "use_bf16" for bf16).
+  std::string read_through;
+  // Set when trlx accepts the field (for TRL configs to load) but does not
+  // build what it does: any value other than the default is refused.
+  std::optional<std::string> not_built_reason;
 
   // Chainable constraints.
   FieldSpec& min(double v, bool exclusive = false) { min_value = v; min_exclusive = exclusive; return *this; }
   FieldSpec& max(double v, bool exclusive = false) { max_value = v; max_exclusive = exclusive; return *this; }
   FieldSpec& one_of(std::vector<std::string> c) { choices = std::move(c); return *this; }
+  // The bound member's name when it differs from the last part of the field name.
+  FieldSpec& bound_to(std::string m) { member = std::move(m); return *this; }
+  FieldSpec& read_via(std::string accessor) { read_through = std::move(accessor); return *this; }
+  // Refuse any value other than the default, giving `reason`.
+  FieldSpec& not_built(std::string reason) { not_built_reason = std::move(reason); return *this; }
   std::string constraint_text() const;  // "> 0", "one of a, b", ""
 };
 
@@ -113,6 +128,7 @@ class SchemaBuilder {
     using U = detail::Unwrap<T>;
     using Inner = typename U::type;
     FieldSpec spec;
+    spec.member = name.substr(name.rfind('.') + 1);  // npos + 1 == 0: the whole name
     spec.name = std::move(name);
     spec.kind = detail::FieldTraits<Inner>::kind;
     spec.nullable = U::nullable;

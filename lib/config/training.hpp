@@ -140,11 +140,12 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::lr_scheduler_type, "lr_scheduler_type", "linear", "Learning-rate schedule.")
       .one_of({"linear", "cosine", "cosine_with_min_lr", "constant", "constant_with_warmup"});
   b.field(&T::lr_scheduler_min_lr, "lr_scheduler_kwargs.min_lr", std::nullopt,
-          "cosine_with_min_lr: the floor learning rate.").min(0);
+          "cosine_with_min_lr: the floor learning rate.").min(0).bound_to("lr_scheduler_min_lr");
   b.field(&T::lr_scheduler_min_lr_rate, "lr_scheduler_kwargs.min_lr_rate", std::nullopt,
-          "cosine_with_min_lr: the floor as a fraction of learning_rate.").min(0).max(1);
+          "cosine_with_min_lr: the floor as a fraction of learning_rate.").min(0).max(1).bound_to("lr_scheduler_min_lr_rate");
   b.field(&T::lr_scheduler_num_cycles, "lr_scheduler_kwargs.num_cycles", std::nullopt,
-          "cosine schedules: number of cosine waves (default 0.5: one half-wave down).").min(0);
+          "cosine schedules: number of cosine waves (default 0.5: one half-wave down).").min(0)
+      .bound_to("lr_scheduler_num_cycles");
   b.field(&T::warmup_steps, "warmup_steps", 0.0,
           "Linear warmup: a step count, or a fraction of all steps when below 1.").min(0);
   b.field(&T::warmup_ratio, "warmup_ratio", std::nullopt, "Older form of a fractional warmup_steps.").min(0).max(1);
@@ -157,8 +158,10 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::max_grad_norm, "max_grad_norm", 1.0, "Clip the global gradient norm to this; 0 disables clipping.").min(0);
   b.field(&T::seed, "seed", 42, "Seed for initialisation, shuffling, dropout and sampling.");
   b.field(&T::data_seed, "data_seed", std::nullopt, "Seed for data shuffling only (defaults to seed).");
-  b.field(&T::bf16, "bf16", std::nullopt, "bf16 mixed precision; null means true unless fp16 is set.");
-  b.field(&T::fp16, "fp16", false, "fp16 mixed precision.");
+  b.field(&T::bf16, "bf16", std::nullopt, "bf16 mixed precision; null means true unless fp16 is set.")
+      .read_via("use_bf16");
+  b.field(&T::fp16, "fp16", false, "fp16 mixed precision (not built: use bf16).")
+      .not_built("fp16 mixed precision needs loss scaling, which trlx lacks; use bf16: true, or bf16: false for float32");
   b.field(&T::dataloader_drop_last, "dataloader_drop_last", false, "Drop the last incomplete batch of an epoch.");
   b.field(&T::average_tokens_across_devices, "average_tokens_across_devices", true,
           "Normalise the loss by the token count summed over all ranks.");
@@ -211,8 +214,6 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
           "(0 = off).").min(0);
 
   b.rule([](const C& c, Conflicts& out) {
-    if (c.bf16.value_or(false) && c.fp16)
-      out.conflict({"bf16", "fp16"}, "choose one mixed-precision mode: set the other to false");
     if (c.warmup_ratio && c.warmup_steps > 0)
       out.conflict({"warmup_ratio", "warmup_steps"}, "give the warmup once: drop warmup_ratio (warmup_steps below 1 is a ratio)");
     if (c.lr_scheduler_type == "cosine_with_min_lr" && !c.lr_scheduler_min_lr && !c.lr_scheduler_min_lr_rate)

@@ -42,11 +42,15 @@ void init(int rank, int world_size, std::string_view level) {
   auto logger = std::make_shared<spdlog::logger>("trlx", sink);
   const std::string prefix = world_size > 1 ? fmt::format("[rank {}] ", rank) : "";
   logger->set_pattern("%^[%Y-%m-%d %H:%M:%S %L]%$ " + prefix + "%v");
-  Level lvl = parse_level(level);
-  if (rank != 0) lvl = std::max(lvl, lvl <= Level::Debug ? Level::Warn : Level::Error);
-  logger->set_level(to_spdlog(lvl));
   logger->flush_on(spdlog::level::warn);
   spdlog::set_default_logger(logger);
+  set_level(level);
+}
+
+void set_level(std::string_view level) {
+  Level lvl = parse_level(level);
+  if (g_rank != 0) lvl = std::max(lvl, lvl <= Level::Debug ? Level::Warn : Level::Error);
+  spdlog::default_logger_raw()->set_level(to_spdlog(lvl));
 }
 
 int rank() { return g_rank; }

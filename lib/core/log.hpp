@@ -15,6 +15,8 @@ namespace trlx::log {
 enum class Level { Trace, Debug, Info, Warn, Error, Critical, Off };
 
 void init(int rank, int world_size, std::string_view level = "info");
+// Changes the level after init (a config's log_level, once it is resolved).
+void set_level(std::string_view level);
 // Parses "trace|debug|info|passive|warning|warn|error|critical|off"; throws InputError otherwise.
 Level parse_level(std::string_view level);
 int rank();

@@ -398,4 +398,9 @@ void load_parameters(LanguageModelImpl& m, const TensorSource& get, const std::v
   if (unused) log::warn("{}: {} tensor(s) not used by the model (e.g. `{}`)", source, unused, example);
 }
 
+void disable_dropout(torch::nn::Module& m) {
+  for (const auto& module : m.modules(/*include_self=*/true))
+    if (auto* linear = dynamic_cast<LinearImpl*>(module.get())) linear->lora_dropout = 0.0;
+}
+
 }  // namespace trlx::model

@@ -228,4 +228,10 @@ using TensorSource = std::function<std::optional<torch::Tensor>(const std::strin
 void load_parameters(LanguageModelImpl& m, const TensorSource& get, const std::vector<std::string>& available,
                      const std::string& source, torch::Dtype dtype);
 
+// Sets every dropout probability in `m` to 0, as TRL's disable_dropout
+// does for the policy and the reference. The decoder's own layers have no
+// dropout (attention runs with p = 0), so what this turns off is LoRA's; an
+// adapter saved afterwards still records its lora_dropout, as PEFT's does.
+void disable_dropout(torch::nn::Module& m);
+
 }  // namespace trlx::model

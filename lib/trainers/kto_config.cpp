@@ -21,21 +21,27 @@ const config::Schema& kto_schema() {
         .min(0);
     b.field(&C::ref_model, "ref_model", std::nullopt,
             "Reference model directory; null uses the starting policy (or the base with adapters off under use_peft).");
+    // Accepted so that TRL's KTO configs load; refused unless left at the default.
     b.field(&C::precompute_ref_log_probs, "precompute_ref_log_probs", false,
-            "Compute reference log-probs once before training (not built for kto yet).");
-    b.field(&C::precompute_ref_batch_size, "precompute_ref_batch_size", std::nullopt, "Batch size of the precompute pass.").min(1);
-    b.field(&C::sync_ref_model, "sync_ref_model", false,
-            "TR-DPO-style reference updates every ref_model_sync_steps (not built for kto yet).");
-    b.field(&C::ref_model_mixup_alpha, "ref_model_mixup_alpha", 0.6, "Mixing weight of the policy when syncing.").min(0).max(1);
-    b.field(&C::ref_model_sync_steps, "ref_model_sync_steps", 512, "Steps between reference updates.").min(1);
+            "Compute reference log-probs once before training.")
+        .not_built("kto computes reference log-probs with each batch; set it to false");
+    b.field(&C::precompute_ref_batch_size, "precompute_ref_batch_size", std::nullopt, "Batch size of the precompute pass.")
+        .min(1)
+        .not_built("it sizes the precompute pass, which kto does not have; leave it unset");
+    b.field(&C::sync_ref_model, "sync_ref_model", false, "TR-DPO-style reference updates every ref_model_sync_steps.")
+        .not_built("kto keeps its reference fixed; set it to false");
+    b.field(&C::ref_model_mixup_alpha, "ref_model_mixup_alpha", 0.6, "Mixing weight of the policy when syncing.")
+        .min(0)
+        .max(1)
+        .not_built("it only applies with sync_ref_model, which kto does not have; leave it unset");
+    b.field(&C::ref_model_sync_steps, "ref_model_sync_steps", 512, "Steps between reference updates.")
+        .min(1)
+        .not_built("it only applies with sync_ref_model, which kto does not have; leave it unset");
     b.rule([](const KTOConfig& c, config::Conflicts& out) {
       if (c.loss_type == "kto" && c.per_device_train_batch_size <= 1)
         out.conflict({"loss_type", "per_device_train_batch_size"},
                      "the kto loss estimates its KL term from mismatched pairs inside a batch, so it needs "
                      "per_device_train_batch_size of at least 2 (or use loss_type: apo_zero_unpaired)");
-      if (c.precompute_ref_log_probs && c.sync_ref_model)
-        out.conflict({"precompute_ref_log_probs", "sync_ref_model"},
-                     "a synced reference changes during training, so its log-probs cannot be precomputed; turn one off");
     });
     return s;
   }();

@@ -1,5 +1,7 @@
 #include "trainers/sft.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -113,13 +115,27 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
       fail_input("{} split: no example has a token to train on after truncation, e.g. {}{}", split, first_dropped, why);
     log::warn("{} split: dropped {} example(s) with no token to train on, e.g. {}{}", split, n_dropped, first_dropped, why);
   }
+  // As TRL: shuffled with the seed before packing (so that what is packed
+  // together does not follow the file's order) and again after.
   if (c.packing) {
     if (c.packing_strategy != "bfd")
       fail_input("packing_strategy `{}` is not built yet in this version of trlx; use bfd", c.packing_strategy);
+    if (c.shuffle_dataset) out = shuffled(std::move(out), c.seed);
     const size_t n = out.size();
     out = pack_bfd(std::move(out), *c.max_length);
     log::info("{} split: packed {} examples into {} sequences of at most {} tokens", split, n, out.size(), *c.max_length);
   }
+  if (c.shuffle_dataset) out = shuffled(std::move(out), c.seed);
+  return out;
+}
+
+std::vector<SFTExample> shuffled(std::vector<SFTExample> examples, int64_t seed) {
+  auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  const auto perm = torch::randperm(static_cast<int64_t>(examples.size()), gen, torch::kInt64);
+  const auto* p = perm.data_ptr<int64_t>();
+  std::vector<SFTExample> out;
+  out.reserve(examples.size());
+  for (size_t i = 0; i < examples.size(); ++i) out.push_back(std::move(examples[static_cast<size_t>(p[i])]));
   return out;
 }
 
@@ -174,6 +190,7 @@ size_t SFTTrainer::num_examples(const std::string& split) const {
 
 engine::TensorMap SFTTrainer::collate(const std::string& split, const std::vector<size_t>& indices) const {
   const auto& ex = splits_.at(split);
+  if (config_.padding_free) return collate_padding_free(ex, indices);
   size_t width = 1;
   for (size_t i : indices) width = std::max(width, ex[i].ids.size());
   const int64_t b = static_cast<int64_t>(indices.size()), t = static_cast<int64_t>(width);
@@ -207,6 +224,38 @@ engine::TensorMap SFTTrainer::collate(const std::string& split, const std::vecto
     out["document_ids"] = documents;
   }
   return out;
+}
+
+engine::TensorMap SFTTrainer::collate_padding_free(const std::vector<SFTExample>& ex, const std::vector<size_t>& indices) {
+  // The batch as one row: each example (or each document of a packed one)
+  // keeps its own positions and attends only within itself, and its first
+  // token is no target, so the loss is that of the padded batch.
+  std::vector<int64_t> ids, loss_mask, positions, documents;
+  int64_t doc = 0;
+  for (size_t i : indices) {
+    const auto& e = ex[i];
+    const bool packed = !e.positions.empty();
+    int64_t prev_doc = packed ? e.documents.front() : 0;
+    for (size_t t = 0; t < e.ids.size(); ++t) {
+      if (packed && e.documents[t] != prev_doc) {
+        ++doc;
+        prev_doc = e.documents[t];
+      }
+      ids.push_back(e.ids[t]);
+      const int64_t pos = packed ? e.positions[t] : static_cast<int64_t>(t);
+      loss_mask.push_back(pos == 0 ? 0 : e.loss_mask[t]);
+      positions.push_back(pos);
+      documents.push_back(doc);
+    }
+    ++doc;
+  }
+  auto row = [](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64).unsqueeze(0); };
+  auto ids_t = row(ids);
+  return {{"input_ids", ids_t},
+          {"attention_mask", torch::ones_like(ids_t)},
+          {"loss_mask", row(loss_mask)},
+          {"position_ids", row(positions)},
+          {"document_ids", row(documents)}};
 }
 
 double SFTTrainer::num_items(const engine::TensorMap& batch) const {

@@ -29,6 +29,9 @@ struct SFTExample {
 // no target, so the packed loss is the unpacked loss.
 std::vector<SFTExample> pack_bfd(std::vector<SFTExample> examples, int64_t max_length);
 
+// The examples in a random order that depends only on `seed` (shuffle_dataset).
+std::vector<SFTExample> shuffled(std::vector<SFTExample> examples, int64_t seed);
+
 // Tokenizes the rows of one split as TRL does (see sft.cpp).
 std::vector<SFTExample> prepare_sft_split(const SFTConfig& config, const text::Tokenizer& tokenizer,
                                           const text::ChatTemplate* chat_template, const std::string& split,
@@ -44,6 +47,8 @@ class SFTTrainer : public engine::Trainer {
   engine::LossOutput loss(engine::Engine& engine, const engine::TensorMap& batch) override;
 
  private:
+  static engine::TensorMap collate_padding_free(const std::vector<SFTExample>& examples, const std::vector<size_t>& indices);
+
   SFTConfig config_;
   std::map<std::string, std::vector<SFTExample>> splits_;
   int64_t pad_id_;

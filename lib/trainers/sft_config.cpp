@@ -13,7 +13,8 @@ const config::Schema& sft_schema() {
     b.field(&C::packing, "packing", false, "Pack several examples into each max_length sequence.");
     b.field(&C::packing_strategy, "packing_strategy", "bfd", "bfd: best-fit decreasing, examples kept whole; wrapped: concatenate and cut.")
         .one_of({"bfd", "wrapped"});
-    b.field(&C::padding_free, "padding_free", false, "Concatenate the batch into one row with position resets instead of padding.");
+    b.field(&C::padding_free, "padding_free", false, "Concatenate the batch into one row, positions restarting and attention confined to each example, "
+            "instead of padding (same loss; no work on padding tokens outside attention).");
     b.field(&C::completion_only_loss, "completion_only_loss", std::nullopt,
             "Loss on the completion only (prompt-completion data); null means true for such data.");
     b.field(&C::assistant_only_loss, "assistant_only_loss", false,
@@ -22,7 +23,7 @@ const config::Schema& sft_schema() {
     b.field(&C::eos_token, "eos_token", std::nullopt, "Token appended to each example (defaults to the tokenizer's eos).");
     b.field(&C::pad_token, "pad_token", std::nullopt, "Padding token (defaults to the tokenizer's pad, else eos).");
     b.field(&C::chat_template_path, "chat_template_path", std::nullopt, "A Jinja file (or tokenizer dir) whose chat template replaces the model's.");
-    b.field(&C::shuffle_dataset, "shuffle_dataset", false, "Shuffle the dataset before packing/truncation.");
+    b.field(&C::shuffle_dataset, "shuffle_dataset", false, "Shuffle the examples with `seed` once when loading (before packing too, as TRL does).");
     b.rule([](const SFTConfig& c, config::Conflicts& out) {
       if (c.packing && c.padding_free && c.packing_strategy == "wrapped")
         out.conflict({"padding_free", "packing_strategy"}, "padding_free needs whole examples: use packing_strategy: bfd");

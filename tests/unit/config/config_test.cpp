@@ -91,11 +91,11 @@ TEST_CASE("every problem is reported at once", "[config]") {
 }
 
 TEST_CASE("conflicting fields are named together with what to change", "[config]") {
-  auto msg = test::input_error_of([] { load_dpo("bf16: true\n", Flags{{{"fp16", {}}}}); });
+  auto msg = test::input_error_of([] { load_dpo("warmup_ratio: 0.1\n", Flags{{{"warmup_steps", {"5"}}}}); });
   CHECK_THAT(msg, Contains("conflicting settings"));
-  CHECK_THAT(msg, Contains("`bf16: true` (dpo.yaml:1:1)"));
-  CHECK_THAT(msg, Contains("`fp16: true` (--fp16)"));
-  CHECK_THAT(msg, Contains("set the other to false"));
+  CHECK_THAT(msg, Contains("`warmup_ratio: 0.1` (dpo.yaml:1:1)"));
+  CHECK_THAT(msg, Contains("`warmup_steps: 5.0` (--warmup_steps)"));
+  CHECK_THAT(msg, Contains("drop warmup_ratio"));
   msg = test::input_error_of([] { load_dpo("loss_type: [sigmoid, sft]\nloss_weights: [1.0]\n"); });
   CHECK_THAT(msg, Contains("`loss_type"));
   CHECK_THAT(msg, Contains("`loss_weights"));
@@ -148,7 +148,7 @@ TEST_CASE("booleans as TRL users write them", "[config]") {
   CHECK(load_dpo("", Flags{{{"use_peft", {}}}}).config.use_peft);
   CHECK_FALSE(load_dpo("", Flags{{{"use_peft", {"false"}}}}).config.use_peft);
   CHECK(load_dpo("").config.use_bf16());
-  CHECK_FALSE(load_dpo("fp16: true\n").config.use_bf16());
+  CHECK_FALSE(load_dpo("bf16: false\n").config.use_bf16());
 }
 
 TEST_CASE("duplicate keys and YAML syntax errors name their lines", "[config]") {
