@@ -126,8 +126,8 @@ torch::Tensor checkpoint_block(const BlockFn& fn, const torch::Tensor& x, const 
 }
 
 void checkpoint_layers(model::LanguageModelImpl& model, bool reentrant) {
-  // Wraps whatever runs a layer now (for sharded models: gather, run,
-  // release), so a recompute gathers again.
+  // Wraps whatever runs a layer now. Under sharding the model calls this
+  // inside ShardingHooks::layer, whose backward gathers before the recompute.
   auto inner = model.model->run_layer;
   auto run = [inner](model::DecoderLayerImpl& layer, const torch::Tensor& x, const torch::Tensor& cos,
                      const torch::Tensor& sin, const torch::Tensor& mask, model::KVCache* cache) {

@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "dist/comm/make_communicator.hpp"
+#include "dist/strategy/make_strategy.hpp"
 #include "dist/env/launcher_env.hpp"
 #include "model/lora.hpp"
 #include "engine/autocast.hpp"
@@ -142,7 +143,7 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
     fail_input("{} holds a LoRA adapter; set use_peft: true to train it",
                config_.model_name_or_path.value_or("the model"));
   policy_->to(device_);
-  strategy_ = make_strategy();
+  strategy_ = dist::make_strategy(dist_, config_, comm_, device_);
   // The strategy first (a sharded model gathers in its layer runner), then
   // checkpointing around it, so a recompute gathers again.
   strategy_->wrap_model(*policy_);
@@ -167,49 +168,6 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
   groups.emplace_back(decay, opts(config_.weight_decay));
   groups.emplace_back(plain, opts(0.0));
   optimizer_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(config_.learning_rate));
-}
-
-std::unique_ptr<dist::Strategy> Engine::make_strategy() {
-  if (comm_->world_size() == 1) return dist::make_single_strategy(comm_);
-  if (dist_.strategy == config::Strategy::Zero && dist_.zero_stage <= 2) {
-    // ZeRO-1/2 (lib/dist/strategy/zero.cpp): optimizer state, and for stage 2
-    // gradients, sharded; bucketing and summing as DDP.
-    dist::ZeroOptions z;
-    z.stage = std::max(1, dist_.zero_stage);
-    z.bucket_cap_mb = config_.ddp_bucket_cap_mb.value_or(25.0);
-    z.find_unused_parameters = config_.ddp_find_unused_parameters.value_or(false);
-    z.sum_gradients = config_.average_tokens_across_devices;
-    z.offload_optimizer_device = dist_.offload_optimizer_device;
-    return dist::make_zero_strategy(comm_, z);
-  }
-  if (dist_.shards_parameters()) {
-    // ZeRO-3 and FSDP: the same layout (lib/dist/strategy/zero.cpp): every
-    // decoder layer's parameters split over the ranks and gathered around
-    // its forward and backward; gradients reduce-scattered; optimizer
-    // state per shard. FSDP's reshard_after_forward: false (SHARD_GRAD_OP)
-    // keeps a layer gathered from its forward until its backward.
-    if (dist_.offload_param_device != "none" && device_.type() != torch::kCPU)
-      fail_input("{}: parameter offload (offload_param_device / fsdp_offload_params) is not built yet in trlx; "
-                 "set it to none (offload_optimizer_device: cpu keeps the optimizer state on the host)",
-                 dist_.source);
-    if (dist_.offload_param_device != "none")
-      log::info("parameter offload to {}: the parameters already live on the host in this CPU run",
-                dist_.offload_param_device);
-    dist::ZeroOptions z;
-    z.stage = 3;
-    z.label = dist_.strategy == config::Strategy::FSDP ? "fsdp" : "zero3";
-    z.reshard_after_forward = dist_.strategy == config::Strategy::FSDP ? dist_.reshard_after_forward : true;
-    z.bucket_cap_mb = config_.ddp_bucket_cap_mb.value_or(25.0);
-    z.find_unused_parameters = config_.ddp_find_unused_parameters.value_or(false);
-    z.sum_gradients = config_.average_tokens_across_devices;
-    z.offload_optimizer_device = dist_.offload_optimizer_device;
-    return dist::make_zero_strategy(comm_, z);
-  }
-  dist::DDPOptions o;
-  o.bucket_cap_mb = config_.ddp_bucket_cap_mb.value_or(25.0);
-  o.find_unused_parameters = config_.ddp_find_unused_parameters.value_or(false);
-  o.sum_gradients = config_.average_tokens_across_devices;
-  return dist::make_ddp_strategy(comm_, o);
 }
 
 model::LanguageModelImpl& Engine::model_for(Role role) {

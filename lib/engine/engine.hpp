@@ -169,7 +169,6 @@ class Engine {
 
  private:
   void setup(Trainer& trainer);
-  std::unique_ptr<dist::Strategy> make_strategy();
   model::LanguageModelImpl& model_for(Role role);
   model::Batch to_device(const model::Batch& b) const;
   // This rank's share of a global batch; a rank whose share is empty gets

@@ -288,7 +288,8 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     }
   }
 
-  auto x = run_embedding ? run_embedding(*embed_tokens, ids) : embed_tokens->forward(ids);
+  auto embed = [&] { return embed_tokens->forward(ids); };
+  auto x = sharding_ ? sharding_->embedding(embed) : embed();
   // SDPA turns a boolean mask into an additive one of the query's dtype on
   // every call, and each layer's backward keeps its own copy; one additive
   // mask for all layers gives the same numbers with one conversion and one copy.
@@ -304,7 +305,10 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   for (const auto& m : *layers) {
     auto& layer = *m->as<DecoderLayerImpl>();
     const auto& mask = layer.sliding ? sliding_mask : full_mask;
-    x = run_layer ? run_layer(layer, x, cos, sin, mask, cache) : layer.forward(x, cos, sin, mask, cache);
+    auto run = [&] {
+      return run_layer ? run_layer(layer, x, cos, sin, mask, cache) : layer.forward(x, cos, sin, mask, cache);
+    };
+    x = sharding_ ? sharding_->layer(layer, x, run) : run();
   }
   return norm->forward(x);
 }
@@ -323,6 +327,12 @@ torch::Tensor LanguageModelImpl::hidden_states(const Batch& batch, KVCache* cach
 torch::Tensor LanguageModelImpl::head_weight() const {
   if (head_kind_ == HeadKind::SequenceClassification) return score->weight;
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
+std::vector<torch::Tensor> LanguageModelImpl::with_head(const torch::Tensor& input,
+                                                        const std::function<std::vector<torch::Tensor>()>& compute) {
+  auto* hooks = model->sharding_hooks();
+  return hooks ? hooks->head(input, compute) : compute();
 }
 
 torch::Tensor LanguageModelImpl::head(const torch::Tensor& hidden) {

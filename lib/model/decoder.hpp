@@ -3,6 +3,7 @@
 // with parameter names equal to Hugging Face's, so that checkpoints load and
 // save without renaming.
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -146,6 +147,27 @@ struct Batch {
   torch::Tensor document_ids{};
 };
 
+// What a strategy that splits parameters across ranks installs in a model
+// (LanguageModelImpl::set_sharding_hooks): the model hands it every
+// computation that reads weights, and it makes those weights whole around
+// the computation and, where a backward follows, again for that backward.
+// Each call runs `compute` and returns what it returns.
+class ShardingHooks {
+ public:
+  virtual ~ShardingHooks() = default;
+  // The token embedding's lookup (its backward reads no weight).
+  virtual torch::Tensor embedding(const std::function<torch::Tensor()>& compute) = 0;
+  // One decoder layer applied to `input`, through run_layer: gradient
+  // checkpointing's recompute runs inside the backward this prepares, so it
+  // finds the layer's weights whole.
+  virtual torch::Tensor layer(const DecoderLayerImpl& layer, const torch::Tensor& input,
+                              const std::function<torch::Tensor()>& compute) = 0;
+  // Whatever reads the head weight from `input` (logits, chunked log-probs,
+  // scores); `input` may be undefined when nothing flows back through it.
+  virtual std::vector<torch::Tensor> head(const torch::Tensor& input,
+                                          const std::function<std::vector<torch::Tensor>()>& compute) = 0;
+};
+
 // embed_tokens -> layers -> norm: the hidden states every head reads.
 class DecoderModelImpl : public torch::nn::Module {
  public:
@@ -157,18 +179,21 @@ class DecoderModelImpl : public torch::nn::Module {
   torch::nn::ModuleList layers{nullptr};
   RMSNorm norm{nullptr};
   // Runs one decoder layer; the engine may replace it (gradient
-  // checkpointing, sharded gathering) without the model knowing.
+  // checkpointing) without the model knowing. Under sharding it runs inside
+  // ShardingHooks::layer.
   using LayerRunner = std::function<torch::Tensor(DecoderLayerImpl& layer, const torch::Tensor& x,
                                                   const torch::Tensor& cos, const torch::Tensor& sin,
                                                   const torch::Tensor& mask, KVCache* cache)>;
   LayerRunner run_layer;
-  // Runs the token embedding; a sharding strategy gathers its weight here.
-  using EmbeddingRunner = std::function<torch::Tensor(EmbeddingImpl& embedding, const torch::Tensor& ids)>;
-  EmbeddingRunner run_embedding;
+
+  // Null when the parameters are whole; see LanguageModelImpl.
+  void set_sharding_hooks(std::shared_ptr<ShardingHooks> hooks) { sharding_ = std::move(hooks); }
+  ShardingHooks* sharding_hooks() const { return sharding_.get(); }
 
  private:
   ModelConfig config_;
   torch::Tensor inv_freq_;
+  std::shared_ptr<ShardingHooks> sharding_;
 };
 TORCH_MODULE(DecoderModel);
 
@@ -184,19 +209,19 @@ class LanguageModelImpl : public torch::nn::Module {
   // Head applied to every position: logits [B, T, vocab] or scores [B, T, labels].
   torch::Tensor head(const torch::Tensor& hidden);
   torch::Tensor forward(const Batch& batch, KVCache* cache = nullptr) { return head(hidden_states(batch, cache)); }
-  // The weight the head multiplies by (the embedding when tied). Under a
-  // sharding strategy it holds values only inside with_head.
+  // The weight the head multiplies by (the embedding when tied). Under
+  // sharding it holds values only inside with_head.
   torch::Tensor head_weight() const;
   // Runs `compute`, which reads the head weight from `input` (hidden
-  // states), and returns its outputs. A sharding strategy (head_scope)
-  // gathers the weight around it and again for the outputs' backward.
-  using HeadScope = std::function<std::vector<torch::Tensor>(
-      const torch::Tensor& input, const std::function<std::vector<torch::Tensor>()>& compute)>;
-  HeadScope head_scope;
+  // states), and returns its outputs; under sharding, through
+  // ShardingHooks::head.
   std::vector<torch::Tensor> with_head(const torch::Tensor& input,
-                                       const std::function<std::vector<torch::Tensor>()>& compute) {
-    return head_scope ? head_scope(input, compute) : compute();
-  }
+                                       const std::function<std::vector<torch::Tensor>()>& compute);
+
+  // Installs (or, with null, removes) the hooks of a strategy that splits
+  // this model's parameters across ranks; the embedding, every layer and the
+  // head then run through them.
+  void set_sharding_hooks(std::shared_ptr<ShardingHooks> hooks) { model->set_sharding_hooks(std::move(hooks)); }
 
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_kind_; }

@@ -28,11 +28,14 @@ int main(int argc, char** argv) {
   std::unique_ptr<dist::Strategy> strategy;
   if (mode == "ddp") {
     strategy = dist::make_ddp_strategy(comm, {});
-  } else {
+  } else if (mode == "zero1" || mode == "zero2") {
     dist::ZeroOptions o;
-    o.stage = mode == "zero1" ? 1 : mode == "zero2" ? 2 : 3;
-    o.reshard_after_forward = mode != "fsdp_keep";
+    o.stage = mode == "zero1" ? 1 : 2;
     strategy = dist::make_zero_strategy(comm, o);
+  } else {
+    dist::ParameterShardingOptions o;
+    o.reshard_after_forward = mode != "fsdp_keep";
+    strategy = dist::make_parameter_sharding_strategy(comm, o);
   }
   torch::manual_seed(0);
   auto m = model::load_language_model(dir, model::HeadKind::CausalLM);

@@ -4,7 +4,8 @@
 // accumulated, and buckets handed to the strategy strictly in order as they
 // fill, so every rank issues the same collectives in the same order whatever
 // order its hooks fire in. What a bucket's reduction is (an all-reduce for
-// DDP and ZeRO-1, a reduce-scatter for ZeRO-2) is the strategy's.
+// DDP and ZeRO-1, a reduce-scatter where gradients are sharded) is the
+// strategy's.
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,7 +24,7 @@ struct GradBucket {
   torch::Device device{torch::kCPU};
   size_t pending = 0;
   torch::Tensor flat;  // the bucket's gradients while its reduction runs
-  torch::Tensor out;   // a reduce-scatter's result (this rank's shard)
+  torch::Tensor out;   // ZeRO: this rank's slice of the reduced (or, after the step, updated) bucket
   WorkPtr work;
 };
 
@@ -57,7 +58,6 @@ class GradBuckets {
   std::vector<std::string> finish();
 
   std::vector<GradBucket>& buckets() { return buckets_; }
-  size_t bucket_of(size_t param) const { return bucket_of_[param]; }
 
   // A new flat tensor holding the bucket's gradients (zeros where a member
   // has none).
@@ -82,7 +82,7 @@ class GradBuckets {
 };
 
 // The message for parameters that got no gradient under a strategy that
-// expects every one to (`strategy`: "DDP", "ZeRO-2", ...).
+// expects every one to (`strategy`: the name the run reports, "DDP", "zero2", ...).
 [[noreturn]] void fail_unused_parameters(const std::vector<std::string>& unused, const std::string& strategy);
 
 }  // namespace trlx::dist

@@ -68,10 +68,12 @@ void Strategy::write_parameters(model::LanguageModelImpl& model,
   for (auto& p : model.named_parameters(true)) fill(p.key(), p.value());
 }
 
-void Strategy::lerp_parameters(model::LanguageModelImpl& dst, model::LanguageModelImpl& src, double alpha) {
+void Strategy::lerp_by_name(model::LanguageModelImpl& dst, model::LanguageModelImpl& src, double alpha,
+                            const std::function<bool(const torch::Tensor&)>& skip) {
   torch::NoGradGuard ng;
   auto from = src.named_parameters(true);
   for (auto& p : dst.named_parameters(true)) {
+    if (skip && skip(p.value())) continue;
     const auto* s = from.find(p.key());
     if (!s) continue;
     p.value().mul_(1.0 - alpha).add_(s->to(p.value().device(), p.value().scalar_type()), alpha);

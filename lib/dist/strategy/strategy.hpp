@@ -29,8 +29,6 @@ class Strategy {
   explicit Strategy(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;
-  Communicator& comm() { return *comm_; }
-  std::shared_ptr<Communicator> comm_ptr() { return comm_; }
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
 
@@ -39,10 +37,8 @@ class Strategy {
   // and makes them equal (rank 0's values).
   virtual void setup(const std::vector<NamedParam>& trainable) = 0;
 
-  // Called once before setup with the model being trained, before
-  // checkpointing wraps its layers: a strategy that shards parameters
-  // installs its gather/release around each unit here (the model's
-  // run_layer, and whatever the embedding and head need).
+  // Called once before setup with the model being trained: a strategy that
+  // shards parameters splits it here and installs its model::ShardingHooks.
   virtual void wrap_model(model::LanguageModelImpl& /*model*/) {}
   // A frozen model the run also computes with (the reference model): a
   // strategy that shards parameters shards it the same way; others leave it
@@ -74,7 +70,9 @@ class Strategy {
   // dst = alpha * src + (1 - alpha) * dst for every parameter of `dst` that
   // `src` has by name (TR-DPO's reference sync); both wrapped by this
   // strategy. Under sharding it works on the shards, with no gather.
-  virtual void lerp_parameters(model::LanguageModelImpl& dst, model::LanguageModelImpl& src, double alpha);
+  virtual void lerp_parameters(model::LanguageModelImpl& dst, model::LanguageModelImpl& src, double alpha) {
+    lerp_by_name(dst, src, alpha, {});
+  }
 
   // The tensors the optimizer updates, one list per group; `groups` holds
   // indices into setup's parameters (weight decay / none). Replicated
@@ -88,8 +86,8 @@ class Strategy {
     }
     return out;
   }
-  // After optimizer.step(): ZeRO puts the updated shards back into the
-  // parameters every rank computes with.
+  // After optimizer.step(): ZeRO puts each rank's updated slice back where
+  // the parameters live (all-gathered into whole ones, or into its shard).
   virtual void after_optimizer_step() {}
   // Whether each rank's optimizer state differs (saved per rank).
   virtual bool shards_optimizer_state() const { return false; }
@@ -119,6 +117,11 @@ class Strategy {
   void max_across_ranks(std::vector<double>& values);
 
  protected:
+  // lerp_parameters on whole tensors, matched by name; parameters for which
+  // `skip` (when given) returns true are left to the caller.
+  static void lerp_by_name(model::LanguageModelImpl& dst, model::LanguageModelImpl& src, double alpha,
+                           const std::function<bool(const torch::Tensor&)>& skip);
+
   std::shared_ptr<Communicator> comm_;
   std::vector<NamedParam> params_;
 };
@@ -146,21 +149,28 @@ struct ZeroOptions {
   bool sum_gradients = true;  // as DDPOptions
   // "none" or "cpu": where the master shards and their optimizer state live.
   std::string offload_optimizer_device = "none";
-  // Stage 3: free a layer's gathered parameters right after its forward
-  // (false: keep them until its backward).
-  bool reshard_after_forward = true;
-  // Stage 3: gather the next unit while the current one computes.
-  bool prefetch = true;
-  // The name the run reports (zero3, or fsdp for the same stage-3 layout
-  // chosen through an FSDP config).
-  std::string label;
 };
 // ZeRO-1/2: every rank holds the whole model for forward and backward, but
 // updates only its shard of the parameters and all-gathers the result.
-// Stage 3 (ZeRO-3, FSDP) also splits the parameters, unit by unit: the
-// embedding, each decoder layer and the head, each gathered around its
-// forward and again for its backward (see wrap_model); only the final norm
-// stays whole on every rank.
 std::unique_ptr<Strategy> make_zero_strategy(std::shared_ptr<Communicator> comm, const ZeroOptions& options);
+
+struct ParameterShardingOptions {
+  bool find_unused_parameters = false;
+  bool sum_gradients = true;                      // as DDPOptions
+  std::string offload_optimizer_device = "none";  // as ZeroOptions
+  // Free a unit's gathered parameters right after its forward (false: keep
+  // them until its backward, FSDP's SHARD_GRAD_OP).
+  bool reshard_after_forward = true;
+  // The name the run reports: zero3, or fsdp for the same layout chosen
+  // through an FSDP config.
+  std::string name = "zero3";
+};
+// ZeRO-3 and FSDP: the parameters are split too, unit by unit (the
+// embedding, each decoder layer, the head), each gathered around its forward
+// and again for its backward; only what lies outside the units (the final
+// norm) stays whole on every rank. Gradients are reduce-scattered unit by
+// unit, and optimizer state is kept per shard as under ZeRO-1/2.
+std::unique_ptr<Strategy> make_parameter_sharding_strategy(std::shared_ptr<Communicator> comm,
+                                                           const ParameterShardingOptions& options);
 
 }  // namespace trlx::dist

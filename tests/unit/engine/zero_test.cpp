@@ -391,15 +391,14 @@ torch::Tensor zero3_run(bool stage3, bool lora, int checkpointing, bool reshard,
   std::shared_ptr<dist::Communicator> c = stage3 ? comm : std::shared_ptr<dist::Communicator>(dist::make_single_communicator());
   std::unique_ptr<dist::Strategy> strategy;
   if (stage3) {
-    dist::ZeroOptions o;
-    o.stage = 3;
+    dist::ParameterShardingOptions o;
     o.reshard_after_forward = reshard;
-    strategy = dist::make_zero_strategy(c, o);
+    strategy = dist::make_parameter_sharding_strategy(c, o);
   } else {
     strategy = dist::make_single_strategy(c);
   }
   // Counts the layers whose parameters hold storage while a layer runs (the
-  // strategy's runner calls this one inside its gather).
+  // model calls this runner inside the strategy's gather).
   int64_t most_gathered = 0;
   m->model->run_layer = [&](model::DecoderLayerImpl& layer, const torch::Tensor& x, const torch::Tensor& cos,
                             const torch::Tensor& sin, const torch::Tensor& mask, model::KVCache* cache) {

@@ -1,0 +1,21 @@
+#pragma once
+// The strategy a run's settings ask for: single process, DDP, ZeRO-1/2, or
+// parameter sharding (ZeRO-3, FSDP).
+#include <memory>
+
+#include <torch/torch.h>
+
+#include "config/accelerate.hpp"
+#include "config/training.hpp"
+#include "dist/strategy/strategy.hpp"
+
+namespace trlx::dist {
+
+// `device`: where the model computes (parameter offload is refused off the
+// host). The gradient reduction's settings (ddp_bucket_cap_mb,
+// ddp_find_unused_parameters, average_tokens_across_devices) come from
+// `training`.
+std::unique_ptr<Strategy> make_strategy(const config::DistributedConfig& dist, const config::TrainingConfig& training,
+                                        std::shared_ptr<Communicator> comm, torch::Device device);
+
+}  // namespace trlx::dist

@@ -1,0 +1,388 @@
+// ZeRO-3 and FSDP: the parameters themselves are split across ranks, unit by
+// unit, and gathered only around the computations that read them.
+//
+// A unit is the token embedding (with the head when tied), one decoder
+// layer, or the head. Its parameters form two segments, trainable and frozen
+// (each one dtype), each flat and split over the ranks with shard_of. While
+// released, the parameters keep their sizes but their storage holds 0 bytes;
+// gathering gives it back and fills it from every rank's shard. Each unit's
+// trainable segment is one gradient bucket, so the bucket's rank slices are
+// the segment's shards: fp32 shards are the optimizer's masters themselves.
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+#include "core/error.hpp"
+#include "dist/strategy/sharded_optimizer.hpp"
+#include "model/decoder.hpp"
+
+namespace trlx::dist {
+
+namespace {
+
+struct Segment {
+  std::vector<torch::Tensor> params;
+  int64_t numel = 0;
+  torch::Tensor full;   // the gathered flat segment the parameters view
+  torch::Tensor shard;  // this rank's part, always held
+  bool gathered = true;
+  WorkPtr pending;      // a gather started ahead (prefetch), not yet waited for
+};
+struct Unit {
+  Segment trainable, frozen;
+  size_t id = 0;         // index in the strategy's units, the same on every rank
+  Unit* prev = nullptr;  // the model's previous and next layer (forward order)
+  Unit* next = nullptr;
+};
+
+void resize_storage(const torch::Tensor& t, int64_t nbytes) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  if (nbytes == 0)
+    s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  else
+    s->set_data_ptr_noswap(s->allocator()->allocate(static_cast<size_t>(nbytes)));
+  s->set_nbytes(static_cast<size_t>(nbytes));
+}
+
+class ParameterSharding final : public ShardedOptimizer {
+ public:
+  ParameterSharding(std::shared_ptr<Communicator> comm, const ParameterShardingOptions& o)
+      : ShardedOptimizer(std::move(comm), {.shard_gradients = true,
+                                           .find_unused_parameters = o.find_unused_parameters,
+                                           .sum_gradients = o.sum_gradients,
+                                           .offload_optimizer_device = o.offload_optimizer_device,
+                                           .name = o.name}),
+        reshard_after_forward_(o.reshard_after_forward) {}
+
+  bool shards_parameters() const override { return true; }
+  void wrap_model(model::LanguageModelImpl& model) override { policy_units_ = shard_model(model); }
+  void wrap_frozen_model(model::LanguageModelImpl& model) override { shard_model(model); }
+
+  void read_parameter(const torch::Tensor& param) override {
+    Unit* u = unit_of(param);
+    if (!u || u == reading_) return;  // whole on every rank, or gathered already
+    announce(static_cast<int64_t>(u->id));
+    switch_reading(u);
+  }
+  void end_parameter_reads() override {
+    announce(-1);
+    switch_reading(nullptr);
+  }
+  void serve_parameter_reads() override {
+    for (;;) {
+      const int64_t id = announce(0);
+      switch_reading(id < 0 ? nullptr : units_.at(static_cast<size_t>(id)).get());
+      if (id < 0) return;
+    }
+  }
+
+  void write_parameters(model::LanguageModelImpl& model,
+                        const std::function<void(const std::string&, torch::Tensor&)>& fill) override {
+    // Every rank writes the same values, so each unit gets storage locally
+    // (no gather), is filled, and keeps only this rank's slice.
+    torch::NoGradGuard ng;
+    std::unordered_map<Unit*, std::vector<std::pair<std::string, torch::Tensor>>> by_unit;
+    for (auto& p : model.named_parameters(true)) {
+      if (Unit* u = unit_of(p.value()))
+        by_unit[u].emplace_back(p.key(), p.value());
+      else
+        fill(p.key(), p.value());
+    }
+    for (auto& [u, params] : by_unit) {
+      for (Segment* g : {&u->trainable, &u->frozen})
+        if (!g->params.empty() && !g->gathered) resize_storage(g->full, g->numel * g->full.element_size());
+      for (auto& [name, t] : params) fill(name, t);
+      for (Segment* g : {&u->trainable, &u->frozen}) {
+        if (g->params.empty()) continue;
+        const Shard s = shard_of(g->numel, world_size(), rank());
+        g->shard.copy_(g->full.narrow(0, s.offset, s.numel));
+        g->gathered = true;
+        release(*g);
+      }
+    }
+  }
+
+  void lerp_parameters(model::LanguageModelImpl& dst, model::LanguageModelImpl& src, double alpha) override {
+    // Unit by unit on the shards: the two models' units are split the same
+    // way when they hold the same tensors in the same order.
+    torch::NoGradGuard ng;
+    const auto& d = units_of_model_.at(&dst);
+    const auto& s = units_of_model_.at(&src);
+    auto only = [](Unit* u) -> Segment& { return u->frozen.params.empty() ? u->trainable : u->frozen; };
+    for (size_t k = 0; k < std::min(d.size(), s.size()); ++k) {
+      Segment &a = only(d[k]), &b = only(s[k]);
+      bool same = a.params.size() == b.params.size() && (d[k]->trainable.params.empty() || d[k]->frozen.params.empty()) &&
+                  (s[k]->trainable.params.empty() || s[k]->frozen.params.empty());
+      for (size_t i = 0; same && i < a.params.size(); ++i) same = a.params[i].sizes() == b.params[i].sizes();
+      if (!same)
+        fail_input("sync_ref_model under parameter sharding needs the reference and the policy to hold the same "
+                   "tensors per layer (layer {} differs); train without use_peft or without sync_ref_model",
+                   k);
+      a.shard.mul_(1.0 - alpha).add_(b.shard.to(a.shard.scalar_type()), alpha);
+    }
+    lerp_by_name(dst, src, alpha, [this](const torch::Tensor& t) { return unit_of(t) != nullptr; });
+  }
+
+  void setup(const std::vector<NamedParam>& trainable) override {
+    // shard_model made every rank's weights rank 0's already.
+    params_ = trainable;
+    agree_on_parameters(*comm_, params_);
+    // One bucket per unit (its trainable segment, in the same order), last
+    // unit first as backward reaches them; the parameters outside the units
+    // (the final norm) stay whole on every rank, their gradients in a last
+    // bucket.
+    std::unordered_map<c10::TensorImpl*, size_t> index;
+    for (size_t i = 0; i < params_.size(); ++i) index[params_[i].param.unsafeGetTensorImpl()] = i;
+    std::vector<std::vector<size_t>> groups;
+    std::vector<torch::Tensor> held;
+    std::vector<bool> in_unit(params_.size(), false);
+    for (size_t k = policy_units_.size(); k-- > 0;) {
+      const Segment& g = policy_units_[k]->trainable;
+      if (g.params.empty()) continue;
+      groups.emplace_back();
+      for (const auto& p : g.params) {
+        const size_t i = index.at(p.unsafeGetTensorImpl());
+        groups.back().push_back(i);
+        in_unit[i] = true;
+      }
+      held.push_back(g.shard);
+    }
+    std::vector<size_t> rest;
+    for (size_t i = params_.size(); i-- > 0;)
+      if (!in_unit[i]) rest.push_back(i);
+    groups.push_back(rest);
+    shard_buckets(std::make_unique<GradBuckets>(params_, groups, launcher()), std::move(held));
+  }
+
+  void end_backward() override {
+    // Units whose input needed no gradient (the first layer, on a frozen
+    // embedding) are still gathered; nothing below reads them.
+    for (auto& u : units_) release(*u);
+    in_backward_ = false;
+    ShardedOptimizer::end_backward();
+  }
+
+ private:
+  class Hooks;
+
+  // Splits `model` into units and installs its Hooks. Returns the units in
+  // forward order.
+  std::vector<Unit*> shard_model(model::LanguageModelImpl& model);
+
+  // After a unit's forward produced `outs` from `input`: when a backward
+  // will run through it, hooks gather the unit again for that backward
+  // (the first output gradient to arrive) and release it once the input's
+  // gradient is computed. The unit is released now unless it is kept for
+  // that backward (reshard_after_forward false).
+  void around_backward(Unit& u, const torch::Tensor& input, const std::vector<torch::Tensor>& outs) {
+    bool backward_follows = false;
+    if (torch::GradMode::is_enabled())
+      for (const auto& o : outs)
+        if (o.defined() && o.requires_grad()) {
+          backward_follows = true;
+          Unit* up = &u;
+          o.register_hook([this, up](const torch::Tensor&) {
+            in_backward_ = true;
+            gather(*up);
+            prefetch(up->prev);
+          });
+        }
+    if (backward_follows && input.defined() && input.requires_grad()) {
+      Unit* up = &u;
+      input.register_hook([this, up](const torch::Tensor&) { release(*up); });
+    }
+    if (!backward_follows || reshard_after_forward_) release(u);
+  }
+
+  Unit* unit_of(const torch::Tensor& t) const {
+    if (!t.defined() || !t.has_storage()) return nullptr;
+    auto it = unit_of_storage_.find(t.storage().unsafeGetStorageImpl());
+    return it == unit_of_storage_.end() ? nullptr : it->second;
+  }
+
+  // Rank 0 sends `id` to every rank; the others receive it (their `id` is
+  // ignored). The unit-by-unit read protocol of saving.
+  int64_t announce(int64_t id) {
+    auto t = torch::tensor({id}, torch::kInt64);
+    if (!params_.empty()) t = t.to(params_.front().param.device());
+    comm_->broadcast(t, 0)->wait();
+    return t.cpu().item<int64_t>();
+  }
+  void switch_reading(Unit* u) {
+    if (reading_) release(*reading_);
+    reading_ = u;
+    if (u) gather(*u);
+  }
+
+  void init_segment(Segment& g) {
+    if (g.params.empty()) {
+      g.gathered = false;
+      return;
+    }
+    const auto opts = g.params.front().options();
+    for (const auto& p : g.params) {
+      if (p.scalar_type() != opts.dtype().toScalarType() || p.device() != opts.device())
+        throw Error("parameter sharding needs one dtype and device for a unit's trainable (and frozen) parameters");
+      g.numel += p.numel();
+    }
+    g.full = torch::empty({g.numel}, opts.requires_grad(false));
+    int64_t off = 0;
+    for (auto& p : g.params) {
+      auto view = g.full.narrow(0, off, p.numel()).view(p.sizes());
+      view.copy_(p.detach());
+      p.set_data(view);
+      off += p.numel();
+    }
+    const Shard s = shard_of(g.numel, world_size(), rank());
+    g.shard = g.full.narrow(0, s.offset, s.numel).clone();
+    g.gathered = true;
+    release(g);
+  }
+
+  // Starts gathering a segment (storage back, all-gather in flight).
+  void start_gather(Segment& g) {
+    if (g.gathered || g.params.empty()) return;
+    resize_storage(g.full, g.numel * g.full.element_size());
+    g.pending = comm_->all_gather(g.shard, g.full);
+    g.gathered = true;
+  }
+  void gather(Segment& g) {
+    start_gather(g);
+    if (g.pending) {
+      g.pending->wait();
+      g.pending.reset();
+    }
+  }
+  void release(Segment& g) {
+    if (!g.gathered || g.params.empty()) return;
+    if (g.pending) {
+      g.pending->wait();
+      g.pending.reset();
+    }
+    resize_storage(g.full, 0);
+    g.gathered = false;
+  }
+  // Gathers the next unit while the current one computes.
+  void prefetch(Unit* u) {
+    if (!u) return;
+    start_gather(u->trainable);
+    start_gather(u->frozen);
+  }
+  void gather(Unit& u) {
+    gather(u.trainable);
+    gather(u.frozen);
+  }
+  void release(Unit& u) {
+    release(u.trainable);
+    release(u.frozen);
+  }
+
+  bool reshard_after_forward_;
+  std::vector<std::unique_ptr<Unit>> units_;  // of every wrapped model
+  std::vector<Unit*> policy_units_;           // the trained model's, in forward order
+  std::unordered_map<const model::LanguageModelImpl*, std::vector<Unit*>> units_of_model_;
+  std::unordered_map<const c10::StorageImpl*, Unit*> unit_of_storage_;
+  Unit* reading_ = nullptr;   // the unit gathered for saving
+  bool in_backward_ = false;  // a unit's backward has started this micro-step (no forward prefetch)
+};
+
+// One wrapped model's units, gathered around what the model runs.
+class ParameterSharding::Hooks final : public model::ShardingHooks {
+ public:
+  Hooks(ParameterSharding& s, Unit* embed, Unit* head, std::unordered_map<const model::DecoderLayerImpl*, Unit*> layers,
+        Unit* first_layer)
+      : s_(s), embed_(embed), head_(head), layers_(std::move(layers)), first_layer_(first_layer) {}
+
+  // The embedding's backward needs no weight (only the ids), so it is
+  // gathered for its forward only, and starts the first layer's gather.
+  // Tied to the head, it stays gathered until the head has run (one gather
+  // per forward instead of two, as FSDP keeps its root unit).
+  torch::Tensor embedding(const std::function<torch::Tensor()>& compute) override {
+    s_.gather(*embed_);
+    if (!s_.in_backward_) s_.prefetch(first_layer_);
+    auto out = compute();
+    if (head_ != embed_) s_.release(*embed_);
+    return out;
+  }
+
+  // Gathered before the layer runs (starting the next layer's gather), and
+  // again for its backward by around_backward; a checkpointed layer's
+  // recompute runs inside that backward.
+  torch::Tensor layer(const model::DecoderLayerImpl& layer, const torch::Tensor& input,
+                      const std::function<torch::Tensor()>& compute) override {
+    Unit* u = layers_.at(&layer);
+    s_.gather(*u);
+    if (!s_.in_backward_) s_.prefetch(u->next);
+    auto out = compute();
+    s_.around_backward(*u, input, {out});
+    return out;
+  }
+
+  std::vector<torch::Tensor> head(const torch::Tensor& input,
+                                  const std::function<std::vector<torch::Tensor>()>& compute) override {
+    s_.gather(*head_);
+    auto outs = compute();
+    s_.around_backward(*head_, input, outs);
+    return outs;
+  }
+
+ private:
+  ParameterSharding& s_;
+  Unit* embed_;
+  Unit* head_;
+  std::unordered_map<const model::DecoderLayerImpl*, Unit*> layers_;
+  Unit* first_layer_;
+};
+
+std::vector<Unit*> ParameterSharding::shard_model(model::LanguageModelImpl& model) {
+  // Every rank starts from rank 0's weights, frozen ones included, before
+  // the model is split.
+  std::vector<torch::Tensor> all;
+  for (auto& p : model.parameters()) all.push_back(p);
+  broadcast_from_rank0(*comm_, all);
+  torch::NoGradGuard ng;
+  std::vector<Unit*> mine;
+  auto add_unit = [&](const std::vector<torch::Tensor>& params) {
+    auto unit = std::make_unique<Unit>();
+    for (const auto& p : params) (p.requires_grad() ? unit->trainable : unit->frozen).params.push_back(p);
+    init_segment(unit->trainable);
+    init_segment(unit->frozen);
+    unit->id = units_.size();
+    for (Segment* g : {&unit->trainable, &unit->frozen})
+      if (!g->params.empty()) unit_of_storage_[g->full.storage().unsafeGetStorageImpl()] = unit.get();
+    Unit* u = unit.get();
+    units_.push_back(std::move(unit));
+    mine.push_back(u);
+    return u;
+  };
+  Unit* embed = add_unit(model.model->embed_tokens->parameters());
+  std::unordered_map<const model::DecoderLayerImpl*, Unit*> layers;
+  Unit* first_layer = nullptr;
+  Unit* last_layer = nullptr;
+  for (auto& m : *model.model->layers) {
+    auto* layer = m->as<model::DecoderLayerImpl>();
+    Unit* u = add_unit(layer->parameters());
+    if (last_layer) {
+      u->prev = last_layer;
+      last_layer->next = u;
+    }
+    if (!first_layer) first_layer = u;
+    last_layer = u;
+    layers[layer] = u;
+  }
+  Unit* head = embed;  // tied: the embedding is the head
+  if (model.lm_head) head = add_unit(model.lm_head->parameters());
+  if (model.score) head = add_unit(model.score->parameters());
+  units_of_model_[&model] = mine;
+  model.set_sharding_hooks(std::make_shared<Hooks>(*this, embed, head, std::move(layers), first_layer));
+  return mine;
+}
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_parameter_sharding_strategy(std::shared_ptr<Communicator> comm,
+                                                           const ParameterShardingOptions& options) {
+  return std::make_unique<ParameterSharding>(std::move(comm), options);
+}
+
+}  // namespace trlx::dist

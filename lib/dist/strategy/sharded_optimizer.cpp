@@ -1,0 +1,204 @@
+#include "dist/strategy/sharded_optimizer.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace trlx::dist {
+
+ShardedOptimizer::ShardedOptimizer(std::shared_ptr<Communicator> comm, Options o)
+    : Strategy(std::move(comm)), o_(std::move(o)) {
+  if (o_.offload_optimizer_device != "none" && o_.offload_optimizer_device != "cpu")
+    fail_input("offload_optimizer_device: {} is not supported by trlx; use cpu or none", o_.offload_optimizer_device);
+}
+
+void ShardedOptimizer::shard_buckets(std::unique_ptr<GradBuckets> buckets, std::vector<torch::Tensor> held_shards) {
+  buckets_ = std::move(buckets);
+  const auto& bs = buckets_->buckets();
+  held_shards_ = std::move(held_shards);
+  held_shards_.resize(bs.size());
+  pieces_.assign(bs.size(), {});
+  for (size_t bi = 0; bi < bs.size(); ++bi) {
+    const auto& b = bs[bi];
+    const Shard s = shard_of(b.numel, world_size(), rank());
+    for (size_t j = 0; j < b.members.size(); ++j) {
+      const auto& p = params_[b.members[j]].param;
+      const int64_t lo = std::max(b.offsets[j], s.offset), hi = std::min(b.offsets[j] + p.numel(), s.offset + s.numel);
+      if (lo >= hi) continue;
+      Piece piece;
+      piece.param = b.members[j];
+      piece.param_offset = lo - b.offsets[j];
+      piece.shard_offset = lo - s.offset;
+      piece.numel = hi - lo;
+      pieces_[bi].push_back(std::move(piece));
+    }
+  }
+  // Pieces are not added after this, so pointers to them stay valid.
+  piece_of_.assign(params_.size(), nullptr);
+  for (auto& bucket_pieces : pieces_)
+    for (auto& piece : bucket_pieces) piece_of_[piece.param] = &piece;
+  on_weights_loaded();
+}
+
+void ShardedOptimizer::on_weights_loaded() {
+  torch::NoGradGuard ng;
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(master_device());
+  for (size_t bi = 0; bi < pieces_.size(); ++bi) {
+    const auto& held = held_shards_[bi];
+    for (auto& piece : pieces_[bi]) {
+      auto src = held.defined()
+                     ? held.narrow(0, piece.shard_offset, piece.numel)
+                     : params_[piece.param].param.detach().reshape({-1}).narrow(0, piece.param_offset, piece.numel);
+      // An fp32 shard on the optimizer's device is its own master (no second
+      // fp32 copy); new weights written into the shard are the master's.
+      if (held.defined() && src.scalar_type() == torch::kFloat32 && src.device() == opts.device()) {
+        if (!piece.master.defined()) piece.master = src.detach().requires_grad_(true);
+        continue;
+      }
+      if (piece.master.defined())
+        piece.master.copy_(src);
+      else
+        piece.master = src.to(opts, /*non_blocking=*/false, /*copy=*/true).requires_grad_(true);
+    }
+  }
+}
+
+std::vector<std::vector<torch::Tensor>> ShardedOptimizer::optimizer_groups(
+    const std::vector<std::vector<size_t>>& groups) {
+  std::vector<std::vector<torch::Tensor>> out;
+  for (const auto& g : groups) {
+    out.emplace_back();
+    for (size_t i : g)
+      if (piece_of_[i]) out.back().push_back(piece_of_[i]->master);
+  }
+  return out;
+}
+
+void ShardedOptimizer::begin_backward(bool sync, bool has_data) {
+  has_data_ = has_data;
+  // Sharded gradients are reduced every micro-step into the owned slice;
+  // otherwise they accumulate locally until the last one.
+  buckets_->begin(o_.shard_gradients || sync);
+}
+
+void ShardedOptimizer::launch(GradBucket& b) {
+  b.flat = buckets_->flatten(b);
+  const ReduceOp op = o_.sum_gradients ? ReduceOp::Sum : ReduceOp::Avg;
+  const Shard s = shard_of(b.numel, world_size(), rank());
+  if (!o_.shard_gradients) {
+    b.work = comm_->all_reduce(b.flat, op);
+    b.out = b.flat.narrow(0, s.offset, s.numel);
+    return;
+  }
+  // The full gradients are in the flat buffer now; drop them.
+  for (size_t m : b.members) params_[m].param.mutable_grad() = torch::Tensor();
+  b.out = torch::empty({s.numel}, b.flat.options());
+  b.work = comm_->reduce_scatter(b.flat, b.out, op);
+}
+
+void ShardedOptimizer::end_backward() {
+  if (!buckets_->active()) return;
+  auto unused = buckets_->finish();
+  torch::NoGradGuard ng;
+  for (size_t bi = 0; bi < buckets_->buckets().size(); ++bi) {
+    auto& b = buckets_->buckets()[bi];
+    // An all-reduced bucket's whole gradient goes back to the parameters.
+    if (!o_.shard_gradients) buckets_->unflatten(b, b.flat);
+    for (auto& piece : pieces_[bi]) {
+      auto g = b.out.narrow(0, piece.shard_offset, piece.numel);
+      auto& mg = piece.master.mutable_grad();
+      if (mg.defined())
+        mg.add_(g.to(mg.options()));
+      else
+        mg = g.to(piece.master.options(), /*non_blocking=*/false, /*copy=*/true);
+    }
+    b.flat = torch::Tensor();
+    b.out = torch::Tensor();
+  }
+  if (!unused.empty() && has_data_ && !o_.find_unused_parameters) fail_unused_parameters(unused, name());
+}
+
+double ShardedOptimizer::clip_grad_norm(double max_norm) {
+  // The global norm from the slices: each rank's sum of squares, summed.
+  torch::NoGradGuard ng;
+  auto sq = torch::zeros({1}, torch::kFloat64);
+  for (auto& bucket_pieces : pieces_)
+    for (auto& piece : bucket_pieces)
+      if (piece.master.grad().defined()) sq += piece.master.grad().to(torch::kFloat64).pow(2).sum().cpu();
+  auto total = sq.to(params_.empty() ? torch::Device(torch::kCPU) : params_.front().param.device());
+  comm_->all_reduce(total, ReduceOp::Sum)->wait();
+  const double norm = std::sqrt(total.item<double>());
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1)
+    for (auto& bucket_pieces : pieces_)
+      for (auto& piece : bucket_pieces)
+        if (piece.master.grad().defined()) piece.master.mutable_grad().mul_(coef);
+  return norm;
+}
+
+void ShardedOptimizer::after_optimizer_step() {
+  torch::NoGradGuard ng;
+  auto& bs = buckets_->buckets();
+  // A held shard takes its masters' values, with no collective; buckets of
+  // whole parameters are gathered from every rank's slice, the next bucket's
+  // gather started before the current one is unpacked.
+  std::vector<size_t> whole;
+  for (size_t bi = 0; bi < bs.size(); ++bi) {
+    if (!held_shards_[bi].defined()) {
+      whole.push_back(bi);
+      continue;
+    }
+    for (auto& piece : pieces_[bi]) {
+      auto dst = held_shards_[bi].narrow(0, piece.shard_offset, piece.numel);
+      if (dst.data_ptr() != piece.master.data_ptr()) dst.copy_(piece.master);
+    }
+  }
+  auto start = [&](size_t bi) {
+    auto& b = bs[bi];
+    const Shard s = shard_of(b.numel, world_size(), rank());
+    const auto opts = torch::TensorOptions().dtype(b.dtype).device(b.device);
+    auto mine = torch::empty({s.numel}, opts);
+    for (auto& piece : pieces_[bi]) mine.narrow(0, piece.shard_offset, piece.numel).copy_(piece.master);
+    b.out = mine;
+    b.flat = torch::empty({b.numel}, opts);
+    b.work = comm_->all_gather(b.out, b.flat);
+  };
+  if (!whole.empty()) start(whole[0]);
+  for (size_t k = 0; k < whole.size(); ++k) {
+    if (k + 1 < whole.size()) start(whole[k + 1]);
+    auto& b = bs[whole[k]];
+    b.work->wait();
+    for (size_t j = 0; j < b.members.size(); ++j) {
+      auto& p = params_[b.members[j]].param;
+      p.detach().view({-1}).copy_(b.flat.narrow(0, b.offsets[j], p.numel()));
+    }
+    b.flat = torch::Tensor();
+    b.out = torch::Tensor();
+  }
+  // The next step starts without gradients, and none stay live between
+  // steps (the masters' slices included).
+  for (auto& p : params_) p.param.mutable_grad() = torch::Tensor();
+  for (auto& bucket_pieces : pieces_)
+    for (auto& piece : bucket_pieces) piece.master.mutable_grad() = torch::Tensor();
+}
+
+void ShardedOptimizer::check_grads_in_sync() {
+  if (!o_.shard_gradients) return Strategy::check_grads_in_sync();
+  // The reduction leaves no full gradient behind; one that is there came
+  // from a backward the strategy did not see.
+  for (const auto& p : params_)
+    if (p.param.grad().defined())
+      throw Error(fmt::format("gradients are out of sync across ranks: parameter {} holds a gradient that was not "
+                              "reduced (debug_check_grad_sync_steps). Every forward that feeds the loss must go "
+                              "through the engine.",
+                              p.name));
+}
+
+torch::Device ShardedOptimizer::master_device() const {
+  if (o_.offload_optimizer_device == "cpu" || params_.empty()) return torch::kCPU;
+  return params_.front().param.device();
+}
+
+}  // namespace trlx::dist
