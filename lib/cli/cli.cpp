@@ -4,10 +4,13 @@
 #include "cli/parse.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
+
+#include <fmt/ranges.h>
 
 #include "config/accelerate.hpp"
 #include "config/loader.hpp"
@@ -48,6 +51,13 @@ std::string trainer_summary(const trainers::TrainerEntry& t) {
   std::string s = t.schema().summary();
   if (!t.trains) s += " [config checks only; training not built yet]";
   return s;
+}
+
+std::vector<std::string> built_trainer_names() {
+  std::vector<std::string> out;
+  for (const auto& t : trainers::trainer_table())
+    if (t.trains) out.push_back(t.name);
+  return out;
 }
 
 std::vector<Command> command_table() {
@@ -456,6 +466,10 @@ int run_cli(int argc, char** argv) {
       if (c.name == name) return c.run(name, std::move(args));
     std::vector<std::string> names;
     for (const auto& c : command_table()) names.push_back(c.name);
+    const auto& planned = config::trainer_names();
+    if (std::find(planned.begin(), planned.end(), name) != planned.end())
+      throw InputError(fmt::format("the {} trainer is not built yet in trlx {}; the trainers built are: {}", name,
+                                   TRLX_VERSION, fmt::join(built_trainer_names(), ", ")));
     std::string msg = fmt::format("unknown command `{}`", name);
     const std::string near = closest_match(name, names);
     if (!near.empty()) msg += fmt::format(" (did you mean `{}`?)", near);

@@ -14,8 +14,8 @@
 // node, so the output requires grad even when the block's input does not
 // (LoRA on a frozen base, where no activation entering a layer requires
 // grad). The recompute repeats the forward's RNG state (dropout masks) and
-// autocast state, and calls `fn` again, so anything `fn` does first (such as
-// gathering sharded parameters) is done again.
+// autocast state, and calls `fn` again; a sharded layer is already gathered
+// then, by the sharding hooks around the layer's backward.
 #include <functional>
 #include <vector>
 

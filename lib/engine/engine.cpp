@@ -139,13 +139,15 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
   // dropout, sampling.
   torch::manual_seed(static_cast<uint64_t>(config_.seed));
   if (plan_.lora && !lora_) lora_ = model::apply_lora(*policy_, lora_config(config_));
+  // TRL's disable_dropout: adapters attached above or loaded with the policy.
+  if (config_.disable_dropout) model::disable_dropout(*policy_);
   if (!plan_.lora && lora_)
     fail_input("{} holds a LoRA adapter; set use_peft: true to train it",
                config_.model_name_or_path.value_or("the model"));
   policy_->to(device_);
   strategy_ = dist::make_strategy(dist_, config_, comm_, device_);
-  // The strategy first (a sharded model gathers in its layer runner), then
-  // checkpointing around it, so a recompute gathers again.
+  // The strategy's sharding hooks run around each layer's runner, so a
+  // checkpoint recompute runs inside the gather for that layer's backward.
   strategy_->wrap_model(*policy_);
   if (plan_.checkpointing) checkpoint_layers(*policy_, plan_.reentrant);
   std::vector<dist::NamedParam> trainable;
@@ -173,28 +175,40 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
 model::LanguageModelImpl& Engine::model_for(Role role) {
   if (role == Role::Policy) return *policy_;
   if (reference_) return *reference_;
-  if (lora_) return *policy_;  // with adapters disabled, see forward()
+  if (lora_) return *policy_;  // with adapters disabled, see RoleScope
   throw Error("this trainer asked for a reference model, but the engine was given none");
 }
 
-torch::Tensor Engine::forward(Role role, const model::Batch& batch) {
-  auto& m = model_for(role);
-  std::optional<model::AdaptersDisabled> base_only;
-  std::optional<torch::NoGradGuard> no_grad;
-  if (role == Role::Reference) {
-    no_grad.emplace();
-    if (!reference_) base_only.emplace(*policy_);
+// Sets the model up for one role while alive, for every Engine method that
+// takes a Role: the reference runs without gradients and, when it is the
+// policy itself, with its adapters off and the original modules in place of
+// the modules_to_save copies (a trained embedding copy tied to the head
+// included). Precision is the caller's: forwards and heads add autocast.
+class Engine::RoleScope {
+ public:
+  RoleScope(Engine& e, Role role) : model(e.model_for(role)) {
+    if (role != Role::Reference) return;
+    no_grad_.emplace();
+    if (!e.reference_) base_only_.emplace(*e.policy_);
   }
+  model::LanguageModelImpl& model;
+
+ private:
+  std::optional<torch::NoGradGuard> no_grad_;
+  std::optional<model::AdaptersDisabled> base_only_;
+};
+
+torch::Tensor Engine::forward(Role role, const model::Batch& batch) {
+  RoleScope scope(*this, role);
   Autocast ac(config_.use_bf16(), device_.type());
-  return m.hidden_states(to_device(batch));
+  return scope.model.hidden_states(to_device(batch));
 }
 
 losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, const torch::Tensor& targets,
                                        const torch::Tensor& mask, const losses::LogProbOptions& options) {
-  auto& m = model_for(role);
-  std::optional<torch::NoGradGuard> no_grad;
-  if (role == Role::Reference) no_grad.emplace();
+  RoleScope scope(*this, role);
   Autocast ac(config_.use_bf16(), device_.type());
+  auto& m = scope.model;
   auto o = options;
   o.chunk_size = plan_.logprob_chunk_size;
   losses::TokenLogProbs out;
@@ -206,20 +220,16 @@ losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, c
 }
 
 torch::Tensor Engine::head(Role role, const torch::Tensor& hidden) {
-  auto& m = model_for(role);
-  std::optional<model::AdaptersDisabled> base_only;
-  std::optional<torch::NoGradGuard> no_grad;
-  if (role == Role::Reference) {
-    no_grad.emplace();
-    if (!reference_) base_only.emplace(*policy_);
-  }
+  RoleScope scope(*this, role);
   Autocast ac(config_.use_bf16(), device_.type());
-  return m.head(hidden);
+  return scope.model.head(hidden);
 }
 
 torch::Tensor Engine::mean_logits(Role role, const torch::Tensor& hidden) {
+  // A metric: fp32 and no gradient whatever the role.
+  RoleScope scope(*this, role);
   torch::NoGradGuard no_grad;
-  auto& m = model_for(role);
+  auto& m = scope.model;
   torch::Tensor w;
   m.with_head(torch::Tensor(), [&] {
     w = m.head_weight().detach().to(torch::kFloat32).mean(0);
@@ -229,8 +239,9 @@ torch::Tensor Engine::mean_logits(Role role, const torch::Tensor& hidden) {
 }
 
 torch::Tensor Engine::head_weight(Role role) {
+  RoleScope scope(*this, role);
   torch::NoGradGuard no_grad;
-  auto& m = model_for(role);
+  auto& m = scope.model;
   torch::Tensor w;
   // A copy under sharding: the gathered weight is released after.
   m.with_head(torch::Tensor(), [&] {
@@ -256,6 +267,7 @@ model::Batch Engine::to_device(const model::Batch& b) const {
 void Engine::set_reference(model::LanguageModel reference) {
   reference_ = std::move(reference);
   for (auto& p : reference_->parameters()) p.requires_grad_(false);
+  if (config_.disable_dropout) model::disable_dropout(*reference_);
   reference_->to(device_);
   reference_->eval();
   // Sharded like the policy under ZeRO-3/FSDP, whole on every rank otherwise.
@@ -465,6 +477,15 @@ void Engine::log_metrics(const std::map<std::string, double>& m) {
   if (rank() != 0) return;
   std::ofstream out(output_dir_ / "metrics.jsonl", std::ios::app);
   out << j.dump() << "\n";
+  if (tensorboard_) {
+    // transformers' TensorBoardCallback tags: eval_x -> eval/x, test_x -> test/x, x -> train/x.
+    for (const auto& [k, v] : m) {
+      if (k.rfind("eval_", 0) == 0) tensorboard_->scalar("eval/" + k.substr(5), v, step_);
+      else if (k.rfind("test_", 0) == 0) tensorboard_->scalar("test/" + k.substr(5), v, step_);
+      else tensorboard_->scalar("train/" + k, v, step_);
+    }
+    tensorboard_->flush();
+  }
 }
 
 std::map<std::string, torch::Tensor> Engine::parameter_values(bool trainable_only) {
@@ -697,6 +718,8 @@ void Engine::print_startup(Trainer& trainer) {
                             config_.gradient_accumulation_steps, world, total_batch)},
       {"steps", fmt::format("{} ({} batches per epoch)", schedule_.total_steps, batches_per_epoch_)},
       {"schedule", fmt::format("{}, peak lr {:g}, warmup {} steps", schedule_.type, schedule_.base_lr, schedule_.warmup_steps)},
+      // adamw_torch and adamw_torch_fused name the same update; trlx has one AdamW.
+      {"optimizer", fmt::format("AdamW ({})", config_.optim)},
       {"precision", config_.use_bf16() ? "bf16 mixed" : "fp32"},
       {"device", fmt::format("{} x {}", world, device_.is_cuda() ? "cuda" : "cpu")},
       {"distributed", fmt::format("{} ({} communicator{})", strategy_->name(), comm_->backend(),
@@ -747,6 +770,14 @@ RunSummary Engine::train(Trainer& trainer) {
   } else {
     if (rank() == 0) fs::remove(output_dir_ / "metrics.jsonl");
   }
+  const bool to_tensorboard = std::any_of(config_.report_to.begin(), config_.report_to.end(),
+                                          [](const std::string& s) { return s == "tensorboard" || s == "all"; });
+  if (to_tensorboard && rank() == 0) {
+    // TENSORBOARD_LOGGING_DIR overrides the directory, as in transformers.
+    const char* dir = std::getenv("TENSORBOARD_LOGGING_DIR");
+    tensorboard_ = std::make_unique<io::EventWriter>(dir && *dir ? fs::path(dir) : io::default_tensorboard_dir(output_dir_));
+    log::info("TensorBoard event file: {}", tensorboard_->path().string());
+  }
   print_startup(trainer);
   auto prev_term = std::signal(SIGTERM, on_signal);
   auto prev_int = std::signal(SIGINT, on_signal);
@@ -773,12 +804,6 @@ RunSummary Engine::train(Trainer& trainer) {
       ++epoch;
       batch_in_epoch = 0;
       batches = epoch_batches(trainer.num_examples("train"), epoch);
-      if (config_.eval_strategy == "epoch" && trainer.num_examples("test") > 0) {
-        auto e = evaluate(trainer);
-        std::map<std::string, double> m;
-        for (const auto& [k, v] : e.values) m["eval_" + k] = v.first / std::max(1.0, v.second);
-        log_metrics(m);
-      }
     }
     std::vector<std::vector<size_t>> micro;
     for (int64_t i = 0; i < micro_per_step_ && batch_in_epoch < batches.size(); ++i) micro.push_back(batches[batch_in_epoch++]);
@@ -796,14 +821,20 @@ RunSummary Engine::train(Trainer& trainer) {
     const double eta = static_cast<double>(schedule_.total_steps - step_) / std::max(1e-9, rate);
     const double epoch_f = static_cast<double>(epoch) +
                            static_cast<double>(batch_in_epoch) / static_cast<double>(std::max<size_t>(1, batches.size()));
-    const bool log_now = config_.logging_strategy == "steps" &&
-                         (step_ % log_every == 0 || (config_.logging_first_step && step_ == 1) || step_ == schedule_.total_steps);
+    // As transformers: an epoch ends after its last batch, or at the last
+    // step when max_steps stops training inside it; the epoch strategies
+    // log, evaluate and save then, in that order.
+    const bool epoch_end = batch_in_epoch >= batches.size() || step_ == schedule_.total_steps;
+    const bool log_now = (config_.logging_strategy == "steps" && (step_ % log_every == 0 ||
+                                                                  (config_.logging_first_step && step_ == 1) ||
+                                                                  step_ == schedule_.total_steps)) ||
+                         (config_.logging_strategy == "epoch" && epoch_end);
     if (log_now) {
       reduce_metrics(window);
       std::map<std::string, double> m;
       m["loss"] = window_loss / std::max<int64_t>(1, window_steps);
       m["grad_norm"] = last_grad_norm;
-      m["learning_rate"] = schedule_.lr(step_);  // the rate of the next step, as the reference logs it
+      m["learning_rate"] = schedule_.lr(step_ - 1);  // the rate the step just used, as TRL logs it
       m["epoch"] = epoch_f;
       m["num_tokens"] = tokens_seen_;
       for (const auto& [k, v] : window.values) m[k] = v.first / std::max(1.0, v.second);
@@ -825,14 +856,15 @@ RunSummary Engine::train(Trainer& trainer) {
                                duration(eta), loss)
                 << std::flush;
     }
-    if (config_.eval_strategy == "steps" && trainer.num_examples("test") > 0 && step_ % eval_every == 0) {
+    if (trainer.num_examples("test") > 0 && ((config_.eval_strategy == "steps" && step_ % eval_every == 0) ||
+                                             (config_.eval_strategy == "epoch" && epoch_end))) {
       auto e = evaluate(trainer);
       std::map<std::string, double> m;
       for (const auto& [k, v] : e.values) m["eval_" + k] = v.first / std::max(1.0, v.second);
       log_metrics(m);
       log::info("step {}: eval_loss={:.4g}", step_, m["eval_loss"]);
     }
-    if (config_.save_strategy == "steps" && step_ % save_every == 0) {
+    if ((config_.save_strategy == "steps" && step_ % save_every == 0) || (config_.save_strategy == "epoch" && epoch_end)) {
       save_checkpoint(epoch, batch_in_epoch);
       saved_at_step = true;
     }

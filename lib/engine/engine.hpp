@@ -20,6 +20,7 @@
 #include "config/training.hpp"
 #include "engine/memory_plan.hpp"
 #include "engine/schedule.hpp"
+#include "io/tensorboard.hpp"
 #include "dist/strategy/strategy.hpp"
 #include "losses/logprobs.hpp"
 #include "model/decoder.hpp"
@@ -169,6 +170,7 @@ class Engine {
 
  private:
   void setup(Trainer& trainer);
+  class RoleScope;
   model::LanguageModelImpl& model_for(Role role);
   model::Batch to_device(const model::Batch& b) const;
   // This rank's share of a global batch; a rank whose share is empty gets
@@ -221,6 +223,7 @@ class Engine {
   size_t batches_per_epoch_ = 0;
   double tokens_seen_ = 0;
   std::vector<std::string> log_history_;  // JSON lines, for trainer_state.json
+  std::unique_ptr<io::EventWriter> tensorboard_;  // rank 0, report_to: tensorboard
 };
 
 }  // namespace trlx::engine

@@ -126,6 +126,12 @@ has "4 warnings"
 # Trainers not built yet say so and fail; they never pretend to train.
 run 1 rloo --config configs/rloo.yaml
 has "not built yet"
+# Planned trainers without a config table yet: a clear input error, not "unknown command".
+for t in grpo ppo online-dpo; do
+  run 2 "$t" --config configs/sft.yaml
+  has "the $t trainer is not built yet"
+  has "the trainers built are: sft, dpo"
+done
 
 # A broken launcher environment is reported, not guessed around.
 OUT=$(env RANK=5 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=h "$TRLX" env 2>&1)

@@ -136,7 +136,9 @@ TEST_CASE("disable_dropout turns LoRA dropout off: two training-mode forwards th
     }
     s.engine->set_training(true);
     auto batch = s.trainer->collate("train", {0, 1});
-    const model::Batch b{batch.at("input_ids"), batch.at("attention_mask")};
+    model::Batch b;
+    b.input_ids = batch.at("input_ids");
+    b.attention_mask = batch.at("attention_mask");
     torch::NoGradGuard no_grad;
     auto h1 = s.engine->forward(engine::Role::Policy, b);
     auto h2 = s.engine->forward(engine::Role::Policy, b);
