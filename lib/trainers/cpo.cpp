@@ -208,9 +208,11 @@ engine::LossOutput ReferenceFreeTrainer::loss(engine::Engine& engine, const engi
   const char* names[] = {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
                          "logps/rejected"};
   for (int i = 0; i < 6; ++i) m.add(names[i], pv[i], pv[6]);
-  // TRL logs the mean logit over every position of the padded rows (and the
-  // whole vocabulary): the hidden states times the head's mean row.
-  auto mean_logits = engine.mean_logits(engine::Role::Policy, hidden).chunk(2, 0);
+  // TRL logs the mean logit over the positions of the padded rows (and the
+  // whole vocabulary): the hidden states times the head's mean row. Its
+  // CPOTrainer takes every position, its ORPOTrainer all but each row's last.
+  const auto logit_positions = kind_ == Kind::ORPO ? hidden.slice(1, 0, hidden.size(1) - 1) : hidden;
+  auto mean_logits = engine.mean_logits(engine::Role::Policy, logit_positions).chunk(2, 0);
   m.add("logits/chosen", mean_logits[0].sum().item<double>(), static_cast<double>(mean_logits[0].numel()));
   m.add("logits/rejected", mean_logits[1].sum().item<double>(), static_cast<double>(mean_logits[1].numel()));
   last_metrics_ = m;
