@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include <unistd.h>
+
 namespace trlx::test {
 
 // The project's own committed test data (tests/data).
@@ -33,6 +35,25 @@ inline std::filesystem::path write_temp(const std::string& name, const std::stri
   std::ofstream(path) << text;
   return path;
 }
+
+// A fresh directory under the temp dir, removed with everything in it when
+// the object goes.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& prefix = "trlx_test") {
+    static int n = 0;
+    path = std::filesystem::temp_directory_path() /
+           (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
 
 // Says why a test cannot run here, in the line ctest turns into "Skipped"
 // (TRLX_TEST_SKIP_MARKER, tests/CMakeLists.txt); the test then returns.

@@ -20,18 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("trlx_roles_test_" + std::to_string(getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("trlx_roles_test") {}
 };
 
 trainers::SFTConfig config_for(const fs::path& model, const std::vector<std::pair<std::string, std::vector<std::string>>>& flags) {

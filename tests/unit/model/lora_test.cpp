@@ -30,18 +30,8 @@ using test::tiny_model;
 
 model::LanguageModel base() { return model::load_language_model(tiny_model(), model::HeadKind::CausalLM); }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("trlx_lora_test_" + std::to_string(getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("trlx_lora_test") {}
 };
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
