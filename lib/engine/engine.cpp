@@ -25,6 +25,7 @@
 #include "engine/autocast.hpp"
 #include "engine/checkpoint.hpp"
 #include "io/atomic_write.hpp"
+#include "model/adapter_dir.hpp"
 #include "model/loading.hpp"
 #include "model/saving.hpp"
 
@@ -90,28 +91,17 @@ LoadedPolicy load_policy(const config::TrainingConfig& c, model::HeadKind head) 
   torch::manual_seed(static_cast<uint64_t>(c.seed));
   LoadedPolicy out;
   out.tokenizer_dir = dir;
-  if (!fs::exists(dir / "adapter_config.json")) {
+  if (!model::is_adapter_dir(dir)) {
     out.base_dir = dir;
     out.model = model::load_language_model(dir, head, c.dtype);
     return out;
   }
-  // An adapter: its config names the base model.
-  std::string base;
-  try {
-    std::ifstream in(dir / "adapter_config.json");
-    base = nlohmann::json::parse(in).value("base_model_name_or_path", "");
-  } catch (const nlohmann::json::exception& e) {
-    fail_input("{}: not valid JSON: {}", (dir / "adapter_config.json").string(), e.what());
-  }
-  if (base.empty() || !fs::is_directory(base))
-    fail_input("{} is a LoRA adapter whose base_model_name_or_path (`{}`) is not a local model directory; "
-               "set it to the base model's directory",
-               (dir / "adapter_config.json").string(), base);
+  const fs::path base = model::adapter_base_dir(dir);
   out.base_dir = base;
   if (!fs::exists(dir / "tokenizer.json")) out.tokenizer_dir = base;
   out.model = model::load_language_model(base, head, c.dtype);
   out.lora = model::load_adapter(dir, *out.model);
-  log::info("continuing from the LoRA adapter in {} (base {})", dir.string(), base);
+  log::info("continuing from the LoRA adapter in {} (base {})", dir.string(), base.string());
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "model/adapter_dir.hpp"
 #include "model/loading.hpp"
 
 namespace trlx::trainers {
@@ -15,19 +16,9 @@ namespace trlx::trainers {
 namespace fs = std::filesystem;
 
 fs::path tokenizer_dir_of(const fs::path& model_dir) {
-  if (fs::exists(model_dir / "tokenizer.json") || !fs::exists(model_dir / "adapter_config.json")) return model_dir;
-  std::string base;
-  try {
-    std::ifstream in(model_dir / "adapter_config.json");
-    base = nlohmann::json::parse(in).value("base_model_name_or_path", "");
-  } catch (const nlohmann::json::exception& e) {
-    fail_input("{}: not valid JSON: {}", (model_dir / "adapter_config.json").string(), e.what());
-  }
-  if (base.empty() || !fs::is_directory(base))
-    fail_input("{} is a LoRA adapter without tokenizer files whose base_model_name_or_path (`{}`) is not a local model "
-               "directory; set it to the base model's directory",
-               (model_dir / "adapter_config.json").string(), base);
-  return base;
+  // An adapter saved without tokenizer files uses its base model's.
+  if (fs::exists(model_dir / "tokenizer.json") || !model::is_adapter_dir(model_dir)) return model_dir;
+  return model::adapter_base_dir(model_dir);
 }
 
 TextInputs load_tokenizer_and_template(const fs::path& model_dir, const std::optional<std::string>& chat_template_path) {
