@@ -1,52 +1,278 @@
 #!/usr/bin/env bash
-# For a machine with an NVIDIA GPU (multi-GPU code is exercised here, not in
-# CI): builds trlx against the CUDA LibTorch with the CUDA toolkit, tests the
-# NCCL communicator with one rank (every operation and dtype, through c10d's
-# ProcessGroupNCCL and a TCPStore rendezvous), then runs a few bf16 SFT steps
-# of the shipped quickstart and prints their throughput.
+# The one prepared check for a machine with an NVIDIA GPU (CI has none): builds
+# trlx against that machine's CUDA LibTorch, then
+#   - the NCCL communicator with one rank (every operation and dtype, host
+#     values through it, a real TCPStore rendezvous);
+#   - every strategy (DDP, ZeRO-1/2/3, FSDP) forced at world 1 over NCCL
+#     (debug_force_distributed) in bf16: its losses against the single-process
+#     run's within bf16 tolerance, the gradient-sync check every step, peak GPU
+#     memory; then a save at step 3 and a resume that ends with the
+#     uninterrupted run's model;
+#   - DPO with LoRA and gradient checkpointing;
+#   - generation;
+#   - tokens/s and model FLOPs utilisation of the quickstart model and of a
+#     ~0.5B-parameter model, against this GPU's measured bf16 matmul peak;
+#   - 2 ranks under `trlx launch` when the machine has 2 GPUs or more;
+# and prints a table. Exits non-zero when any check fails. About 6-8 minutes
+# on one H100/H200 with 16 cores, most of it the build.
 #
-#   scripts/gpu_check.sh            # BUILD_DIR=build-gpu JOBS=$(nproc) STEPS=20 to change
-set -euo pipefail
-cd "$(dirname "$0")/.."
+#   scripts/gpu_check.sh                 # BUILD_DIR=build-gpu JOBS=$(nproc)
+#   RESULTS=dir scripts/gpu_check.sh     # also keep logs and the table in dir
+#   GPU_CHECK_ON_CPU=1 TRLX=build/apps/trlx/trlx scripts/gpu_check.sh
+#                                        # the script's own logic on a CPU machine:
+#                                        # no build, no NCCL, no GPU figures
+#
+# A machine without the build's system packages (no apt, no network) can use
+# Debian's packages unpacked from .gpu-deps/ (made by scripts/gpu_deps.sh on a
+# machine with a package mirror, carried along with the checkout).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+ON_CPU=${GPU_CHECK_ON_CPU:-0}
+ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
-STEPS=${STEPS:-20}
+RESULTS=${RESULTS:-}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+TABLE="$WORK/table.txt"
+: >"$TABLE"
+failures=0
+PY=${PYTHON:-python3}
 
-if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L; then
-  echo "gpu_check: no NVIDIA GPU visible (nvidia-smi); run this on a GPU machine" >&2
-  exit 1
-fi
-if ! command -v nvcc >/dev/null && [ ! -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
-  echo "gpu_check: no CUDA toolkit (nvcc); without it trlx builds without its NCCL communicator" >&2
-  exit 1
+# record NAME STATUS DETAIL
+record() {
+  printf '%-34s %-5s %s\n' "$1" "$2" "$3" >>"$TABLE"
+  [ "$2" = FAIL ] && failures=$((failures + 1))
+  printf '== %-32s %-5s %s\n' "$1" "$2" "$3"
+}
+finish() {
+  echo
+  echo "gpu_check results ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)):"
+  printf '%-34s %-5s %s\n' "check" "" "result"
+  cat "$TABLE"
+  if [ -n "$RESULTS" ]; then
+    mkdir -p "$RESULTS"
+    cp "$TABLE" "$RESULTS/gpu_check_table.txt"
+    (cd "$WORK" && tar czf "$RESULTS/gpu_check_logs.tgz" --exclude='*.safetensors' --exclude='*.pt' . 2>/dev/null)
+  fi
+  echo "$(grep -c ' PASS ' "$TABLE") passed, $failures failed, $(grep -c ' SKIP ' "$TABLE") skipped"
+  exit $((failures == 0 ? 0 : 1))
+}
+
+if [ "$ON_CPU" = 1 ]; then
+  TRLX=$(realpath "${TRLX:?GPU_CHECK_ON_CPU needs TRLX=path/to/trlx}")
+  GPUS=0
+  record "mode" PASS "GPU_CHECK_ON_CPU: the checks' logic on CPU, nothing measured"
+else
+  # ---- the machine
+  if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >"$WORK/gpus.txt" 2>&1; then
+    echo "gpu_check: no NVIDIA GPU visible (nvidia-smi); run this on a GPU machine" >&2
+    exit 1
+  fi
+  GPUS=$(grep -c '^GPU ' "$WORK/gpus.txt")
+  record "gpus" PASS "$GPUS x $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)"
+  NVCC=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
+  if [ ! -x "$NVCC" ]; then
+    record "cuda toolkit" FAIL "no nvcc: without it trlx builds without its NCCL communicator"
+    finish
+  fi
+  PATH="$(dirname "$NVCC"):$PATH"
+  export PATH
+
+  # ---- system packages from .gpu-deps when the machine lacks them
+  CMAKE_EXTRA=()
+  if [ -d .gpu-deps ] && ls .gpu-deps/*.deb >/dev/null 2>&1; then
+    SYSROOT="$WORK/sysroot"
+    mkdir -p "$SYSROOT"
+    for f in .gpu-deps/*.deb; do dpkg-deb -x "$f" "$SYSROOT" 2>/dev/null || dpkg -x "$f" "$SYSROOT"; done
+    export PKG_CONFIG_PATH="$SYSROOT/usr/lib/x86_64-linux-gnu/pkgconfig:$SYSROOT/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    export PKG_CONFIG_SYSROOT_DIR="$SYSROOT"
+    export LD_LIBRARY_PATH="$SYSROOT/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    if ! command -v pkg-config >/dev/null && [ -x "$SYSROOT/usr/bin/pkg-config" ]; then export PATH="$PATH:$SYSROOT/usr/bin"; fi
+    CMAKE_EXTRA+=(-DTRLX_EXTRA_PREFIX="$SYSROOT/usr")
+    record "system packages" PASS "$(ls .gpu-deps/*.deb | wc -l) Debian packages unpacked from .gpu-deps"
+  fi
+
+  # ---- build
+  TORCH_PREFIX=$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+  if [ -z "$TORCH_PREFIX" ]; then
+    record "build" FAIL "$PY has no torch (set PYTHON to the interpreter with the CUDA PyTorch wheel)"
+    finish
+  fi
+  t0=$(date +%s)
+  if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+       -DPython3_EXECUTABLE="$(command -v "$PY")" -DTRLX_WITH_MPI=OFF "${CMAKE_EXTRA[@]}" \
+       >"$WORK/configure.log" 2>&1 &&
+     cmake --build "$BUILD_DIR" -j "$JOBS" --target trlx test_dist_nccl >"$WORK/build.log" 2>&1; then
+    record "build" PASS "$(( $(date +%s) - t0 )) s, torch $("$PY" -c 'import torch; print(torch.__version__)')"
+  else
+    tail -30 "$WORK/configure.log" "$WORK/build.log"
+    record "build" FAIL "see the log above"
+    finish
+  fi
+  if ! grep -q USE_C10D_NCCL "$BUILD_DIR/build.ninja"; then
+    record "nccl in libtorch" FAIL "this LibTorch has no c10d NCCL (USE_C10D_NCCL): use the CUDA PyTorch wheel"
+    finish
+  fi
+  TRLX="$ROOT/$BUILD_DIR/apps/trlx/trlx"
+  "$TRLX" env >"$WORK/env.txt" 2>&1
+
+  # ---- NCCL communicator, world 1
+  if "$BUILD_DIR/tests/unit/dist/test_dist_nccl" >"$WORK/nccl.log" 2>&1; then
+    record "nccl communicator (world 1)" PASS "$(grep -Eo 'All tests passed.*' "$WORK/nccl.log" | head -1)"
+  else
+    rc=$?
+    tail -20 "$WORK/nccl.log"
+    record "nccl communicator (world 1)" FAIL "exit $rc (77: no GPU found)"
+  fi
 fi
 
-echo "== build ($BUILD_DIR)"
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRLX_BUILD_TESTS=ON >"$BUILD_DIR.configure.log" 2>&1 ||
-  { cat "$BUILD_DIR.configure.log"; exit 1; }
-if ! grep -q USE_C10D_NCCL "$BUILD_DIR/compile_commands.json"; then
-  echo "gpu_check: this LibTorch does not offer c10d NCCL (USE_C10D_NCCL); install the CUDA PyTorch wheel" >&2
-  exit 1
-fi
-cmake --build "$BUILD_DIR" -j "$JOBS" --target trlx test_dist_nccl
-TRLX="$BUILD_DIR/apps/trlx/trlx"
-"$TRLX" env
+# Python helpers: a metric of a run, runs compared, models compared.
+metric() {  # metric RUN KEY [last|max]: KEY's last (or largest) value in RUN/metrics.jsonl
+  "$PY" - "$1" "$2" "${3:-last}" <<'EOF'
+import json, sys
+vals = [json.loads(l)[sys.argv[2]] for l in open(sys.argv[1] + "/metrics.jsonl") if sys.argv[2] in json.loads(l)]
+print("nan" if not vals else (max(vals) if sys.argv[3] == "max" else vals[-1]))
+EOF
+}
+loss_gap() {  # loss_gap RUN_A RUN_B: largest |loss_a - loss_b| / max(1, |loss_b|) over logged steps
+  "$PY" - "$1" "$2" <<'EOF'
+import json, sys
+def losses(d): return [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("nan" if not a or len(a) != len(b) else "%.3g" % max(abs(x - y) / max(1.0, abs(y)) for x, y in zip(a, b)))
+EOF
+}
+score_gap() {  # score_gap MODEL_A MODEL_B: largest sum_logprob difference over the SFT test rows
+  "$TRLX" score --model "$1" --input examples/data/sft/test.jsonl >"$WORK/.sa" 2>/dev/null
+  "$TRLX" score --model "$2" --input examples/data/sft/test.jsonl >"$WORK/.sb" 2>/dev/null
+  "$PY" - "$WORK/.sa" "$WORK/.sb" <<'EOF'
+import json, sys
+a = [json.loads(l)["sum_logprob"] for l in open(sys.argv[1]) if l.strip()]
+b = [json.loads(l)["sum_logprob"] for l in open(sys.argv[2]) if l.strip()]
+print("nan" if not a or len(a) != len(b) else "%.3g" % max(abs(x - y) / max(1.0, abs(y)) for x, y in zip(a, b)))
+EOF
+}
+mib() { "$PY" -c 'import sys; v=sys.argv[1]; print(v if v == "nan" else "%.0f" % float(v))' "$(metric "$1" peak_gpu_memory_mb)"; }
+below() { "$PY" -c 'import math,sys; v=float(sys.argv[1]); sys.exit(0 if math.isfinite(v) and v <= float(sys.argv[2]) else 1)' "$1" "$2"; }
 
-echo "== NCCL communicator, world 1"
-rc=0
-"$BUILD_DIR/tests/unit/dist/test_dist_nccl" || rc=$?
-if [ $rc != 0 ]; then
-  echo "gpu_check: NCCL communicator test failed (exit $rc; 77 means it did not find the GPU)" >&2
-  exit 1
+# ---- every strategy at world 1 over NCCL, bf16
+SFT="--config configs/sft.yaml --bf16 true --max_steps 6 --logging_steps 1 --eval_strategy no"
+"$TRLX" sft $SFT --save_strategy no --output_dir "$WORK/single" >"$WORK/single.log" 2>&1 ||
+  record "sft bf16 single process" FAIL "exit $?"
+for preset in multi_gpu zero1 zero2 zero3 fsdp; do
+  run="$WORK/$preset"
+  FORCED="$SFT --accelerate_config $preset --debug_force_distributed true --debug_check_grad_sync_steps 1"
+  if ! "$TRLX" sft $FORCED --save_steps 3 --output_dir "$run" >"$run.log" 2>&1; then
+    tail -8 "$run.log"
+    record "$preset: train" FAIL "exit code; see $preset.log"
+    continue
+  fi
+  want_comm=nccl
+  [ "$ON_CPU" = 1 ] && want_comm=single
+  if ! grep -q "debug_force_distributed: running .*($want_comm communicator)" "$run.log"; then
+    record "$preset: train" FAIL "did not run the strategy over the $want_comm communicator"
+    continue
+  fi
+  gap=$(loss_gap "$run" "$WORK/single")
+  if below "$gap" 2e-2; then status=PASS; else status=FAIL; fi
+  record "$preset: loss vs single (bf16)" $status "largest relative gap $gap; peak $(mib "$run") MiB"
+  # Resume from step 3 to the end: the uninterrupted run's model.
+  if "$TRLX" sft $FORCED --save_steps 3 --output_dir "$run-resumed" \
+       --resume_from_checkpoint "$run/checkpoint-3" >"$run-resumed.log" 2>&1; then
+    d=$(score_gap "$run" "$run-resumed")
+    if below "$d" 1e-3; then status=PASS; else status=FAIL; fi
+    record "$preset: resume from step 3" $status "score difference $d"
+  else
+    tail -8 "$run-resumed.log"
+    record "$preset: resume from step 3" FAIL "exit code"
+  fi
+done
+
+# ---- DPO with LoRA and gradient checkpointing
+# On the model the SFT check above trained (configs/dpo.yaml names the quickstart's runs/sft).
+if "$TRLX" dpo --config configs/dpo.yaml --model_name_or_path "$WORK/single" --bf16 true --max_steps 6 \
+     --logging_steps 2 --eval_strategy no \
+     --save_strategy no --use_peft true --lora_r 8 --gradient_checkpointing true \
+     --output_dir "$WORK/dpo" >"$WORK/dpo.log" 2>&1; then
+  first=$("$PY" -c 'import json,sys; print(next(json.loads(l)["loss"] for l in open(sys.argv[1]) if "\"loss\"" in l))' \
+          "$WORK/dpo/metrics.jsonl")
+  # The first step's loss is ln 2: the policy starts as its reference.
+  if below "$("$PY" -c "import math; print(abs($first - math.log(2)))")" 1e-2; then status=PASS; else status=FAIL; fi
+  record "dpo lora + checkpointing" $status "first loss $first (ln 2 = 0.693); peak $(mib "$WORK/dpo") MiB"
+else
+  tail -8 "$WORK/dpo.log"
+  record "dpo lora + checkpointing" FAIL "exit code"
 fi
 
-echo "== bf16 SFT, $STEPS steps"
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
-start=$(date +%s.%N)
-"$TRLX" sft --config configs/sft.yaml --bf16 true --max_steps "$STEPS" --logging_steps 5 --eval_strategy no \
-  --save_strategy no --output_dir "$OUT/sft" 2>&1 | tee "$OUT/sft.log"
-end=$(date +%s.%N)
-grep -E '"(loss|train_tokens_per_second|train_runtime)"' "$OUT/sft/metrics.jsonl" | tail -3 || true
-grep -q 'precision.*bf16' "$OUT/sft.log" || echo "gpu_check: warning: the run did not report bf16 precision" >&2
-echo "gpu_check: $STEPS bf16 steps in $(echo "$end - $start" | bc) s wall (startup included); all checks passed"
+# ---- generation
+if "$TRLX" generate --model "$WORK/single" --prompt "12+30=" --max_new_tokens 8 >"$WORK/gen.txt" 2>"$WORK/gen.log" &&
+   [ -s "$WORK/gen.txt" ]; then
+  record "generate" PASS "$(head -c 60 "$WORK/gen.txt" | tr '\n' ' ')"
+else
+  tail -5 "$WORK/gen.log"
+  record "generate" FAIL "exit code or no output"
+fi
+
+if [ "$ON_CPU" = 1 ]; then finish; fi
+
+# ---- throughput and MFU against the measured matmul peak
+PEAK=$("$PY" - <<'EOF'
+import torch, time
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = torch.randn_like(a)
+for _ in range(3): a @ b
+torch.cuda.synchronize(); t = time.perf_counter()
+for _ in range(10): a @ b
+torch.cuda.synchronize(); print(10 * 2 * 8192**3 / (time.perf_counter() - t))
+EOF
+)
+record "bf16 matmul peak" PASS "$("$PY" -c "print('%.0f TFLOP/s' % ($PEAK / 1e12))")"
+# mfu RUN PARAMS: tokens/s x 6 x parameters / peak (attention's own FLOPs not counted).
+mfu() { "$PY" -c "import sys; print('%.1f%%' % (100 * $(metric "$1" train_tokens_per_second) * 6 * $2 / $PEAK))"; }
+params_of() { "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1]+"/config.json")); h,l,v,i=c["hidden_size"],c["num_hidden_layers"],c["vocab_size"],c["intermediate_size"]; kv=c.get("num_key_value_heads",c["num_attention_heads"]); hd=c.get("head_dim",h//c["num_attention_heads"]); print(l*(h*hd*c["num_attention_heads"]*2+2*h*hd*kv+3*h*i)+v*h*(1 if c.get("tie_word_embeddings") else 2))' "$1"; }
+record "quickstart model tokens/s" PASS "$(printf '%.0f' "$(metric "$WORK/single" train_tokens_per_second)") tokens/s, MFU $(mfu "$WORK/single" "$(params_of examples/tiny-model)")"
+# A Qwen2-0.5B-shaped model with random weights, 1024-token rows.
+if "$TRLX" init-model --arch qwen2 --hidden_size 896 --intermediate_size 4864 --num_layers 24 --num_heads 14 \
+     --num_kv_heads 2 --tokenizer examples/tiny-model --vocab_size 151936 --tie_word_embeddings \
+     --max_position_embeddings 4096 --out "$WORK/m05b" >"$WORK/init.log" 2>&1 &&
+   "$PY" - "$WORK/rows" <<'EOF'
+import json, os, random, sys
+os.makedirs(sys.argv[1], exist_ok=True)
+random.seed(0)
+with open(sys.argv[1] + "/train.jsonl", "w") as f:
+    for _ in range(256):
+        words = " ".join(str(random.randint(0, 99999)) for _ in range(700))
+        f.write(json.dumps({"prompt": words[:200], "completion": words[200:]}) + "\n")
+EOF
+then
+  for ck in false true; do
+    if "$TRLX" sft --model_name_or_path "$WORK/m05b" --dataset_name "$WORK/rows" --bf16 true --max_length 1024 \
+         --per_device_train_batch_size 8 --max_steps 12 --logging_steps 4 --eval_strategy no --save_strategy no \
+         --gradient_checkpointing $ck --learning_rate 1e-4 --output_dir "$WORK/m05b_run_$ck" \
+         >"$WORK/m05b_$ck.log" 2>&1; then
+      record "0.5B sft (checkpointing $ck)" PASS "$(printf '%.0f' "$(metric "$WORK/m05b_run_$ck" train_tokens_per_second)") tokens/s, MFU $(mfu "$WORK/m05b_run_$ck" "$(params_of "$WORK/m05b")"), peak $(mib "$WORK/m05b_run_$ck") MiB"
+    else
+      tail -8 "$WORK/m05b_$ck.log"
+      record "0.5B sft (checkpointing $ck)" FAIL "exit code"
+    fi
+  done
+else
+  record "0.5B model" FAIL "init-model or data failed"
+fi
+
+# ---- 2 ranks when there are 2 GPUs
+if [ "$GPUS" -ge 2 ]; then
+  for preset in multi_gpu zero3; do
+    if "$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $SFT --per_device_train_batch_size 8 --save_strategy no \
+         --accelerate_config $preset --debug_check_grad_sync_steps 1 --output_dir "$WORK/two_$preset" \
+         >"$WORK/two_$preset.log" 2>&1; then
+      record "2 GPUs $preset" PASS "loss gap vs single $(loss_gap "$WORK/two_$preset" "$WORK/single")"
+    else
+      tail -8 "$WORK/two_$preset.log"
+      record "2 GPUs $preset" FAIL "exit code"
+    fi
+  done
+else
+  record "2 GPUs" SKIP "one GPU on this machine (NCCL refuses two ranks on one device)"
+fi
+finish

@@ -53,6 +53,14 @@ struct TempDir {
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
+
+  // Writes `content` (bytes as given) to a path relative to the directory.
+  std::filesystem::path write(const std::string& rel, const std::string& content) const {
+    const auto p = path / rel;
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << content;
+    return p;
+  }
 };
 
 // Says why a test cannot run here, in the line ctest turns into "Skipped"

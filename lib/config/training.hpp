@@ -49,6 +49,7 @@ struct TrainingConfig {
   std::optional<bool> bf16;
   bool fp16 = false;
   bool dataloader_drop_last = false;
+  std::string train_sampling_strategy = "random";
   bool average_tokens_across_devices = true;
   // sequence handling
   std::optional<int64_t> max_length;
@@ -77,6 +78,7 @@ struct TrainingConfig {
   std::optional<double> ddp_bucket_cap_mb;
   std::optional<bool> ddp_find_unused_parameters;
   int64_t debug_check_grad_sync_steps = 0;
+  bool debug_force_distributed = false;
 
   // Derived: bf16 resolves to true unless fp16 is set, as in TRL.
   bool use_bf16() const { return bf16.value_or(!fp16); }
@@ -89,6 +91,7 @@ struct TrainingDefaults {
   bool disable_dropout = false;
   std::optional<int64_t> max_length = 1024;
   double logging_steps = 10;
+  std::string train_sampling_strategy = "random";
 };
 
 inline const std::vector<std::string>& trainer_names() {
@@ -163,6 +166,10 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::fp16, "fp16", false, "fp16 mixed precision (not built: use bf16).")
       .not_built("fp16 mixed precision needs loss scaling, which trlx lacks; use bf16: true, or bf16: false for float32");
   b.field(&T::dataloader_drop_last, "dataloader_drop_last", false, "Drop the last incomplete batch of an epoch.");
+  b.field(&T::train_sampling_strategy, "train_sampling_strategy", d.train_sampling_strategy,
+          "Order of the training examples: random (reshuffled every epoch, from data_seed) or sequential "
+          "(as stored). group_by_length and batch_rebalance are not built.")
+      .one_of({"random", "sequential"});
   b.field(&T::average_tokens_across_devices, "average_tokens_across_devices", true,
           "Normalise the loss by the token count summed over all ranks.");
 
@@ -212,6 +219,9 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::debug_check_grad_sync_steps, "debug_check_grad_sync_steps", 0,
           "Every N steps, compare a hash of the reduced gradients across ranks and stop on a mismatch "
           "(0 = off).").min(0);
+  b.field(&T::debug_force_distributed, "debug_force_distributed", false,
+          "Run the accelerate config's strategy (DDP, ZeRO, FSDP), and on a GPU the NCCL communicator, even with "
+          "one process, so that one GPU exercises the multi-GPU code paths (checks and benchmarks).");
 
   b.rule([](const C& c, Conflicts& out) {
     if (c.warmup_ratio && c.warmup_steps > 0)

@@ -7,14 +7,22 @@
 
 namespace trlx::engine {
 
+//
+// `cache`: autocast keeps the bf16 copy of each weight until the outermost
+// scope ends, which under parameter sharding holds a copy of every gathered
+// layer for the whole forward; sharded runs turn it off, so each copy goes
+// with the op that made it.
 class Autocast {
  public:
-  Autocast(bool on, c10::DeviceType device, at::ScalarType dtype = at::kBFloat16) : on_(on), device_(device) {
+  Autocast(bool on, c10::DeviceType device, at::ScalarType dtype = at::kBFloat16, bool cache = true)
+      : on_(on), device_(device) {
     if (!on_) return;
     prev_ = at::autocast::is_autocast_enabled(device_);
     prev_dtype_ = at::autocast::get_autocast_dtype(device_);
+    prev_cache_ = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_enabled(device_, true);
     at::autocast::set_autocast_dtype(device_, dtype);
+    at::autocast::set_autocast_cache_enabled(cache);
     at::autocast::increment_nesting();
   }
   ~Autocast() {
@@ -22,6 +30,7 @@ class Autocast {
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     at::autocast::set_autocast_enabled(device_, prev_);
     at::autocast::set_autocast_dtype(device_, prev_dtype_);
+    at::autocast::set_autocast_cache_enabled(prev_cache_);
   }
   Autocast(const Autocast&) = delete;
   Autocast& operator=(const Autocast&) = delete;
@@ -30,6 +39,7 @@ class Autocast {
   bool on_;
   c10::DeviceType device_;
   bool prev_ = false;
+  bool prev_cache_ = true;
   at::ScalarType prev_dtype_ = at::kBFloat16;
 };
 

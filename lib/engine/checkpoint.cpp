@@ -41,6 +41,7 @@ struct CheckpointState : torch::CustomClassHolder {
   torch::Tensor cpu_rng, device_rng;  // generator states at the forward
   bool autocast = false;
   at::ScalarType autocast_dtype = at::kBFloat16;
+  bool autocast_cache = true;
 };
 
 // Runs with the generators set to the forward's states, then puts back the
@@ -84,7 +85,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     {
       torch::AutoGradMode grad_on(true);
       ReplayRng rng(*state);
-      Autocast ac(state->autocast, state->device.type(), state->autocast_dtype);
+      Autocast ac(state->autocast, state->device.type(), state->autocast_dtype, state->autocast_cache);
       out = state->fn(x);
     }
     variable_list grads(2 + state->params.size());
@@ -122,6 +123,7 @@ torch::Tensor checkpoint_block(const BlockFn& fn, const torch::Tensor& x, const 
   if (!x.device().is_cpu()) state->device_rng = get_state(generator_for(x.device()));
   state->autocast = at::autocast::is_autocast_enabled(x.device().type());
   state->autocast_dtype = at::autocast::get_autocast_dtype(x.device().type());
+  state->autocast_cache = at::autocast::is_autocast_cache_enabled();
   return CheckpointFunction::apply(x, at::TensorList(params), state);
 }
 

@@ -19,6 +19,7 @@
 #include "config/accelerate.hpp"
 #include "config/training.hpp"
 #include "engine/memory_plan.hpp"
+#include "engine/metrics.hpp"
 #include "engine/schedule.hpp"
 #include "io/tensorboard.hpp"
 #include "dist/strategy/strategy.hpp"
@@ -29,20 +30,6 @@
 namespace trlx::engine {
 
 using TensorMap = std::map<std::string, torch::Tensor>;
-
-// Metrics of one micro-batch as sums and counts, so that averages over
-// accumulation and logging windows weigh every token (or row) equally.
-struct MetricSums {
-  std::map<std::string, std::pair<double, double>> values;  // name -> (sum, count)
-  void add(const std::string& name, double sum, double count) {
-    auto& v = values[name];
-    v.first += sum;
-    v.second += count;
-  }
-  void merge(const MetricSums& o) {
-    for (const auto& [k, v] : o.values) add(k, v.first, v.second);
-  }
-};
 
 struct LossOutput {
   torch::Tensor loss_sum;  // summed over this micro-batch's items; the engine divides by the step's items
@@ -64,7 +51,8 @@ class Trainer {
   virtual size_t num_examples(const std::string& split) const = 0;
   // A micro-batch from example indices of `split`.
   virtual TensorMap collate(const std::string& split, const std::vector<size_t>& indices) const = 0;
-  // How many items (e.g. target tokens) the loss of this micro-batch sums over.
+  // How many items (e.g. target tokens) the loss of this micro-batch sums
+  // over. The engine asks on the host, before the batch moves to the device.
   virtual double num_items(const TensorMap& batch) const = 0;
   // On a rank with no examples in a micro-batch (an uneven last batch),
   // loss() still runs, on a stand-in example (the global batch's first),
@@ -132,10 +120,12 @@ class Engine {
   // Training (dropout on) or evaluation mode for the policy, e.g. around a
   // precomputation pass before training.
   void set_training(bool on) { on ? policy_->train() : policy_->eval(); }
-  // Moves a separate reference model towards the policy:
-  // ref = alpha * policy + (1 - alpha) * ref (TR-DPO's sync_ref_model).
-  // InputError when the reference is the policy with adapters disabled.
-  void sync_reference(double alpha);
+  // TR-DPO's sync_ref_model, as a step hook: before the first forward of
+  // every step that follows a multiple of `every_steps` completed steps,
+  // the separate reference moves towards the policy:
+  // ref = alpha * policy + (1 - alpha) * ref. InputError when the reference
+  // is the policy with adapters disabled (call after set_reference).
+  void sync_reference_every(int64_t every_steps, double alpha);
   bool has_separate_reference() const { return static_cast<bool>(reference_); }
   // A separate frozen reference model (otherwise Role::Reference is the
   // policy with adapters disabled).
@@ -150,8 +140,6 @@ class Engine {
   int world_size() const { return comm_->world_size(); }
   torch::Device device() const { return device_; }
 
-  // For tests and commands that inspect the trained weights.
-  model::LanguageModelImpl& policy() { return *policy_; }
   // Copies of the policy's parameter values (only the trained ones when
   // `trainable_only`), whole even under parameter sharding, where this is
   // a collective: every rank calls it.
@@ -164,19 +152,33 @@ class Engine {
   // Asks the loop to stop after the current step and save (SIGTERM/SIGINT).
   static void request_stop();
 
-  // For tests: one optimizer step over these micro-batches (indices into the
-  // train split); returns the loss and the grad norm before clipping.
-  std::pair<double, double> step_on(Trainer& trainer, const std::vector<std::vector<size_t>>& micro_batches);
+  // Tests reach the policy and single steps through this (tests/support/engine_probe.hpp).
+  friend struct EngineProbe;
 
  private:
+  // One optimizer step over these micro-batches (indices into the train
+  // split) as the loop runs it; returns the loss and the grad norm before
+  // clipping. For tests, through EngineProbe.
+  std::pair<double, double> step_on(Trainer& trainer, const std::vector<std::vector<size_t>>& micro_batches);
+  void sync_reference(double alpha);
+  // Before a step's first forward: the step hooks (the reference sync).
+  void before_step();
   void setup(Trainer& trainer);
   class RoleScope;
   model::LanguageModelImpl& model_for(Role role);
   model::Batch to_device(const model::Batch& b) const;
-  // This rank's share of a global batch; a rank whose share is empty gets
-  // the stand-in example and `stand_in` set.
-  TensorMap collate_local(Trainer& trainer, const std::string& split, const std::vector<size_t>& global_batch,
-                          bool* stand_in) const;
+  // Whether a host [B, T] mask has padding only after each row's tokens.
+  static bool padding_trails(const torch::Tensor& host_mask);
+  // This rank's share of a global batch, on the device; a rank whose share
+  // is empty gets the stand-in example. Its loss's items and its real tokens
+  // are counted on the host first (0 for a stand-in).
+  struct Collated {
+    TensorMap batch;
+    bool stand_in = false;
+    double items = 0;
+    double tokens = 0;
+  };
+  Collated collate_local(Trainer& trainer, const std::string& split, const std::vector<size_t>& global_batch);
   void reduce_metrics(MetricSums& m);
   void save_model(const std::filesystem::path& dir, bool into_existing_dir);
   // Runs `write` on rank 0, which calls the hook it is given before reading
@@ -189,12 +191,19 @@ class Engine {
   // Writes `m` (the policy or the reference) in Hugging Face format.
   void save_full_model(model::LanguageModelImpl& m, const std::filesystem::path& dir, bool into_existing_dir);
   std::string optimizer_file() const;
+  // Where the optimizer's state lives: the device of the tensors it updates.
+  torch::Device optimizer_device() const;
   std::vector<std::vector<size_t>> epoch_batches(size_t n, int64_t epoch) const;
   std::pair<double, double> optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
                                            MetricSums& metrics);
   MetricSums evaluate(Trainer& trainer);
   void save_checkpoint(int64_t epoch, size_t batch_in_epoch);
   void resume(const std::filesystem::path& dir, int64_t* epoch, size_t* batch_in_epoch);
+  // Creates output_dir and fails now, not at the first save, when it is not writable.
+  void prepare_output_dir();
+  // The checkpoint resume_from_checkpoint names ("latest": the newest in output_dir), if any.
+  std::optional<std::filesystem::path> checkpoint_to_resume() const;
+  void open_tensorboard();
   void log_metrics(const std::map<std::string, double>& m);
   void print_startup(Trainer& trainer);
   std::string memory_savers() const;
@@ -219,11 +228,20 @@ class Engine {
   // The separate reference has been moved by sync_reference (TR-DPO):
   // checkpoints then carry it (reference/), and resume restores it.
   bool reference_moved_ = false;
+  struct ReferenceSync {
+    int64_t every_steps;
+    double alpha;
+  };
+  std::optional<ReferenceSync> reference_sync_;
   int64_t micro_per_step_ = 1;
   size_t batches_per_epoch_ = 0;
   double tokens_seen_ = 0;
   std::vector<std::string> log_history_;  // JSON lines, for trainer_state.json
   std::unique_ptr<io::EventWriter> tensorboard_;  // rank 0, report_to: tensorboard
+  // The attention masks of the micro-batches collated for this step whose
+  // padding trails (read on the host while collating; held, so that none is
+  // freed and its address reused while the step runs).
+  std::vector<torch::Tensor> trailing_masks_;
 };
 
 }  // namespace trlx::engine

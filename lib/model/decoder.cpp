@@ -1,5 +1,7 @@
 #include "model/decoder.hpp"
 
+#include <ATen/autocast_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -179,21 +181,20 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     ck = k;
     cv = v;
   }
-  if (kv_heads_ != heads_) {
-    const int64_t groups = heads_ / kv_heads_;
-    k = k.repeat_interleave(groups, 1);
-    v = v.repeat_interleave(groups, 1);
-  }
+  // Grouped-query attention: SDPA shares each K/V head among its query
+  // heads itself (no repeated copies of K and V).
+  const bool gqa = kv_heads_ != heads_;
   torch::Tensor out;
   if (mask.defined()) {
-    // The model passes an additive mask made once per forward in its dtype;
-    // a query of another dtype (a bf16 model's autocast mix) gets it cast.
+    // The model passes an additive mask made once per forward in the
+    // attention's compute dtype; a query of another dtype gets it cast.
     const bool cast = mask.scalar_type() != torch::kBool && mask.scalar_type() != q.scalar_type();
-    out = at::scaled_dot_product_attention(q, k, v, cast ? mask.to(q.scalar_type()) : mask);
+    out = at::scaled_dot_product_attention(q, k, v, cast ? mask.to(q.scalar_type()) : mask, 0.0, false, std::nullopt,
+                                           gqa);
   } else {
     // No mask: causal over the same positions, or one query after a cache.
     const bool causal = q.size(2) == k.size(2);
-    out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal);
+    out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal, std::nullopt, gqa);
   }
   out = out.transpose(1, 2).reshape({b, t, heads_ * head_dim_});
   return o_proj->forward(out);
@@ -262,8 +263,13 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   // same positions, everything when one new token looks at the cache. Only
   // padding, a chunk of several new tokens after a cache, or a sliding window
   // need an explicit mask.
-  const bool padded = !key_mask.all().item<bool>();
+  // Padding only after each row's tokens (what the caller knows from the
+  // host, without a device sync) needs no mask either when queries and keys
+  // are the same positions: causal attention never reaches a later pad from
+  // a real token, and pad positions feed nothing.
   const bool packed = batch.document_ids.defined();
+  const bool trailing = batch.padding_trails && !packed && past == 0;
+  const bool padded = !trailing && !key_mask.all().item<bool>();
   TORCH_CHECK(!packed || past == 0, "packed sequences (document_ids) cannot be used with a KV cache");
   torch::Tensor full_mask, sliding_mask;
   if (padded || packed || (past > 0 && t > 1)) full_mask = build_attention_mask(key_mask, t, std::nullopt);
@@ -293,9 +299,14 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   // SDPA turns a boolean mask into an additive one of the query's dtype on
   // every call, and each layer's backward keeps its own copy; one additive
   // mask for all layers gives the same numbers with one conversion and one copy.
+  // In the dtype attention computes in: autocast's (bf16) when it is on.
+  const auto mask_dtype = at::autocast::is_autocast_enabled(device.type())
+                              ? at::autocast::get_autocast_dtype(device.type())
+                              : x.scalar_type();
   auto additive = [&](const torch::Tensor& m) {
     if (!m.defined()) return m;
-    return torch::zeros(m.sizes(), x.options()).masked_fill_(m.logical_not(), -std::numeric_limits<double>::infinity());
+    return torch::zeros(m.sizes(), x.options().dtype(mask_dtype))
+        .masked_fill_(m.logical_not(), -std::numeric_limits<double>::infinity());
   };
   full_mask = additive(full_mask);
   sliding_mask = additive(sliding_mask);

@@ -145,6 +145,10 @@ struct Batch {
   // branch_mask), e.g. a prompt followed by two completions that each see the
   // prompt once computed.
   torch::Tensor document_ids{};
+  // Known on the host: each row's padding (if any) comes after all its real
+  // tokens. Lets the model skip the attention mask (causal attention is then
+  // exact for every real token) without reading the mask on the device.
+  bool padding_trails = false;
 };
 
 // What a strategy that splits parameters across ranks installs in a model

@@ -259,20 +259,7 @@ double DPOTrainer::num_items(const engine::TensorMap& batch) const {
   return static_cast<double>(batch.at("input_ids").size(0) / 2);
 }
 
-void DPOTrainer::maybe_sync_reference(engine::Engine& engine) {
-  // TR-DPO: after every ref_model_sync_steps-th optimizer step the reference
-  // moves towards the policy: ref = alpha * policy + (1 - alpha) * ref. Done
-  // before the next step's first forward, which is the first time it matters.
-  if (!config_.sync_ref_model) return;
-  const int64_t step = engine.global_step();
-  if (step == 0 || step == last_synced_step_ || step % config_.ref_model_sync_steps != 0) return;
-  last_synced_step_ = step;
-  engine.sync_reference(config_.ref_model_mixup_alpha);
-  log::info("step {}: reference model synced with the policy (ref_model_mixup_alpha {})", step, config_.ref_model_mixup_alpha);
-}
-
 engine::LossOutput DPOTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
-  if (engine.training()) maybe_sync_reference(engine);
   const auto& ids = batch.at("input_ids");
   const auto& attn = batch.at("attention_mask");
   const int64_t t = ids.size(1);
@@ -458,8 +445,7 @@ int run_dpo(const DPOConfig& c) {
   engine::Engine engine(c, std::move(loaded), "dpo");
   if (reference.separate) engine.set_reference(reference.separate);
   DPOTrainer trainer(c, std::move(splits), pad);
-  if (c.sync_ref_model && !reference.separate)
-    fail_input("sync_ref_model needs a separate reference model to update; with use_peft set ref_model");
+  if (c.sync_ref_model) engine.sync_reference_every(c.ref_model_sync_steps, c.ref_model_mixup_alpha);
   if (c.precompute_ref_log_probs) {
     engine::CacheKey key;
     for (const auto& f : reference.files) key.file(f);

@@ -96,13 +96,10 @@ class DPOTrainer : public engine::Trainer {
   const engine::MetricSums& last_metrics() const { return last_metrics_; }
 
  private:
-  void maybe_sync_reference(engine::Engine& engine);
-
   DPOConfig config_;
   std::map<std::string, std::vector<PreferenceExample>> splits_;
   std::map<std::string, RefLogps> ref_;
   int64_t pad_id_;
-  int64_t last_synced_step_ = 0;
   engine::MetricSums last_metrics_;
 };
 

@@ -6,7 +6,13 @@ const config::Schema& kto_schema() {
   static const config::Schema schema = [] {
     config::Schema s("kto", "Kahneman-Tversky optimisation on prompt/completion/label data (paired data is unpaired)");
     config::SchemaBuilder<KTOConfig> b(s);
-    add_training_fields(b, {.learning_rate = 1e-6, .gradient_checkpointing = true, .disable_dropout = true});
+    // TRL's KTO reads examples in stored order (its KL completions are paired
+    // with their neighbours when the dataset is prepared). trlx pairs them
+    // within each collated batch, so random order works as well.
+    add_training_fields(b, {.learning_rate = 1e-6,
+                            .gradient_checkpointing = true,
+                            .disable_dropout = true,
+                            .train_sampling_strategy = "sequential"});
     using C = KTOConfig;
     b.group("kto");
     b.field(&C::beta, "beta", 0.1, "Strength of the implicit KL penalty towards the reference model.").min(0);

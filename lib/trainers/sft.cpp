@@ -279,8 +279,10 @@ engine::LossOutput SFTTrainer::loss(engine::Engine& engine, const engine::Tensor
   engine::LossOutput out;
   out.loss_sum = per_token.sum();
   const double n = mask.sum().item<double>();
-  out.metrics.add("mean_token_accuracy", lp.correct.sum().item<double>(), n);
-  out.metrics.add("entropy", lp.entropy.sum().item<double>(), n);
+  // TRL takes each micro-batch's ratio over all ranks' target tokens and
+  // averages those ratios over the logging window.
+  out.metrics.add_per_batch("mean_token_accuracy", lp.correct.sum().item<double>(), n);
+  out.metrics.add_per_batch("entropy", lp.entropy.sum().item<double>(), n);
   return out;
 }
 

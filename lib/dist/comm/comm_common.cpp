@@ -36,11 +36,14 @@ std::string describe(const char* op, int64_t seq, const torch::Tensor& t, std::o
   return fmt::format("{} #{} ({})", op, seq, args);
 }
 
-void check_tensor(const char* op, const torch::Tensor& t, torch::DeviceType device) {
+void check_tensor(const char* op, const torch::Tensor& t, const torch::Device& device) {
   if (!t.defined()) fail("{}: the tensor is undefined", op);
-  if (t.device().type() != device)
-    fail("{}: the tensor is on {} but this communicator works on {} tensors", op, t.device().str(),
-         c10::DeviceTypeName(device, true));
+  const auto d = t.device();
+  // A CPU tensor reports no index; a GPU one always does.
+  if (d.type() != device.type() || (device.has_index() && d.has_index() && d.index() != device.index()))
+    fail("{}: the tensor is on {} but this communicator works on {} tensors (host values go through "
+         "dist/comm/host_values.hpp)",
+         op, d.str(), device.str());
   if (!t.is_contiguous()) fail("{}: the tensor must be contiguous (call .contiguous() and copy back)", op);
   switch (t.scalar_type()) {
     case torch::kFloat: case torch::kDouble: case torch::kBFloat16: case torch::kHalf: case torch::kInt:

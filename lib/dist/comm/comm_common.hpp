@@ -13,9 +13,9 @@ namespace trlx::dist::detail {
 std::string describe(const char* op, int64_t seq, const torch::Tensor& t, std::optional<ReduceOp> reduce = std::nullopt,
                      int root = -1);
 
-// Throws Error for a tensor a collective cannot take (wrong device, not
-// contiguous, unsupported dtype).
-void check_tensor(const char* op, const torch::Tensor& t, torch::DeviceType device);
+// Throws Error for a tensor a collective cannot take (on another device than
+// the communicator's, type or index; not contiguous; unsupported dtype).
+void check_tensor(const char* op, const torch::Tensor& t, const torch::Device& device);
 // The shard of `total` elements rank `rank` holds; throws Error when
 // `shard_numel` (the caller's tensor) does not match it.
 Shard check_shard(const char* op, int64_t total, int64_t shard_numel, int world_size, int rank);

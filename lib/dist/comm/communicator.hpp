@@ -52,12 +52,21 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual std::string backend() const = 0;  // "single", "mpi", "nccl"
+  // The device every tensor handed to a collective is on: CPU for MPI, the
+  // rank's GPU for NCCL, the run's device for a single process. Every
+  // communicator refuses a tensor on any other device (type and index).
+  virtual torch::Device device() const = 0;
+  // A copy of a host tensor on device(), and back: the way host values
+  // (counts, metrics, fingerprints, names) reach a collective. Only the
+  // helpers of dist/comm/host_values.hpp call these.
+  virtual torch::Tensor host_to_device(const torch::Tensor& host) const { return host.to(device(), false, true); }
+  virtual torch::Tensor device_to_host(const torch::Tensor& t) const { return t.to(torch::kCPU, false, true); }
 
-  // Tensors are contiguous and on the communicator's device (CPU for MPI, the
-  // rank's GPU for NCCL); every rank passes the same dtype and sizes, and every
-  // rank starts the same collectives in the same order. Supported dtypes:
-  // float32, float64, bfloat16, float16, int32, int64 (Avg on integers rounds
-  // down). A tensor handed to a collective must not be touched until wait().
+  // Tensors are contiguous and on device(); every rank passes the same dtype
+  // and sizes, and every rank starts the same collectives in the same order.
+  // Supported dtypes: float32, float64, bfloat16, float16, int32, int64 (Avg
+  // on integers rounds down). A tensor handed to a collective must not be
+  // touched until wait().
 
   // In place over every rank's `t`.
   virtual WorkPtr all_reduce(torch::Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;

@@ -68,7 +68,9 @@ Rendezvous rendezvous_for(const LauncherEnv& env, const EnvLookup& lookup_in) {
   }
   if (is_mpi_launcher(env.launcher)) {
     rv.share_over_mpi = true;
-    rv.host = env.num_nodes <= 1 ? "127.0.0.1" : this_host();
+    // Loopback only when the launcher said every rank is on this node; a
+    // guess of one node would leave other nodes dialling their own loopback.
+    rv.host = env.num_nodes <= 1 && env.nodes_known ? "127.0.0.1" : this_host();
     rv.is_server = env.rank == 0;
     rv.port = 0;
     return rv;
@@ -79,8 +81,8 @@ Rendezvous rendezvous_for(const LauncherEnv& env, const EnvLookup& lookup_in) {
 }
 
 std::unique_ptr<Communicator> make_communicator(const LauncherEnv& env, torch::Device device,
-                                                std::chrono::seconds timeout) {
-  if (env.world_size <= 1) return make_single_communicator();
+                                                std::chrono::seconds timeout, bool nccl_at_world_1) {
+  if (env.world_size <= 1 && !(nccl_at_world_1 && device.is_cuda())) return make_single_communicator(device);
   if (device.is_cuda()) {
     if (!nccl_available())
       fail_input("{} ranks on {}: GPU ranks talk through NCCL, and this trlx was built against a LibTorch without "

@@ -21,10 +21,12 @@ namespace trlx::dist {
 // `timeout` bounds every wait (ddp_timeout). Throws InputError when the launch
 // cannot work (torchrun on CPU without MPI, no rendezvous address, a build
 // without NCCL asked for a GPU), CommError when the rendezvous times out.
+// `nccl_at_world_1`: a GPU process alone still gets the NCCL communicator
+// (debug_force_distributed), so one GPU runs every NCCL code path.
 std::unique_ptr<Communicator> make_communicator(const LauncherEnv& env, torch::Device device,
-                                                std::chrono::seconds timeout);
+                                                std::chrono::seconds timeout, bool nccl_at_world_1 = false);
 
-std::unique_ptr<Communicator> make_single_communicator();
+std::unique_ptr<Communicator> make_single_communicator(torch::Device device = torch::kCPU);
 
 // MPI_COMM_WORLD of the processes an MPI launcher started (MPI is initialised
 // on first use and finalised at exit). Throws InputError in a build without MPI.

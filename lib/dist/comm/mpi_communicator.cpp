@@ -239,9 +239,10 @@ class MpiCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   std::string backend() const override { return "mpi"; }
+  torch::Device device() const override { return torch::Device(torch::kCPU); }
 
   WorkPtr all_reduce(torch::Tensor& t, ReduceOp op) override {
-    detail::check_tensor("all_reduce", t, torch::kCPU);
+    detail::check_tensor("all_reduce", t, device());
     auto w = start(detail::describe("all_reduce", ++seq_, t, op));
     w->keep_alive = {t};
     call(*w, MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), to_int(t.numel(), "all_reduce"), mpi_type(t.scalar_type()),
@@ -252,8 +253,8 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr all_gather(const torch::Tensor& in, torch::Tensor& out) override {
-    detail::check_tensor("all_gather", in, torch::kCPU);
-    detail::check_tensor("all_gather", out, torch::kCPU);
+    detail::check_tensor("all_gather", in, device());
+    detail::check_tensor("all_gather", out, device());
     if (in.scalar_type() != out.scalar_type()) fail("all_gather: input and output dtypes differ");
     const int64_t total = out.numel();
     detail::check_shard("all_gather", total, in.numel(), world_, rank_);
@@ -272,8 +273,8 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr reduce_scatter(const torch::Tensor& in, torch::Tensor& out, ReduceOp op) override {
-    detail::check_tensor("reduce_scatter", in, torch::kCPU);
-    detail::check_tensor("reduce_scatter", out, torch::kCPU);
+    detail::check_tensor("reduce_scatter", in, device());
+    detail::check_tensor("reduce_scatter", out, device());
     if (in.scalar_type() != out.scalar_type()) fail("reduce_scatter: input and output dtypes differ");
     detail::check_shard("reduce_scatter", in.numel(), out.numel(), world_, rank_);
     auto w = start(detail::describe("reduce_scatter", ++seq_, in, op));
@@ -287,7 +288,7 @@ class MpiCommunicator : public Communicator {
   }
 
   WorkPtr broadcast(torch::Tensor& t, int root) override {
-    detail::check_tensor("broadcast", t, torch::kCPU);
+    detail::check_tensor("broadcast", t, device());
     if (root < 0 || root >= world_) fail("broadcast: root {} is not a rank of this world of {}", root, world_);
     auto w = start(detail::describe("broadcast", ++seq_, t, std::nullopt, root));
     w->keep_alive = {t};

@@ -9,7 +9,9 @@
 // sequence number) and the rank, then end the process (c10d's default
 // TORCH_NCCL_ASYNC_ERROR_HANDLING), which torchrun, srun and `trlx launch`
 // turn into the end of every rank. Errors c10d reports in wait() become
-// CommError naming the operation and the rank.
+// CommError naming the operation and the rank. A rank that fails says so in
+// the rendezvous store, and every rank watches for that (see the destructor),
+// so a failure ends the job within seconds under launchers that kill nothing.
 //
 // Only a LibTorch built with NCCL defines USE_C10D_NCCL (its CMake package
 // adds it with the torch_cuda target); elsewhere this file only says so.
@@ -18,6 +20,9 @@
 #include "dist/comm/make_communicator.hpp"
 
 #if defined(USE_C10D_NCCL)
+#include <atomic>
+#include <thread>
+
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -61,6 +66,7 @@ class NcclWork : public Work {
     try {
       work_->wait();
     } catch (const std::exception& e) {
+      if (on_failure) on_failure();
       throw CommError(fmt::format("{} failed on rank {}: {}", what_, rank_, e.what()));
     }
     if (finish) finish();
@@ -69,6 +75,7 @@ class NcclWork : public Work {
   }
   std::vector<torch::Tensor> keep_alive;
   std::function<void()> finish;
+  std::function<void()> on_failure;
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
@@ -81,7 +88,7 @@ class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int world, torch::Device device,
                    std::chrono::seconds timeout)
-      : rank_(rank), world_(world), device_(device), timeout_(timeout) {
+      : rank_(rank), world_(world), device_(device), timeout_(timeout), store_(store) {
     c10::cuda::set_device(device.index());
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
@@ -90,14 +97,27 @@ class NcclCommunicator : public Communicator {
     } catch (const std::exception& e) {
       throw CommError(fmt::format("NCCL setup failed on rank {} of {}: {}", rank, world, e.what()));
     }
+    watcher_ = std::thread([this] { watch(); });
+  }
+
+  // A rank that fails (an error unwinding past its communicator, or a
+  // collective that failed or timed out) tells every other rank through the
+  // rendezvous store and aborts its NCCL communicator; the others' watchers
+  // see that within a second and abort theirs, so their pending collectives
+  // fail now instead of after ddp_timeout, under any launcher.
+  ~NcclCommunicator() override {
+    if (std::uncaught_exceptions() > 0 || broken_) announce_failure();
+    stop_ = true;
+    if (watcher_.joinable()) watcher_.join();
   }
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   std::string backend() const override { return "nccl"; }
+  torch::Device device() const override { return device_; }
 
   WorkPtr all_reduce(torch::Tensor& t, ReduceOp op) override {
-    detail::check_tensor("all_reduce", t, torch::kCUDA);
+    detail::check_tensor("all_reduce", t, device_);
     const std::string what = detail::describe("all_reduce", ++seq_, t, op);
     c10d::AllreduceOptions o;
     o.reduceOp = nccl_op(op, t.is_floating_point());
@@ -111,8 +131,8 @@ class NcclCommunicator : public Communicator {
   }
 
   WorkPtr all_gather(const torch::Tensor& in, torch::Tensor& out) override {
-    detail::check_tensor("all_gather", in, torch::kCUDA);
-    detail::check_tensor("all_gather", out, torch::kCUDA);
+    detail::check_tensor("all_gather", in, device_);
+    detail::check_tensor("all_gather", out, device_);
     const int64_t total = out.numel();
     detail::check_shard("all_gather", total, in.numel(), world_, rank_);
     const std::string what = detail::describe("all_gather", ++seq_, in);
@@ -144,8 +164,8 @@ class NcclCommunicator : public Communicator {
   }
 
   WorkPtr reduce_scatter(const torch::Tensor& in, torch::Tensor& out, ReduceOp op) override {
-    detail::check_tensor("reduce_scatter", in, torch::kCUDA);
-    detail::check_tensor("reduce_scatter", out, torch::kCUDA);
+    detail::check_tensor("reduce_scatter", in, device_);
+    detail::check_tensor("reduce_scatter", out, device_);
     const int64_t total = in.numel();
     detail::check_shard("reduce_scatter", total, out.numel(), world_, rank_);
     const std::string what = detail::describe("reduce_scatter", ++seq_, in, op);
@@ -183,7 +203,7 @@ class NcclCommunicator : public Communicator {
   }
 
   WorkPtr broadcast(torch::Tensor& t, int root) override {
-    detail::check_tensor("broadcast", t, torch::kCUDA);
+    detail::check_tensor("broadcast", t, device_);
     if (root < 0 || root >= world_) fail("broadcast: root {} is not a rank of this world of {}", root, world_);
     const std::string what = detail::describe("broadcast", ++seq_, t, std::nullopt, root);
     c10d::BroadcastOptions o;
@@ -208,6 +228,45 @@ class NcclCommunicator : public Communicator {
   int64_t bytes_communicated() const override { return bytes_; }
 
  private:
+  static constexpr const char* kFailedKey = "trlx/failed_rank";
+
+  void announce_failure() {
+    try {
+      store_->set(kFailedKey, std::vector<uint8_t>{});  // value unused; the key is the signal
+      store_->set(fmt::format("trlx/failed_rank/{}", rank_), std::vector<uint8_t>{1});
+    } catch (const std::exception&) {
+      // The store may be what failed; the watchdog still ends the others.
+    }
+    abort_nccl();
+  }
+  void abort_nccl() {
+    bool expected = false;
+    if (!aborted_.compare_exchange_strong(expected, true)) return;
+    try {
+      pg_->abort();
+    } catch (const std::exception& e) {
+      log::warn("rank {}: aborting the NCCL communicator failed: {}", rank_, e.what());
+    }
+  }
+  void watch() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      if (stop_) return;
+      try {
+        if (store_->check({kFailedKey})) {
+          log::error("rank {}: another rank failed; aborting this rank's collectives", rank_);
+          abort_nccl();
+          return;
+        }
+      } catch (const std::exception&) {
+        // The store's host (rank 0) is gone: a failure mid-run, or the end
+        // of a finished run, where nothing is pending and aborting is harmless.
+        abort_nccl();
+        return;
+      }
+    }
+  }
+
   std::chrono::milliseconds ms() const { return std::chrono::duration_cast<std::chrono::milliseconds>(timeout_); }
   template <typename F>
   c10::intrusive_ptr<c10d::Work> guarded(const std::string& what, F&& start) {
@@ -218,14 +277,21 @@ class NcclCommunicator : public Communicator {
     }
   }
   std::shared_ptr<NcclWork> wrap(c10::intrusive_ptr<c10d::Work> w, const std::string& what) {
-    return std::make_shared<NcclWork>(std::move(w), what, rank_);
+    auto out = std::make_shared<NcclWork>(std::move(w), what, rank_);
+    out->on_failure = [this] { broken_ = true; };
+    return out;
   }
 
   int rank_;
   int world_;
   torch::Device device_;
   std::chrono::seconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
+  std::thread watcher_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> aborted_{false};
+  bool broken_ = false;  // a collective of this rank failed
   int64_t seq_ = 0;
   int64_t bytes_ = 0;
 };

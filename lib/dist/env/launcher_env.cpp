@@ -68,6 +68,7 @@ const MpiVars* mpi_launcher(const Reader& env) {
   static const MpiVars table[] = {
       {Launcher::OpenMPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
        "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK"},
+      // Hydra sets MPI_LOCALRANKID; PMI servers (srun --mpi=pmi2, Intel MPI) PMI_LOCAL_RANK.
       {Launcher::MPICH, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", nullptr},
       {Launcher::MVAPICH, "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
        "MV2_COMM_WORLD_LOCAL_SIZE", nullptr},
@@ -115,6 +116,15 @@ LauncherEnv detect_launcher(const EnvLookup& lookup) {
   // Most specific first: torchrun may run inside a Slurm allocation, mpirun
   // inside one too; the launcher that started this process sets its own
   // variables on top of the allocation's.
+  // srun with a PMI plugin (--mpi=pmi2) also sets PMI_RANK/PMI_SIZE, without
+  // a local rank; there Slurm's variables describe the same tasks and say
+  // more. An MPI launcher running inside an allocation starts its processes
+  // through one srun task per node, so there Slurm's numbers differ from its own.
+  const MpiVars* mpi = mpi_launcher(env);
+  const bool slurm_step = env.has("SLURM_PROCID") && env.has("SLURM_STEP_ID");
+  if (mpi && mpi->launcher == Launcher::MPICH && slurm_step && env.num("SLURM_PROCID") == env.num(mpi->rank) &&
+      env.num("SLURM_NTASKS") == env.num(mpi->size))
+    mpi = nullptr;
   if (env.has("RANK") && env.has("WORLD_SIZE")) {
     out.launcher = Launcher::Torchrun;
     rank = env.num("RANK"), world = env.num("WORLD_SIZE");
@@ -126,15 +136,19 @@ LauncherEnv detect_launcher(const EnvLookup& lookup) {
     out.torchelastic = env.has("TORCHELASTIC_RUN_ID") || env.has("TORCHELASTIC_RESTART_COUNT");
     out.run_id = env.str("TORCHELASTIC_RUN_ID").value_or("");
     if (!local_rank) fail_input("RANK and WORLD_SIZE are set but LOCAL_RANK is not; launch with torchrun or set LOCAL_RANK");
-  } else if (const MpiVars* m = mpi_launcher(env)) {
+  } else if (const MpiVars* m = mpi) {
     // MPI launchers differ only in their variables' names.
     out.launcher = m->launcher;
     rank = env.num(m->rank), world = env.num(m->size);
     rank_var = m->rank, world_var = m->size;
     local_rank = env.num(m->local_rank);
     local_world = env.num(m->local_size);
+    if (m->launcher == Launcher::MPICH) {
+      if (!local_rank) local_rank = env.num("PMI_LOCAL_RANK");
+      if (!local_world) local_world = env.num("PMI_LOCAL_SIZE");
+    }
     if (m->node_rank) node_rank = env.num(m->node_rank);
-  } else if (env.has("SLURM_PROCID") && env.has("SLURM_STEP_ID")) {
+  } else if (slurm_step) {
     // SLURM_PROCID alone is also set in a batch script; a task started by
     // srun has a job step.
     out.launcher = Launcher::Slurm;
@@ -157,6 +171,7 @@ LauncherEnv detect_launcher(const EnvLookup& lookup) {
   if (*world == 0) fail_input("{}=0: a job has at least one process", world_var);
   if (*rank >= *world)
     fail_input("{}={} but {}={}: a rank must be smaller than the world size", rank_var, *rank, world_var, *world);
+  out.nodes_known = nodes.has_value() || local_world.has_value();
   if (!nodes && local_world && *local_world > 0 && *local_world < *world)
     nodes = (*world + *local_world - 1) / *local_world;
   if (!nodes && out.launcher == Launcher::Slurm) nodes = 1;

@@ -19,6 +19,9 @@ struct LauncherEnv {
   int local_world_size = 1;
   int num_nodes = 1;
   int node_rank = 0;
+  // The launcher said how many nodes (or ranks per node) there are; when
+  // false, num_nodes is a guess and the job may span nodes.
+  bool nodes_known = false;
   std::string master_addr;            // empty when unknown (MPI rendezvous needs none)
   std::optional<int> master_port;
   bool torchelastic = false;          // a torchrun agent store is available

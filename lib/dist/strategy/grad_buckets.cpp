@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 
 #include "core/error.hpp"
+#include "dist/comm/host_values.hpp"
 
 namespace trlx::dist {
 
@@ -29,16 +30,13 @@ void agree_on_parameters(Communicator& comm, const std::vector<NamedParam>& para
   std::string desc;
   for (const auto& p : params) desc += fmt::format("{}:{};", p.name, fmt::join(p.param.sizes(), "x"));
   const int world = comm.world_size();
-  auto mine = torch::tensor({static_cast<int64_t>(std::hash<std::string>{}(desc)), static_cast<int64_t>(params.size())},
-                            torch::kInt64);
-  auto all = torch::zeros({2 * world}, torch::kInt64);
-  comm.all_gather(mine, all)->wait();
-  auto* a = all.data_ptr<int64_t>();
-  for (int r = 1; r < world; ++r)
-    if (a[2 * r] != a[0] || a[2 * r + 1] != a[1])
+  const auto all = all_gather_values(
+      comm, {static_cast<int64_t>(std::hash<std::string>{}(desc)), static_cast<int64_t>(params.size())});
+  for (size_t r = 1; r < static_cast<size_t>(world); ++r)
+    if (all[r] != all[0])
       throw Error(fmt::format("rank {} trains different parameters than rank 0 ({} vs {} tensors, or different "
                               "names/shapes): every rank must load the same model with the same settings",
-                              r, a[2 * r + 1], a[1]));
+                              r, all[r][1], all[0][1]));
 }
 
 void broadcast_from_rank0(Communicator& comm, const std::vector<torch::Tensor>& tensors) {

@@ -7,7 +7,10 @@ namespace trlx::dist {
 
 std::unique_ptr<Strategy> make_strategy(const config::DistributedConfig& dist, const config::TrainingConfig& training,
                                         std::shared_ptr<Communicator> comm, torch::Device device) {
-  if (comm->world_size() == 1) return make_single_strategy(std::move(comm));
+  if (comm->world_size() == 1 && !training.debug_force_distributed) return make_single_strategy(std::move(comm));
+  if (comm->world_size() == 1)
+    log::info("debug_force_distributed: running {} with one process ({} communicator)",
+              dist.strategy == config::Strategy::Single ? std::string("DDP") : dist.describe(), comm->backend());
   const bool find_unused = training.ddp_find_unused_parameters.value_or(false);
   const bool sum_gradients = training.average_tokens_across_devices;
   if (dist.shards_parameters()) {

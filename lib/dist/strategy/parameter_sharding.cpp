@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "dist/comm/host_values.hpp"
 #include "dist/strategy/sharded_optimizer.hpp"
 #include "model/decoder.hpp"
 
@@ -202,12 +203,7 @@ class ParameterSharding final : public ShardedOptimizer {
 
   // Rank 0 sends `id` to every rank; the others receive it (their `id` is
   // ignored). The unit-by-unit read protocol of saving.
-  int64_t announce(int64_t id) {
-    auto t = torch::tensor({id}, torch::kInt64);
-    if (!params_.empty()) t = t.to(params_.front().param.device());
-    comm_->broadcast(t, 0)->wait();
-    return t.cpu().item<int64_t>();
-  }
+  int64_t announce(int64_t id) { return broadcast_value(*comm_, id, 0); }
   void switch_reading(Unit* u) {
     if (reading_) release(*reading_);
     reading_ = u;
@@ -225,7 +221,9 @@ class ParameterSharding final : public ShardedOptimizer {
         throw Error("parameter sharding needs one dtype and device for a unit's trainable (and frozen) parameters");
       g.numel += p.numel();
     }
-    g.full = torch::empty({g.numel}, opts.requires_grad(false));
+    // The unit moves to the communicator's device here, one unit at a time:
+    // a model still on the host never stands whole on a GPU.
+    g.full = torch::empty({g.numel}, opts.device(comm_->device()).requires_grad(false));
     int64_t off = 0;
     for (auto& p : g.params) {
       auto view = g.full.narrow(0, off, p.numel()).view(p.sizes());

@@ -1,5 +1,7 @@
 #include "dist/strategy/sharded_optimizer.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -123,11 +125,20 @@ void ShardedOptimizer::end_backward() {
 double ShardedOptimizer::clip_grad_norm(double max_norm) {
   // The global norm from the slices: each rank's sum of squares, summed.
   torch::NoGradGuard ng;
-  auto sq = torch::zeros({1}, torch::kFloat64);
+  // Summed where the masters live (the GPU, or the host under offload), one
+  // transfer to the communicator's device, one read of the result.
+  auto total = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(comm_->device()));
+  std::vector<std::pair<torch::Device, torch::Tensor>> by_device;
   for (auto& bucket_pieces : pieces_)
-    for (auto& piece : bucket_pieces)
-      if (piece.master.grad().defined()) sq += piece.master.grad().to(torch::kFloat64).pow(2).sum().cpu();
-  auto total = sq.to(params_.empty() ? torch::Device(torch::kCPU) : params_.front().param.device());
+    for (auto& piece : bucket_pieces) {
+      const auto& g = piece.master.grad();
+      if (!g.defined()) continue;
+      auto s = g.to(torch::kFloat64).pow(2).sum().view({1});
+      auto it = std::find_if(by_device.begin(), by_device.end(), [&](const auto& e) { return e.first == g.device(); });
+      if (it == by_device.end()) by_device.emplace_back(g.device(), s);
+      else it->second += s;
+    }
+  for (auto& [device, sq] : by_device) total += sq.to(comm_->device());
   comm_->all_reduce(total, ReduceOp::Sum)->wait();
   const double norm = std::sqrt(total.item<double>());
   const double coef = max_norm / (norm + 1e-6);

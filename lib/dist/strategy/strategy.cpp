@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "dist/comm/host_values.hpp"
 #include "model/decoder.hpp"
 
 namespace trlx::dist {
@@ -20,7 +21,7 @@ int64_t fingerprint(const torch::Tensor& t) {
     case 2: bits = c.view(torch::kInt16).to(torch::kInt64); break;
     default: bits = c.view(torch::kUInt8).to(torch::kInt64); break;
   }
-  auto w = torch::arange(bits.numel(), torch::kInt64).remainder(1000003) + 1;
+  auto w = torch::arange(bits.numel(), bits.options()).remainder(1000003) + 1;
   return (bits * w).sum().item<int64_t>();
 }
 
@@ -42,24 +43,19 @@ class SingleStrategy : public Strategy {
 }  // namespace
 
 void Strategy::check_grads_in_sync() {
-  const int64_t n = static_cast<int64_t>(params_.size());
-  auto mine = torch::zeros({n}, torch::kInt64);
-  auto* m = mine.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    const auto& g = params_[static_cast<size_t>(i)].param.grad();
-    m[i] = g.defined() ? fingerprint(g.cpu()) : 0;
+  std::vector<int64_t> mine;
+  for (const auto& p : params_) {
+    const auto& g = p.param.grad();
+    mine.push_back(g.defined() ? fingerprint(g) : 0);
   }
-  auto all = torch::zeros({n * world_size()}, torch::kInt64);
-  comm_->all_gather(mine, all)->wait();
-  auto table = all.view({world_size(), n});
-  auto* t = table.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i)
+  const auto all = all_gather_values(*comm_, mine);
+  for (size_t i = 0; i < mine.size(); ++i)
     for (int r = 1; r < world_size(); ++r)
-      if (t[r * n + i] != t[i])
+      if (all[static_cast<size_t>(r)][i] != all[0][i])
         throw Error(fmt::format("gradients are out of sync across ranks: parameter {} differs between rank 0 and "
                                 "rank {} after reduction (debug_check_grad_sync_steps). Every forward that feeds "
                                 "the loss must go through the engine.",
-                                params_[static_cast<size_t>(i)].name, r));
+                                params_[i].name, r));
 }
 
 void Strategy::write_parameters(model::LanguageModelImpl& model,
@@ -80,18 +76,8 @@ void Strategy::lerp_by_name(model::LanguageModelImpl& dst, model::LanguageModelI
   }
 }
 
-namespace {
-void reduce_values(Communicator& comm, std::vector<double>& values, ReduceOp op) {
-  if (comm.world_size() == 1 || values.empty()) return;
-  auto t = torch::tensor(values, torch::kFloat64);
-  comm.all_reduce(t, op)->wait();
-  auto* p = t.data_ptr<double>();
-  for (size_t i = 0; i < values.size(); ++i) values[i] = p[i];
-}
-}  // namespace
-
-void Strategy::sum_across_ranks(std::vector<double>& values) { reduce_values(*comm_, values, ReduceOp::Sum); }
-void Strategy::max_across_ranks(std::vector<double>& values) { reduce_values(*comm_, values, ReduceOp::Max); }
+void Strategy::sum_across_ranks(std::vector<double>& values) { all_reduce_values(*comm_, values, ReduceOp::Sum); }
+void Strategy::max_across_ranks(std::vector<double>& values) { all_reduce_values(*comm_, values, ReduceOp::Max); }
 
 std::unique_ptr<Strategy> make_single_strategy(std::shared_ptr<Communicator> comm) {
   return std::make_unique<SingleStrategy>(std::move(comm));

@@ -72,6 +72,43 @@ TEST_CASE("MPICH / Intel MPI", "[launcher]") {
   CHECK(e.local_world_size == 2);
 }
 
+TEST_CASE("srun with a PMI plugin: Slurm's variables win over PMI's", "[launcher]") {
+  // srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE for the same tasks, but no local rank.
+  auto e = detect({{"PMI_RANK", "5"}, {"PMI_SIZE", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"},
+                   {"SLURM_STEP_ID", "0"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "1"},
+                   {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_STEP_TASKS_PER_NODE", "4(x2)"},
+                   {"SLURM_STEP_NODELIST", "gpu[01-02]"}, {"SLURM_JOB_ID", "9"}});
+  CHECK(e.launcher == Launcher::Slurm);
+  CHECK(e.rank == 5);
+  CHECK(e.local_rank == 1);
+  CHECK(e.local_world_size == 4);
+  CHECK(e.num_nodes == 2);
+  CHECK(e.master_addr == "gpu01");
+  // mpiexec inside an allocation starts one srun task per node: Slurm's
+  // numbers are the nodes', and the MPI launcher's own variables win.
+  e = detect({{"PMI_RANK", "5"}, {"PMI_SIZE", "8"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "4"},
+              {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"}, {"SLURM_LOCALID", "0"}});
+  CHECK(e.launcher == Launcher::MPICH);
+  CHECK(e.rank == 5);
+  CHECK(e.local_rank == 1);
+  CHECK(e.num_nodes == 2);
+}
+
+TEST_CASE("PMI's local rank when Hydra's is absent, and whether the node count is known", "[launcher]") {
+  auto e = detect({{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}, {"PMI_LOCAL_RANK", "1"}, {"PMI_LOCAL_SIZE", "2"}});
+  CHECK(e.launcher == Launcher::MPICH);
+  CHECK(e.local_rank == 1);
+  CHECK(e.local_world_size == 2);
+  CHECK(e.num_nodes == 2);
+  CHECK(e.nodes_known);
+  // Nothing said about nodes: one node is a guess, not a fact.
+  e = detect({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}});
+  CHECK(e.num_nodes == 1);
+  CHECK_FALSE(e.nodes_known);
+  CHECK(detect({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}).nodes_known);
+}
+
 TEST_CASE("MVAPICH", "[launcher]") {
   auto e = detect({{"MV2_COMM_WORLD_RANK", "1"}, {"MV2_COMM_WORLD_SIZE", "2"}, {"MV2_COMM_WORLD_LOCAL_RANK", "1"},
                    {"MV2_COMM_WORLD_LOCAL_SIZE", "2"}});

@@ -239,7 +239,7 @@ TEST_CASE("parquet and arrow: not supported yet, with a conversion command", "[d
   TempDir hub;
   hub.write("data/train-00000-of-00001.parquet", "PAR1");
   hub.write("README.md", "# card");
-  msg = input_error([&] { load_dataset(hub.path()); });
+  msg = input_error([&] { load_dataset(hub.path); });
   CHECK_THAT(msg, Contains("train-00000-of-00001.parquet"));
   CHECK_THAT(msg, Contains("not supported yet"));
 }
@@ -250,7 +250,7 @@ TEST_CASE("other file types are refused with a hint", "[data][reader][errors]") 
   CHECK_THAT(input_error([&] { load_dataset(dir.write("d.jsonl.gz", "")); }), Contains("decompress"));
   CHECK_THAT(input_error([&] { load_dataset(dir.write("d.txt", "hello")); }),
              Contains("unsupported data file type"));
-  CHECK_THAT(input_error([&] { load_dataset(dir.path() / "missing.jsonl"); }),
+  CHECK_THAT(input_error([&] { load_dataset(dir.path / "missing.jsonl"); }),
              Contains("no such data file or directory"));
 }
 
@@ -259,14 +259,14 @@ TEST_CASE("directory: split files by name", "[data][reader][dir]") {
   dir.write("train.jsonl", "{\"text\": \"t\"}\n");
   dir.write("test.jsonl", "{\"text\": \"e1\"}\n{\"text\": \"e2\"}\n");
   dir.write("README.md", "card");
-  const Dataset train = load_dataset(dir.path());
+  const Dataset train = load_dataset(dir.path);
   CHECK(file_names(train) == std::vector<std::string>{"train.jsonl"});
   CHECK(train.rows.size() == 1);
   LoadOptions opt;
   opt.split = "test";
-  CHECK(load_dataset(dir.path(), opt).rows.size() == 2);
+  CHECK(load_dataset(dir.path, opt).rows.size() == 2);
   opt.split = "validation";
-  const std::string msg = input_error([&] { load_dataset(dir.path(), opt); });
+  const std::string msg = input_error([&] { load_dataset(dir.path, opt); });
   CHECK_THAT(msg, Contains("no file names split \"validation\""));
   CHECK_THAT(msg, Contains("splits found: test, train"));
 }
@@ -279,14 +279,14 @@ TEST_CASE("directory: shards in order, hub layout, hidden and metadata files ski
   dir.write(".cache/train.jsonl", "broken");
   dir.write(".gitattributes", "*.jsonl lfs");
   dir.write("dataset_info.json", "{\"splits\": {}}");
-  const Dataset ds = load_dataset(dir.path());
+  const Dataset ds = load_dataset(dir.path);
   CHECK(file_names(ds) ==
         std::vector<std::string>{"train-00000-of-00002.jsonl", "train-00001-of-00002.jsonl"});
   REQUIRE(ds.rows.size() == 2);
   CHECK(ds.rows[0].value["text"] == "first");
   LoadOptions opt;
   opt.split = "test";
-  CHECK(load_dataset(dir.path(), opt).rows.at(0).value["text"] == "e");
+  CHECK(load_dataset(dir.path, opt).rows.at(0).value["text"] == "e");
 }
 
 TEST_CASE("directory: split aliases and split directories", "[data][reader][dir]") {
@@ -296,11 +296,11 @@ TEST_CASE("directory: split aliases and split directories", "[data][reader][dir]
   dir.write("training/part1.jsonl", "{\"text\": \"t\"}\n");
   LoadOptions opt;
   opt.split = "validation";
-  CHECK(load_dataset(dir.path(), opt).rows.at(0).value["text"] == "v");
+  CHECK(load_dataset(dir.path, opt).rows.at(0).value["text"] == "v");
   opt.split = "test";
-  CHECK(load_dataset(dir.path(), opt).rows.at(0).value["text"] == "e");
+  CHECK(load_dataset(dir.path, opt).rows.at(0).value["text"] == "e");
   opt.split = "train";
-  CHECK(load_dataset(dir.path(), opt).rows.at(0).value["text"] == "t");
+  CHECK(load_dataset(dir.path, opt).rows.at(0).value["text"] == "t");
 }
 
 TEST_CASE("directory: unnamed files are all train, and words must match whole", "[data][reader][dir]") {
@@ -308,10 +308,10 @@ TEST_CASE("directory: unnamed files are all train, and words must match whole", 
   dir.write("a.jsonl", "{\"text\": \"a\"}\n");
   dir.write("b.json", "[{\"text\": \"b\"}]");
   dir.write("mytrain.jsonl", "{\"text\": \"m\"}\n");  // "mytrain" is not the word "train"
-  CHECK(load_dataset(dir.path()).rows.size() == 3);
+  CHECK(load_dataset(dir.path).rows.size() == 3);
   LoadOptions opt;
   opt.split = "test";
-  CHECK_THAT(input_error([&] { load_dataset(dir.path(), opt); }),
+  CHECK_THAT(input_error([&] { load_dataset(dir.path, opt); }),
              Contains("no file names any split"));
 }
 
@@ -321,10 +321,10 @@ TEST_CASE("directory: custom split names and empty directories", "[data][reader]
   dir.write("rl.jsonl", "{\"prompt\": \"p\"}\n");
   LoadOptions opt;
   opt.split = "rl";
-  CHECK(load_dataset(dir.path(), opt).rows.at(0).value.contains("prompt"));
+  CHECK(load_dataset(dir.path, opt).rows.at(0).value.contains("prompt"));
   TempDir empty;
   empty.write("notes.md", "x");
-  CHECK_THAT(input_error([&] { load_dataset(empty.path()); }), Contains("no data files"));
+  CHECK_THAT(input_error([&] { load_dataset(empty.path); }), Contains("no data files"));
 }
 
 TEST_CASE("in-memory readers append to a dataset", "[data][reader]") {
@@ -339,14 +339,14 @@ TEST_CASE("directory: a split with JSON and Parquet files is refused, not half r
   TempDir dir;
   dir.write("train.jsonl", "{\"text\": \"t\"}\n");
   dir.write("train.parquet", "PAR1");
-  CHECK_THAT(input_error([&] { load_dataset(dir.path()); }), Contains("train.parquet: parquet files are not supported yet"));
+  CHECK_THAT(input_error([&] { load_dataset(dir.path); }), Contains("train.parquet: parquet files are not supported yet"));
   // a save_to_disk directory
   TempDir saved;
   saved.write("dataset_dict.json", "{\"splits\": [\"train\"]}");
   saved.write("train/state.json", "{}");
   saved.write("train/dataset_info.json", "{}");
   saved.write("train/data-00000-of-00001.arrow", "");
-  CHECK_THAT(input_error([&] { load_dataset(saved.path()); }), Contains("arrow files are not supported yet"));
+  CHECK_THAT(input_error([&] { load_dataset(saved.path); }), Contains("arrow files are not supported yet"));
 }
 
 TEST_CASE("json: numbers past double's range are invalid JSON", "[data][reader][errors]") {
@@ -360,5 +360,5 @@ TEST_CASE("directory: errors name the file inside the directory", "[data][reader
   TempDir dir;
   dir.write("train-0.jsonl", "{\"text\": \"a\"}\n");
   const auto bad = dir.write("train-1.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n{\"text\": \"\xC3\"}\n");
-  CHECK_THAT(input_error([&] { load_dataset(dir.path()); }), Contains(bad.string() + ":3: not valid UTF-8"));
+  CHECK_THAT(input_error([&] { load_dataset(dir.path); }), Contains(bad.string() + ":3: not valid UTF-8"));
 }

@@ -290,7 +290,7 @@ TEST_CASE("shape: nothing usable is an error", "[data][shape][errors]") {
 TEST_CASE("shape: load_for reads and shapes a file", "[data][shape]") {
   trlx::data::test::TempDir dir;
   const auto p = dir.write("train.jsonl", "{\"prompt\": \"a\"}\n");
-  const Shaped s = load_for(Task::prompt_only, dir.path());
+  const Shaped s = load_for(Task::prompt_only, dir.path);
   CHECK(s.rows.size() == 1);
   CHECK(s.files == std::vector<std::string>{p.string()});
 }

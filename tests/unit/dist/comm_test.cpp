@@ -12,18 +12,13 @@
 #include "dist/comm/communicator.hpp"
 #include "dist/comm/make_communicator.hpp"
 #include "dist/env/launcher_env.hpp"
+#include "mpi_world.hpp"
 
 using namespace trlx;
 using namespace trlx::dist;
+using trlx::dist::test::mpi_comm;
 
 namespace {
-
-// One MPI communicator per process, shared by the cases (MPI starts once).
-Communicator& mpi_comm() {
-  static std::unique_ptr<Communicator> comm =
-      make_communicator(detect_launcher(), torch::kCPU, std::chrono::seconds(20));
-  return *comm;
-}
 
 const std::vector<torch::ScalarType> kDtypes = {torch::kFloat, torch::kBFloat16, torch::kHalf, torch::kLong};
 
@@ -211,6 +206,18 @@ TEST_CASE("single communicator: every collective is the identity", "[single]") {
   CHECK_THROWS_WITH(c->broadcast(t, 1), Catch::Contains("root 1"));
 }
 
+TEST_CASE("every communicator refuses a tensor off its device, by type and index", "[single]") {
+  // A single-GPU run's communicator: a host tensor is refused as NCCL would.
+  auto gpu = make_single_communicator(torch::Device(torch::kCUDA, 1));
+  CHECK(gpu->device() == torch::Device(torch::kCUDA, 1));
+  auto host = torch::ones({2});
+  auto out = torch::zeros({2});
+  CHECK_THROWS_WITH(gpu->all_reduce(host, ReduceOp::Sum), Catch::Contains("on cpu") && Catch::Contains("cuda:1"));
+  CHECK_THROWS_WITH(gpu->all_gather(host, out), Catch::Contains("all_gather"));
+  CHECK_THROWS_WITH(gpu->broadcast(host, 0), Catch::Contains("broadcast"));
+  CHECK(make_single_communicator()->device() == torch::Device(torch::kCPU));
+}
+
 TEST_CASE("factory: world 1 is single, and CPU ranks from torchrun are told to use mpirun", "[single]") {
   LauncherEnv one;
   CHECK(make_communicator(one, torch::kCPU, std::chrono::seconds(5))->backend() == "single");
@@ -255,6 +262,13 @@ TEST_CASE("rendezvous: MASTER_ADDR, torchrun's agent store, MPI, none", "[single
                       none);
   CHECK(rv.share_over_mpi);
   CHECK(rv.rank == 1);
+  CHECK(rv.host == "127.0.0.1");  // the launcher says both ranks are on this node
+  // Nothing says the ranks share a node: rank 0 offers its host name, never
+  // a loopback address another node would dial on itself.
+  rv = rendezvous_for(env_of({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}), none);
+  CHECK(rv.share_over_mpi);
+  CHECK(rv.host != "127.0.0.1");
+  CHECK_FALSE(rv.host.empty());
 
   rv = rendezvous_for(env_of({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},
                               {"SLURM_LOCALID", "0"}, {"SLURM_JOB_NODELIST", "gpu[003-004]"}, {"SLURM_JOB_ID", "77"}}),

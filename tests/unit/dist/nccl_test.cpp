@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "dist/comm/communicator.hpp"
+#include "dist/comm/host_values.hpp"
 #include "dist/comm/make_communicator.hpp"
 
 using namespace trlx::dist;
@@ -73,6 +74,19 @@ TEST_CASE("nccl: all_gather, reduce_scatter, broadcast, barrier, async order, by
   for (int i = 3; i >= 0; --i) ws[i]->wait();
   for (int i = 0; i < 4; ++i) CHECK(ts[i].sum().item<double>() == double(i) * (1 << 20));
   CHECK(c.bytes_communicated() > before);
+}
+
+TEST_CASE("nccl: host tensors are refused; host values go through the device and back") {
+  auto& c = *comm();
+  CHECK(c.device() == torch::Device(torch::kCUDA, 0));
+  auto host = torch::ones({4});
+  CHECK_THROWS_WITH(c.all_reduce(host, ReduceOp::Sum), Catch::Contains("on cpu") && Catch::Contains("cuda:0"));
+  std::vector<double> v = {1.5, -2};
+  all_reduce_values(c, v, ReduceOp::Sum);
+  CHECK(v == std::vector<double>{1.5, -2});
+  CHECK(all_gather_values(c, {3, 4}) == std::vector<std::vector<int64_t>>{{3, 4}});
+  CHECK(all_gather_strings(c, "loss\nentropy\x1f""0\n") == std::vector<std::string>{"loss\nentropy\x1f""0\n"});
+  CHECK(broadcast_value(c, 42) == 42);
 }
 
 int main(int argc, char** argv) {

@@ -3,6 +3,7 @@
 // path, LoRA and gradient checkpointing, for even and uneven batches; the
 // ranks' gradients are identical after reduction; the grad-sync check names
 // a parameter that differs.
+#include "support/engine_probe.hpp"
 #include "catch_torch.hpp"
 
 #include "config/loader.hpp"
@@ -38,9 +39,9 @@ using Params = std::map<std::string, torch::Tensor>;
 Params train(const trainers::SFTConfig& c, std::shared_ptr<dist::Communicator> comm,
              const std::vector<std::vector<size_t>>& steps) {
   auto r = test::make_sft(c, std::move(comm));
-  for (const auto& b : steps) r.engine->step_on(*r.trainer, {b});
+  for (const auto& b : steps) trlx::engine::EngineProbe::step_on(*r.engine, *r.trainer, {b});
   Params out;
-  for (const auto& p : r.engine->policy().named_parameters(true))
+  for (const auto& p : trlx::engine::EngineProbe::policy(*r.engine).named_parameters(true))
     if (p.value().requires_grad()) out[p.key()] = p.value().detach().clone();
   return out;
 }

@@ -1,6 +1,7 @@
 // The engine and SFT against TRL/transformers (fixtures from
 // scripts/fixtures/sft_fixtures.py) and against themselves: accumulation
 // invariance and exact resume.
+#include "support/engine_probe.hpp"
 #include "catch_torch.hpp"
 
 #include <fstream>
@@ -75,11 +76,11 @@ TEST_CASE("first SFT step equals TRL's: loss, grad norm and updated weights", "[
                             {"weight_decay", "0.01"},
                             {"lr_scheduler_type", "constant"},
                             {"max_steps", "1"}}));
-  auto [loss, grad_norm] = s.engine->step_on(*s.trainer, {{0, 1, 2, 3}, {4, 5, 6, 7}});
+  auto [loss, grad_norm] = trlx::engine::EngineProbe::step_on(*s.engine, *s.trainer, {{0, 1, 2, 3}, {4, 5, 6, 7}});
   CHECK(loss == Approx(want["loss"].get<double>()).epsilon(1e-5));
   CHECK(grad_norm == Approx(want["grad_norm"].get<double>()).epsilon(1e-4));
   auto expected = io::Checkpoint::open(sft_data() / "first_step_weights.safetensors");
-  auto params = params_of(s.engine->policy());
+  auto params = params_of(trlx::engine::EngineProbe::policy(*s.engine));
   for (const auto& name : want["weights"]) {
     INFO(name.get<std::string>());
     auto diff = (params.at(name.get<std::string>()) - expected.get(name.get<std::string>())).abs().max().item<double>();
@@ -87,7 +88,7 @@ TEST_CASE("first SFT step equals TRL's: loss, grad norm and updated weights", "[
   }
 }
 
-TEST_CASE("SFT's first 3 steps log what TRL's SFTTrainer logs, loss_type nll and dft", "[engine][golden][sft]") {
+TEST_CASE("SFT's first 3 steps log what TRL's SFTTrainer logs, loss_type nll and dft, and over accumulated micro-batches", "[engine][golden][sft]") {
   std::ifstream in(sft_data() / "steps.json");
   REQUIRE(in);
   const auto cases = nlohmann::json::parse(in).at("cases");
@@ -128,7 +129,7 @@ TEST_CASE("SFT's first 3 steps log what TRL's SFTTrainer logs, loss_type nll and
       fs::remove_all(out);
     }
   }
-  CHECK(names == std::set<std::string>{"nll", "dft"});
+  CHECK(names == std::set<std::string>{"nll", "dft", "nll_accum"});
 }
 
 TEST_CASE("first SFT step on conversations with assistant_only_loss equals TRL's", "[engine][golden][sft]") {
@@ -142,7 +143,7 @@ TEST_CASE("first SFT step on conversations with assistant_only_loss equals TRL's
                             {"learning_rate", "1e-3"},
                             {"lr_scheduler_type", "constant"},
                             {"max_steps", "1"}}));
-  auto [loss, grad_norm] = s.engine->step_on(*s.trainer, {{0, 1, 2, 3}, {4, 5, 6, 7}});
+  auto [loss, grad_norm] = trlx::engine::EngineProbe::step_on(*s.engine, *s.trainer, {{0, 1, 2, 3}, {4, 5, 6, 7}});
   CHECK(loss == Approx(want["loss"].get<double>()).epsilon(1e-5));
   CHECK(grad_norm == Approx(want["grad_norm"].get<double>()).epsilon(1e-4));
 }
@@ -150,11 +151,11 @@ TEST_CASE("first SFT step on conversations with assistant_only_loss equals TRL's
 TEST_CASE("batch 1 x accumulation 8 equals batch 8 x accumulation 1", "[engine][sft]") {
   auto a = make_sft(sft_config({{"per_device_train_batch_size", "8"}, {"gradient_accumulation_steps", "1"}, {"max_steps", "1"}}));
   auto b = make_sft(sft_config({{"per_device_train_batch_size", "1"}, {"gradient_accumulation_steps", "8"}, {"max_steps", "1"}}));
-  auto [la, ga] = a.engine->step_on(*a.trainer, {{0, 1, 2, 3, 4, 5, 6, 7}});
-  auto [lb, gb] = b.engine->step_on(*b.trainer, {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}});
+  auto [la, ga] = trlx::engine::EngineProbe::step_on(*a.engine, *a.trainer, {{0, 1, 2, 3, 4, 5, 6, 7}});
+  auto [lb, gb] = trlx::engine::EngineProbe::step_on(*b.engine, *b.trainer, {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}});
   CHECK(la == Approx(lb).epsilon(1e-6));
   CHECK(ga == Approx(gb).epsilon(1e-5));
-  auto pa = params_of(a.engine->policy()), pb = params_of(b.engine->policy());
+  auto pa = params_of(trlx::engine::EngineProbe::policy(*a.engine)), pb = params_of(trlx::engine::EngineProbe::policy(*b.engine));
   double worst = 0;
   for (const auto& [k, v] : pa) worst = std::max(worst, (v - pb.at(k)).abs().max().item<double>());
   CHECK(worst < 1e-5);
@@ -188,7 +189,7 @@ TEST_CASE("a run stopped and resumed ends bitwise equal to an uninterrupted one"
   auto resumed = make_sft(sft_config(flags_resume));
   auto r3 = resumed.engine->train(*resumed.trainer);
   CHECK(r3.steps == 7);
-  auto a = params_of(full.engine->policy()), b = params_of(resumed.engine->policy());
+  auto a = params_of(trlx::engine::EngineProbe::policy(*full.engine)), b = params_of(trlx::engine::EngineProbe::policy(*resumed.engine));
   size_t differ = 0;
   for (const auto& [k, v] : a) differ += torch::equal(v, b.at(k)) ? 0 : 1;
   CHECK(differ == 0);
@@ -262,11 +263,11 @@ TEST_CASE("packed SFT (best-fit decreasing) gives the unpacked loss and update",
     const double lk = packed.trainer->loss(*packed.engine, bk).loss_sum.item<double>();
     CHECK(lk == Approx(lp).epsilon(1e-5));
   }
-  auto [l1, g1] = plain.engine->step_on(*plain.trainer, {all_plain});
-  auto [l2, g2] = packed.engine->step_on(*packed.trainer, {all_packed});
+  auto [l1, g1] = trlx::engine::EngineProbe::step_on(*plain.engine, *plain.trainer, {all_plain});
+  auto [l2, g2] = trlx::engine::EngineProbe::step_on(*packed.engine, *packed.trainer, {all_packed});
   CHECK(l2 == Approx(l1).epsilon(1e-5));
   CHECK(g2 == Approx(g1).epsilon(1e-4));
-  auto a = params_of(plain.engine->policy()), b = params_of(packed.engine->policy());
+  auto a = params_of(trlx::engine::EngineProbe::policy(*plain.engine)), b = params_of(trlx::engine::EngineProbe::policy(*packed.engine));
   double worst = 0;
   for (const auto& [k, v] : a) worst = std::max(worst, (v - b.at(k)).abs().max().item<double>());
   CHECK(worst < 1e-5);
@@ -294,12 +295,12 @@ TEST_CASE("best-fit decreasing fills the tightest sequence first", "[sft][packin
 TEST_CASE("bf16 mixed precision trains close to fp32 with fp32 weights", "[engine][sft]") {
   auto f32 = make_sft(sft_config({{"max_steps", "1"}, {"per_device_train_batch_size", "8"}}));
   auto b16 = make_sft(sft_config({{"max_steps", "1"}, {"per_device_train_batch_size", "8"}, {"bf16", "true"}}));
-  auto [l1, g1] = f32.engine->step_on(*f32.trainer, {{0, 1, 2, 3, 4, 5, 6, 7}});
-  auto [l2, g2] = b16.engine->step_on(*b16.trainer, {{0, 1, 2, 3, 4, 5, 6, 7}});
+  auto [l1, g1] = trlx::engine::EngineProbe::step_on(*f32.engine, *f32.trainer, {{0, 1, 2, 3, 4, 5, 6, 7}});
+  auto [l2, g2] = trlx::engine::EngineProbe::step_on(*b16.engine, *b16.trainer, {{0, 1, 2, 3, 4, 5, 6, 7}});
   CHECK(l2 != l1);  // the matmuls really ran in bf16
   CHECK(l2 == Approx(l1).epsilon(0.02));
   CHECK(g2 == Approx(g1).epsilon(0.05));
-  for (const auto& p : b16.engine->policy().parameters()) CHECK(p.scalar_type() == torch::kFloat32);
+  for (const auto& p : trlx::engine::EngineProbe::policy(*b16.engine).parameters()) CHECK(p.scalar_type() == torch::kFloat32);
 }
 
 TEST_CASE("SFT steps with gradient checkpointing, both modes, equal steps without", "[engine][sft][checkpoint]") {
@@ -308,9 +309,9 @@ TEST_CASE("SFT steps with gradient checkpointing, both modes, equal steps withou
         {"per_device_train_batch_size", "4"}, {"max_steps", "2"}, {"gradient_checkpointing", ckpt}};
     if (!reentrant.empty()) f.push_back({"gradient_checkpointing_kwargs.use_reentrant", reentrant});
     auto s = make_sft(sft_config(f));
-    s.engine->step_on(*s.trainer, {{0, 1, 2, 3}});
-    s.engine->step_on(*s.trainer, {{4, 5, 6, 7}});
-    return params_of(s.engine->policy());
+    trlx::engine::EngineProbe::step_on(*s.engine, *s.trainer, {{0, 1, 2, 3}});
+    trlx::engine::EngineProbe::step_on(*s.engine, *s.trainer, {{4, 5, 6, 7}});
+    return params_of(trlx::engine::EngineProbe::policy(*s.engine));
   };
   auto plain = steps("false", "");
   for (const auto* mode : {"true", "false"}) {

@@ -4,6 +4,7 @@
 // head, tied or untied), also when the run continues from a saved adapter.
 // The expected values come from the base checkpoint loaded on its own and
 // the log-softmax written out here, not from the engine.
+#include "support/engine_probe.hpp"
 #include "catch_torch.hpp"
 
 #include <unistd.h>
@@ -42,7 +43,7 @@ trainers::SFTConfig config_for(const fs::path& model, const std::vector<std::pai
 void perturb_trainable(engine::Engine& e) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(7);
-  for (auto& p : e.policy().parameters())
+  for (auto& p : trlx::engine::EngineProbe::policy(e).parameters())
     if (p.requires_grad()) p.add_(torch::randn_like(p) * 0.5);
 }
 
@@ -162,7 +163,7 @@ TEST_CASE("reference role without a separate reference, on a policy loaded from 
     auto info = model::apply_lora(*m, lc);
     {
       torch::NoGradGuard no_grad;
-      auto src = e.policy().named_parameters(true);
+      auto src = trlx::engine::EngineProbe::policy(e).named_parameters(true);
       for (auto& p : m->named_parameters(true)) p.value().copy_(src[p.key()]);
     }
     model::AdapterSaveOptions o;

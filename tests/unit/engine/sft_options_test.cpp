@@ -1,5 +1,6 @@
 // SFT's padding_free and shuffle_dataset, and disable_dropout, each against
 // the run without them.
+#include "support/engine_probe.hpp"
 #include "catch_torch.hpp"
 
 #include <numeric>
@@ -85,11 +86,11 @@ TEST_CASE("SFT padding_free: one row, positions restarting per example, the padd
     CHECK(torch::equal(doc.index({pos == 0}), torch::arange(starts)));
     if (!packing) CHECK(starts == static_cast<int64_t>(flat.examples.size()));
     CHECK(padded.trainer->num_items(bp) == flat.trainer->num_items(bf));
-    auto [l1, g1] = padded.engine->step_on(*padded.trainer, {all});
-    auto [l2, g2] = flat.engine->step_on(*flat.trainer, {all});
+    auto [l1, g1] = trlx::engine::EngineProbe::step_on(*padded.engine, *padded.trainer, {all});
+    auto [l2, g2] = trlx::engine::EngineProbe::step_on(*flat.engine, *flat.trainer, {all});
     CHECK(l2 == Approx(l1).epsilon(1e-5));
     CHECK(g2 == Approx(g1).epsilon(1e-4));
-    CHECK(max_param_diff(padded.engine->policy(), flat.engine->policy()) < 1e-5);
+    CHECK(max_param_diff(trlx::engine::EngineProbe::policy(*padded.engine), trlx::engine::EngineProbe::policy(*flat.engine)) < 1e-5);
   }
 }
 
@@ -131,7 +132,7 @@ TEST_CASE("disable_dropout turns LoRA dropout off: two training-mode forwards th
     // dropout on their input shows in the output.
     {
       torch::NoGradGuard no_grad;
-      for (const auto& p : s.engine->policy().named_parameters(true))
+      for (const auto& p : trlx::engine::EngineProbe::policy(*s.engine).named_parameters(true))
         if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0, 0.5);
     }
     s.engine->set_training(true);

@@ -5,6 +5,7 @@
 // parameter counts that do not divide by the world size; a checkpointed run
 // resumes exactly with the same world size, and says clearly when the world
 // size differs.
+#include "support/engine_probe.hpp"
 #include "catch_torch.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -56,7 +57,7 @@ Run make(const trainers::SFTConfig& c, std::shared_ptr<dist::Communicator> comm,
 Params train(const trainers::SFTConfig& c, std::shared_ptr<dist::Communicator> comm,
              const std::vector<std::vector<size_t>>& steps) {
   auto r = make(c, comm);
-  for (const auto& b : steps) r.engine->step_on(*r.trainer, {b});
+  for (const auto& b : steps) trlx::engine::EngineProbe::step_on(*r.engine, *r.trainer, {b});
   return trained(*r.engine);
 }
 
@@ -125,8 +126,8 @@ TEST_CASE("ZeRO-1/2/3 and FSDP steps equal single-process steps on the same glob
                            {"gradient_accumulation_steps", "2"}});
       auto run_steps = [&](std::shared_ptr<dist::Communicator> comm) {
         auto r = make(c, comm);
-        r.engine->step_on(*r.trainer, {{0, 1, 2, 3, 4}, {5}});
-        r.engine->step_on(*r.trainer, {{6, 7, 1}, {2, 3, 4, 5, 0}});
+        trlx::engine::EngineProbe::step_on(*r.engine, *r.trainer, {{0, 1, 2, 3, 4}, {5}});
+        trlx::engine::EngineProbe::step_on(*r.engine, *r.trainer, {{6, 7, 1}, {2, 3, 4, 5, 0}});
         return trained(*r.engine);
       };
       auto single = run_steps(dist::make_single_communicator());
@@ -541,8 +542,8 @@ TEST_CASE("ZeRO-3 and FSDP hold about 1/world of parameters, gradients and optim
   auto resident = [&](const std::string& preset, std::shared_ptr<dist::Communicator> c) {
     const int64_t before = counting.live();
     auto r = make(synced_sft_config({{"accelerate_config", preset}}), c, /*own_weights=*/true);
-    r.engine->step_on(*r.trainer, {{0, 1, 2, 3, 4, 5}});
-    r.engine->step_on(*r.trainer, {{6, 7, 0, 1, 2, 3}});
+    trlx::engine::EngineProbe::step_on(*r.engine, *r.trainer, {{0, 1, 2, 3, 4, 5}});
+    trlx::engine::EngineProbe::step_on(*r.engine, *r.trainer, {{6, 7, 0, 1, 2, 3}});
     return counting.live() - before;
   };
   int64_t weights = 0;  // P: bytes of the fp32 weights

@@ -48,6 +48,38 @@ TEST_CASE("causal LM logits equal transformers' on a padded batch (fp32)", "[mod
   }
 }
 
+TEST_CASE("right padding known on the host runs attention unmasked, with transformers' logits at real tokens",
+          "[model][golden]") {
+  torch::NoGradGuard no_grad;
+  for (const char* name : {"llama", "llama3_rope_tied", "mistral_window", "qwen2", "qwen3"}) {
+    INFO(name);
+    auto dir = models() / name;
+    auto model = model::load_language_model(dir, model::HeadKind::CausalLM);
+    auto expected = io::Checkpoint::open(dir / "expected.safetensors");
+    auto ids = expected.get("input_ids", true), mask = expected.get("attention_mask", true);
+    auto want = expected.get("logits");
+    // The same rows with their real tokens first and the padding after.
+    auto rids = torch::zeros_like(ids), rmask = torch::zeros_like(mask), rwant = torch::zeros_like(want);
+    for (int64_t r = 0; r < ids.size(0); ++r) {
+      auto real = mask[r].nonzero().view({-1});
+      const int64_t n = real.size(0);
+      rids[r].slice(0, 0, n).copy_(ids[r].index_select(0, real));
+      rmask[r].slice(0, 0, n).fill_(1);
+      rwant[r].slice(0, 0, n).copy_(want[r].index_select(0, real));
+    }
+    REQUIRE_FALSE(rmask.all().item<bool>());  // some row is padded
+    model::Batch b{rids, rmask, {}};
+    b.padding_trails = true;
+    auto logits = model->forward(b);
+    const double diff = max_diff_on_real(logits, rwant, rmask);
+    INFO("max |diff| " << diff);
+    CHECK(diff < 1e-4);
+    // The masked path on the same rows agrees.
+    auto masked = model->forward({rids, rmask, {}});
+    CHECK(max_diff_on_real(logits, masked, rmask) < 1e-5);
+  }
+}
+
 TEST_CASE("an unpadded row gives the same logits alone and in a padded batch", "[model]") {
   torch::NoGradGuard no_grad;
   auto model = model::load_language_model(models() / "qwen2", model::HeadKind::CausalLM);

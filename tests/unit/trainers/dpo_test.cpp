@@ -2,6 +2,7 @@
 // scripts/fixtures/dpo_fixtures.py): tokenization id for id, the first three
 // optimizer steps' loss, grad norm and logged metrics, the precompute cache,
 // the LoRA reference and bad input.
+#include "support/engine_probe.hpp"
 #include "catch_torch.hpp"
 
 #include <unistd.h>
@@ -88,8 +89,8 @@ TEST_CASE("DPO precomputed reference log-probs: cached, reused, recomputed when 
     REQUIRE(fs::exists(cache));
     // Precomputed values give the same first step as a live reference.
     auto live = make(dpo_config(data));
-    auto [l1, g1] = s.engine->step_on(*s.trainer, {{0, 1, 2, 3}});
-    auto [l2, g2] = live.engine->step_on(*live.trainer, {{0, 1, 2, 3}});
+    auto [l1, g1] = trlx::engine::EngineProbe::step_on(*s.engine, *s.trainer, {{0, 1, 2, 3}});
+    auto [l2, g2] = trlx::engine::EngineProbe::step_on(*live.engine, *live.trainer, {{0, 1, 2, 3}});
     CHECK(l1 == Approx(l2).margin(1e-6));
     CHECK(g1 == Approx(g2).margin(1e-6));
   }
@@ -125,10 +126,10 @@ TEST_CASE("DPO with use_peft and no ref_model: the reference is the base with ad
   auto c = dpo_config(dpo_data() / "text", {{"use_peft", "true"}, {"learning_rate", "1e-2"}});
   auto s = make(c, /*separate_reference=*/false);
   // At the start adapters are zero: policy == reference, rewards 0.
-  auto [loss, gn] = s.engine->step_on(*s.trainer, {{0, 1, 2, 3}});
+  auto [loss, gn] = trlx::engine::EngineProbe::step_on(*s.engine, *s.trainer, {{0, 1, 2, 3}});
   CHECK(loss == Approx(std::log(2.0)).margin(1e-6));
   CHECK(metric(s.trainer->last_metrics(), "rewards/chosen") == Approx(0).margin(1e-7));
-  s.engine->step_on(*s.trainer, {{4, 5, 6, 7}});
+  trlx::engine::EngineProbe::step_on(*s.engine, *s.trainer, {{4, 5, 6, 7}});
   CHECK(metric(s.trainer->last_metrics(), "rewards/chosen") != Approx(0).margin(1e-7));
   // The reference role still gives the untouched base model's hidden states.
   auto base = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
@@ -136,9 +137,12 @@ TEST_CASE("DPO with use_peft and no ref_model: the reference is the base with ad
   torch::NoGradGuard ng;
   auto ref_h = s.engine->forward(engine::Role::Reference, {b.at("input_ids"), b.at("attention_mask"), {}, {}});
   auto base_h = base->hidden_states({b.at("input_ids"), b.at("attention_mask"), {}, {}});
-  CHECK(torch::allclose(ref_h, base_h, 1e-5, 1e-6));
+  // At real tokens (padding trails, so the engine runs attention unmasked,
+  // and pad positions hold what no loss reads).
+  const auto real = b.at("attention_mask").to(torch::kBool);
+  CHECK(torch::allclose(ref_h.index({real}), base_h.index({real}), 1e-5, 1e-6));
   auto pol_h = s.engine->forward(engine::Role::Policy, {b.at("input_ids"), b.at("attention_mask"), {}, {}});
-  CHECK_FALSE(torch::allclose(pol_h, base_h, 1e-5, 1e-6));
+  CHECK_FALSE(torch::allclose(pol_h.index({real}), base_h.index({real}), 1e-5, 1e-6));
 }
 
 TEST_CASE("DPO shared prompts (one row per pair) give the loss, metrics and gradients of separate rows", "[dpo]") {
@@ -152,11 +156,11 @@ TEST_CASE("DPO shared prompts (one row per pair) give the loss, metrics and grad
                           "shared_index"})
       separate.erase(k);
     auto grads = [&](const engine::TensorMap& b) {
-      for (auto& p : s.engine->policy().parameters()) p.mutable_grad() = torch::Tensor();
+      for (auto& p : trlx::engine::EngineProbe::policy(*s.engine).parameters()) p.mutable_grad() = torch::Tensor();
       auto out = s.trainer->loss(*s.engine, b);
       out.loss_sum.backward();
       std::vector<torch::Tensor> g;
-      for (auto& p : s.engine->policy().parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+      for (auto& p : trlx::engine::EngineProbe::policy(*s.engine).parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
       return std::make_pair(out.loss_sum.item<double>(), g);
     };
     auto [ls, gs] = grads(shared);
@@ -235,15 +239,16 @@ TEST_CASE("DPO sync_ref_model (TR-DPO): the reference moves to alpha * policy + 
   auto reference = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
   engine::Engine e(c, policy, "dpo", tiny_model());
   e.set_reference(reference);
+  e.sync_reference_every(c.ref_model_sync_steps, c.ref_model_mixup_alpha);
   std::map<std::string, std::vector<trainers::PreferenceExample>> splits;
   splits["train"] = std::move(split.examples);
   trainers::DPOTrainer trainer(c, std::move(splits), 0);
-  e.step_on(trainer, {{0, 1, 2, 3}});
+  trlx::engine::EngineProbe::step_on(e, trainer, {{0, 1, 2, 3}});
   const auto name = "model.layers.0.self_attn.q_proj.weight";
   auto before = reference->named_parameters(true)[name].detach().clone();
-  auto pol = e.policy().named_parameters(true)[name].detach().clone();
+  auto pol = trlx::engine::EngineProbe::policy(e).named_parameters(true)[name].detach().clone();
   CHECK_FALSE(torch::equal(before, pol));
-  e.step_on(trainer, {{4, 5, 6, 7}});  // syncs after step 1, before its forward
+  trlx::engine::EngineProbe::step_on(e, trainer, {{4, 5, 6, 7}});  // syncs after step 1, before its forward
   auto after = reference->named_parameters(true)[name].detach();
   CHECK(torch::allclose(after, 0.25 * pol + 0.75 * before, 1e-6, 1e-7));
 }
@@ -282,4 +287,14 @@ TEST_CASE("DPO sync_ref_model: a checkpoint carries the moved reference, so a re
   for (const auto& [k, v] : a) differ_noref += torch::equal(v, c.at(k)) ? 0 : 1;
   CHECK(differ_noref > 0);
   fs::remove_all(out);
+}
+
+TEST_CASE("sync_ref_model without a separate reference is refused by the engine's step hook", "[dpo]") {
+  auto c = dpo_config(dpo_data() / "text", {{"sync_ref_model", "true"}});
+  auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  engine::Engine e(c, policy, "dpo", tiny_model());
+  const auto msg = test::input_error_of([&] { e.sync_reference_every(c.ref_model_sync_steps, c.ref_model_mixup_alpha); });
+  CHECK_THAT(msg, Contains("separate reference"));
+  const auto zero = test::input_error_of([&] { e.sync_reference_every(0, 0.5); });
+  CHECK_THAT(zero, Contains("ref_model_sync_steps"));
 }

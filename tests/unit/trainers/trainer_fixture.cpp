@@ -1,3 +1,4 @@
+#include "support/engine_probe.hpp"
 #include "catch_torch.hpp"
 
 #include "trainer_fixture.hpp"
@@ -122,28 +123,39 @@ void Comparison::check(double got, double want, const std::string& what) {
 }
 
 double mean_of(const engine::MetricSums& m, const std::string& name) {
-  auto it = m.values.find(name);
+  const auto v = m.mean(name);
   INFO(name);
-  REQUIRE(it != m.values.end());
-  return it->second.second > 0 ? it->second.first / it->second.second : 0.0;
+  REQUIRE(v.has_value());
+  return *v;
 }
 
 engine::MetricSums summed_over_ranks(engine::Engine& engine, const engine::MetricSums& local) {
-  std::vector<double> v = {static_cast<double>(local.values.size())};
+  std::vector<double> v = {static_cast<double>(local.values.size() + local.per_batch.size())};
   for (const auto& [k, sc] : local.values) {
     v.push_back(sc.first);
     v.push_back(sc.second);
   }
-  std::vector<double> n = {v[0]};
+  for (const auto& [k, entries] : local.per_batch)
+    for (const auto& [i, sc] : entries) {
+      v.push_back(sc.first);
+      v.push_back(sc.second);
+    }
+  std::vector<double> n = {v[0], static_cast<double>(v.size())};
   engine.sum_across_ranks(n);
   REQUIRE(n[0] == v[0] * engine.world_size());  // the same names on every rank
+  REQUIRE(n[1] == static_cast<double>(v.size()) * engine.world_size());
   engine.sum_across_ranks(v);
-  engine::MetricSums out;
+  engine::MetricSums out = local;
   size_t i = 1;
-  for (const auto& [k, sc] : local.values) {
-    out.add(k, v[i], v[i + 1]);
+  for (auto& [k, sc] : out.values) {
+    sc = {v[i], v[i + 1]};
     i += 2;
   }
+  for (auto& [k, entries] : out.per_batch)
+    for (auto& [j, sc] : entries) {
+      sc = {v[i], v[i + 1]};
+      i += 2;
+    }
   return out;
 }
 
@@ -184,6 +196,7 @@ DPOSetup make_dpo(const trainers::DPOConfig& c, bool separate_reference, std::sh
   auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
   s.engine = std::make_unique<engine::Engine>(c, policy, "dpo", tiny_model(), std::nullopt, std::move(comm));
   if (separate_reference) s.engine->set_reference(model::load_language_model(tiny_model(), model::HeadKind::CausalLM));
+  if (c.sync_ref_model) s.engine->sync_reference_every(c.ref_model_sync_steps, c.ref_model_mixup_alpha);
   std::map<std::string, std::vector<trainers::PreferenceExample>> splits;
   splits["train"] = std::move(split.examples);
   s.trainer = std::make_unique<trainers::DPOTrainer>(c, std::move(splits), 0);
@@ -218,7 +231,7 @@ std::map<std::string, double> values_of_step(std::pair<double, double> loss_and_
                                              const engine::MetricSums& metrics) {
   std::map<std::string, double> out = {
       {"loss", loss_and_norm.first}, {"grad_norm", loss_and_norm.second}, {"num_tokens", tokens}};
-  for (const auto& [k, v] : metrics.values) out[k] = mean_of(metrics, k);
+  for (const auto& [k, v] : metrics.means()) out[k] = v;
   return out;
 }
 
@@ -240,7 +253,7 @@ StepValues dpo_steps(const nlohmann::json& cs, const Run& run) {
     const auto micro = micro_batches(batch.get<std::vector<size_t>>(), config.value("gradient_accumulation_steps", 1),
                                      run.world_size());
     tokens += tokens_of(*s.engine, *s.trainer, micro);
-    auto ln = s.engine->step_on(*s.trainer, micro);
+    auto ln = trlx::engine::EngineProbe::step_on(*s.engine, *s.trainer, micro);
     // One micro-batch per step in the fixtures: its metrics are the step's.
     REQUIRE(micro.size() == 1);
     out.push_back(values_of_step(ln, tokens, summed_over_ranks(*s.engine, s.trainer->last_metrics())));
@@ -275,7 +288,7 @@ StepValues reference_free_steps(const nlohmann::json& cs, const Run& run) {
   for (const auto& batch : cs.at("batches")) {
     const auto micro = micro_batches(batch.get<std::vector<size_t>>(), config.value("gradient_accumulation_steps", 1),
                                      run.world_size());
-    auto ln = engine.step_on(trainer, micro);
+    auto ln = trlx::engine::EngineProbe::step_on(engine, trainer, micro);
     REQUIRE(micro.size() == 1);
     auto v = values_of_step(ln, 0, summed_over_ranks(engine, trainer.last_metrics()));
     v.erase("num_tokens");  // TRL's CPO/ORPO do not log it
@@ -321,7 +334,7 @@ std::map<std::string, double> plain_step(engine::Engine& e, engine::Trainer& tra
   }
   m = summed_over_ranks(e, m);
   *tokens += tokens_of(e, trainer, micro);
-  auto ln = e.step_on(trainer, micro);
+  auto ln = trlx::engine::EngineProbe::step_on(e, trainer, micro);
   return values_of_step(ln, *tokens, m);
 }
 

@@ -1,0 +1,21 @@
+#include "engine/device_memory.hpp"
+
+// A LibTorch with c10d NCCL is a CUDA build, whose c10_cuda trlx links.
+#if defined(USE_C10D_NCCL)
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace trlx::engine {
+
+std::optional<int64_t> peak_device_bytes(const c10::Device& device) {
+#if defined(USE_C10D_NCCL)
+  if (!device.is_cuda()) return std::nullopt;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+#else
+  (void)device;
+  return std::nullopt;
+#endif
+}
+
+}  // namespace trlx::engine

@@ -1,0 +1,13 @@
+#pragma once
+// The GPU memory a run used: the peak of what the caching allocator handed
+// out on the run's device. Nothing on CPU, or in a build without CUDA.
+#include <cstdint>
+#include <optional>
+
+#include <c10/core/Device.h>
+
+namespace trlx::engine {
+
+std::optional<int64_t> peak_device_bytes(const c10::Device& device);
+
+}  // namespace trlx::engine

@@ -1,0 +1,361 @@
+// The training loop: batches of an epoch, one optimizer step over
+// micro-batches, evaluation, and the run from start (or resume) to the end.
+#include "engine/engine.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "engine/device_memory.hpp"
+
+namespace trlx::engine {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+// Set when the program starts (static initialisation), for the
+// time-to-first-step figure users compare launchers and tools by.
+const Clock::time_point g_process_start = Clock::now();
+
+void on_signal(int) { g_stop = true; }
+
+int64_t every(double steps_or_fraction, int64_t total) {
+  if (steps_or_fraction >= 1) return static_cast<int64_t>(steps_or_fraction);
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(steps_or_fraction * static_cast<double>(total))));
+}
+
+std::string duration(double s) {
+  const int64_t t = static_cast<int64_t>(s);
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
+  return fmt::format("{}m{:02d}s", t / 60, t % 60);
+}
+
+}  // namespace
+
+void Engine::request_stop() { g_stop = true; }
+
+std::vector<std::vector<size_t>> Engine::epoch_batches(size_t n, int64_t epoch) const {
+  // The order of an epoch depends only on the seed and the epoch, so a
+  // resumed run sees the same batches as an uninterrupted one.
+  const uint64_t seed = static_cast<uint64_t>(config_.data_seed.value_or(config_.seed)) * 1000003ULL +
+                        static_cast<uint64_t>(epoch);
+  auto gen = at::detail::createCPUGenerator(seed);
+  auto perm = config_.train_sampling_strategy == "sequential" ? torch::arange(static_cast<int64_t>(n), torch::kInt64)
+                                                              : torch::randperm(static_cast<int64_t>(n), gen, torch::kInt64);
+  const auto* p = perm.data_ptr<int64_t>();
+  // Global batches: every rank's examples of a step together, so that N
+  // ranks x batch B see the examples 1 rank x batch N*B sees.
+  const size_t bs = static_cast<size_t>(config_.per_device_train_batch_size * world_size());
+  std::vector<std::vector<size_t>> out;
+  for (size_t i = 0; i < n; i += bs) {
+    if (config_.dataloader_drop_last && i + bs > n) break;
+    std::vector<size_t> b;
+    for (size_t j = i; j < std::min(n, i + bs); ++j) b.push_back(static_cast<size_t>(p[j]));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+void Engine::setup(Trainer& trainer) {
+  const size_t n = trainer.num_examples("train");
+  if (n == 0) fail_input("the training split has no examples");
+  batches_per_epoch_ = epoch_batches(n, 0).size();
+  if (batches_per_epoch_ == 0)
+    fail_input("per_device_train_batch_size ({}) x {} process(es) is larger than the {} training examples and "
+               "dataloader_drop_last is set: no batch to train on",
+               config_.per_device_train_batch_size, world_size(), n);
+  micro_per_step_ = config_.gradient_accumulation_steps;
+  const int64_t steps_per_epoch =
+      std::max<int64_t>(1, (static_cast<int64_t>(batches_per_epoch_) + micro_per_step_ - 1) / micro_per_step_);
+  schedule_.type = config_.lr_scheduler_type;
+  schedule_.base_lr = config_.learning_rate;
+  schedule_.total_steps = config_.max_steps > 0
+                              ? config_.max_steps
+                              : static_cast<int64_t>(std::ceil(config_.num_train_epochs * static_cast<double>(steps_per_epoch)));
+  schedule_.warmup_steps = warmup_steps_for(config_.warmup_steps, config_.warmup_ratio, schedule_.total_steps);
+  if (config_.lr_scheduler_num_cycles) schedule_.num_cycles = *config_.lr_scheduler_num_cycles;
+  if (config_.lr_scheduler_min_lr_rate) schedule_.min_lr_rate = *config_.lr_scheduler_min_lr_rate;
+  if (config_.lr_scheduler_min_lr)
+    schedule_.min_lr_rate = config_.learning_rate > 0 ? *config_.lr_scheduler_min_lr / config_.learning_rate : 0;
+}
+
+Engine::Collated Engine::collate_local(Trainer& trainer, const std::string& split,
+                                       const std::vector<size_t>& global_batch) {
+  // This rank's consecutive share of a global batch; an uneven last batch
+  // leaves later ranks fewer examples, possibly none: those compute on the
+  // batch's first example, whose loss the caller discards.
+  const size_t w = static_cast<size_t>(world_size()), r = static_cast<size_t>(rank());
+  const size_t per = (global_batch.size() + w - 1) / w;
+  size_t lo = std::min(global_batch.size(), r * per), hi = std::min(global_batch.size(), lo + per);
+  Collated out;
+  out.stand_in = lo == hi;
+  if (out.stand_in) lo = 0, hi = 1;
+  out.batch = trainer.collate(split, std::vector<size_t>(global_batch.begin() + static_cast<std::ptrdiff_t>(lo),
+                                                         global_batch.begin() + static_cast<std::ptrdiff_t>(hi)));
+  // Counted on the host, before the batch moves: no device read per micro-batch.
+  if (!out.stand_in) {
+    out.items = trainer.num_items(out.batch);
+    auto it = out.batch.find("attention_mask");
+    if (it != out.batch.end() && it->second.defined()) out.tokens = it->second.sum().item<double>();
+  }
+  for (auto& [k, v] : out.batch) {
+    if (!v.defined()) continue;
+    const bool trails = k.size() >= 14 && k.compare(k.size() - 14, 14, "attention_mask") == 0 && padding_trails(v);
+    v = v.to(device_);
+    if (trails) trailing_masks_.push_back(v);
+  }
+  return out;
+}
+
+std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
+                                                 MetricSums& metrics) {
+  before_step();
+  trailing_masks_.clear();
+  policy_->train();
+  // The loss is normalised by the items (target tokens) of the whole
+  // accumulated step on all ranks, so 1 x 8 and 8 x 1 and 2 ranks x 4 give
+  // the same gradients; the strategy then sums the ranks' gradients.
+  std::vector<Collated> batches;
+  double local_items = 0, tokens = 0;
+  for (const auto& idx : micro) {
+    batches.push_back(collate_local(trainer, "train", idx));
+    local_items += batches.back().items;
+    tokens += batches.back().tokens;
+  }
+  std::vector<double> counts = {local_items};
+  strategy_->sum_across_ranks(counts);
+  const double denom = std::max(1.0, config_.average_tokens_across_devices ? counts[0] : local_items);
+  for (auto& lr_group : optimizer_->param_groups())
+    static_cast<torch::optim::AdamWOptions&>(lr_group.options()).lr(schedule_.lr(step_));
+  optimizer_->zero_grad(true);
+  // The step's loss stays on the device until the step ends (one read).
+  torch::Tensor loss_total;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    auto& b = batches[i];
+    strategy_->begin_backward(/*sync=*/i + 1 == batches.size(), /*has_data=*/true);
+    standing_in_ = b.stand_in;
+    LossOutput out = trainer.loss(*this, b.batch);
+    auto loss = out.loss_sum / denom;
+    // A stand-in's backward runs (so every rank joins the same gathers and
+    // reductions) with zero gradients.
+    if (standing_in_) loss = loss * 0.0;
+    loss.backward();
+    if (standing_in_) {
+      metrics.skip_batch();
+    } else {
+      loss_total = loss_total.defined() ? loss_total + loss.detach() : loss.detach();
+      metrics.merge(out.metrics);
+    }
+    standing_in_ = false;
+    strategy_->end_backward();
+  }
+  if (config_.debug_check_grad_sync_steps > 0 && (step_ + 1) % config_.debug_check_grad_sync_steps == 0)
+    strategy_->check_grads_in_sync();
+  const double max_norm = config_.max_grad_norm > 0 ? config_.max_grad_norm : std::numeric_limits<double>::infinity();
+  const double grad_norm = strategy_->clip_grad_norm(max_norm);
+  optimizer_->step();
+  strategy_->after_optimizer_step();
+  ++step_;
+  // Rank sums: the loss (already a share of the global mean when gradients
+  // are summed), tokens, and whether any rank was asked to stop.
+  std::vector<double> sums = {loss_total.defined() ? loss_total.item<double>() : 0.0, tokens, g_stop ? 1.0 : 0.0};
+  strategy_->sum_across_ranks(sums);
+  if (sums[2] > 0) g_stop = true;
+  tokens_seen_ += sums[1];
+  const double loss = config_.average_tokens_across_devices ? sums[0] : sums[0] / world_size();
+  return {loss, grad_norm};
+}
+
+std::pair<double, double> Engine::step_on(Trainer& trainer, const std::vector<std::vector<size_t>>& micro_batches) {
+  setup(trainer);
+  MetricSums m;
+  return optimizer_step(trainer, micro_batches, m);
+}
+
+MetricSums Engine::evaluate(Trainer& trainer) {
+  torch::NoGradGuard no_grad;
+  policy_->eval();
+  MetricSums m;
+  const size_t n = trainer.num_examples("test");
+  // Each rank evaluates a consecutive share of every global batch.
+  const size_t bs = static_cast<size_t>(config_.per_device_eval_batch_size * world_size());
+  torch::Tensor loss_sum;
+  double items = 0;
+  for (size_t i = 0; i < n; i += bs) {
+    std::vector<size_t> idx;
+    for (size_t j = i; j < std::min(n, i + bs); ++j) idx.push_back(j);
+    trailing_masks_.clear();
+    auto b = collate_local(trainer, "test", idx);
+    standing_in_ = b.stand_in;
+    auto out = trainer.loss(*this, b.batch);
+    standing_in_ = false;
+    if (b.stand_in) {
+      m.skip_batch();
+      continue;
+    }
+    loss_sum = loss_sum.defined() ? loss_sum + out.loss_sum.detach() : out.loss_sum.detach();
+    items += b.items;
+    m.merge(out.metrics);
+  }
+  m.add("loss", loss_sum.defined() ? loss_sum.item<double>() : 0.0, std::max(1.0, items));
+  reduce_metrics(m);
+  policy_->train();
+  return m;
+}
+
+RunSummary Engine::train(Trainer& trainer) {
+  setup(trainer);
+  prepare_output_dir();
+  int64_t epoch = 0;
+  size_t batch_in_epoch = 0;
+  if (auto dir = checkpoint_to_resume()) {
+    resume(*dir, &epoch, &batch_in_epoch);
+  } else if (rank() == 0) {
+    fs::remove(output_dir_ / "metrics.jsonl");
+  }
+  open_tensorboard();
+  print_startup(trainer);
+  auto prev_term = std::signal(SIGTERM, on_signal);
+  auto prev_int = std::signal(SIGINT, on_signal);
+  g_stop = false;
+
+  const int64_t log_every = every(config_.logging_steps, schedule_.total_steps);
+  const int64_t save_every = every(config_.save_steps, schedule_.total_steps);
+  const int64_t eval_every = every(config_.eval_steps.value_or(config_.logging_steps), schedule_.total_steps);
+  const bool tty = isatty(STDERR_FILENO);
+  MetricSums window;
+  double window_loss = 0;
+  int64_t window_steps = 0;
+  double last_grad_norm = 0, last_loss = 0;
+  const auto start = Clock::now();
+  const int64_t start_step = step_;
+  const double start_tokens = tokens_seen_;
+  double first_step_seconds = 0;
+  RunSummary summary;
+  summary.output_dir = output_dir_;
+  bool saved_at_step = false;
+  auto batches = epoch_batches(trainer.num_examples("train"), epoch);
+  while (step_ < schedule_.total_steps) {
+    if (batch_in_epoch >= batches.size()) {
+      ++epoch;
+      batch_in_epoch = 0;
+      batches = epoch_batches(trainer.num_examples("train"), epoch);
+    }
+    std::vector<std::vector<size_t>> micro;
+    for (int64_t i = 0; i < micro_per_step_ && batch_in_epoch < batches.size(); ++i) micro.push_back(batches[batch_in_epoch++]);
+    auto [loss, grad_norm] = optimizer_step(trainer, micro, window);
+    if (step_ == start_step + 1)
+      first_step_seconds = std::chrono::duration<double>(Clock::now() - g_process_start).count();
+    saved_at_step = false;
+    window_loss += loss;
+    ++window_steps;
+    last_grad_norm = grad_norm;
+    last_loss = loss;
+    if (!std::isfinite(loss)) log::warn("step {}: the loss is {}", step_, loss);
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double rate = static_cast<double>(step_ - start_step) / std::max(1e-9, elapsed);
+    const double eta = static_cast<double>(schedule_.total_steps - step_) / std::max(1e-9, rate);
+    const double epoch_f = static_cast<double>(epoch) +
+                           static_cast<double>(batch_in_epoch) / static_cast<double>(std::max<size_t>(1, batches.size()));
+    // As transformers: an epoch ends after its last batch, or at the last
+    // step when max_steps stops training inside it; the epoch strategies
+    // log, evaluate and save then, in that order.
+    const bool epoch_end = batch_in_epoch >= batches.size() || step_ == schedule_.total_steps;
+    const bool log_now = (config_.logging_strategy == "steps" && (step_ % log_every == 0 ||
+                                                                  (config_.logging_first_step && step_ == 1) ||
+                                                                  step_ == schedule_.total_steps)) ||
+                         (config_.logging_strategy == "epoch" && epoch_end);
+    if (log_now) {
+      reduce_metrics(window);
+      std::map<std::string, double> m;
+      m["loss"] = window_loss / std::max<int64_t>(1, window_steps);
+      m["grad_norm"] = last_grad_norm;
+      m["learning_rate"] = schedule_.lr(step_ - 1);  // the rate the step just used, as TRL logs it
+      m["epoch"] = epoch_f;
+      m["num_tokens"] = tokens_seen_;
+      for (const auto& [k, v] : window.means()) m[k] = v;
+      log_metrics(m);
+      std::string line;
+      for (const auto& k : {"loss", "grad_norm", "learning_rate", "mean_token_accuracy", "entropy"})
+        if (m.count(k)) line += fmt::format("{}={:.4g}  ", k, m[k]);
+      if (tty) std::cerr << "\r\033[K";
+      log::info("step {}/{}  {}epoch={:.2f}  {:.2f} it/s  ETA {}", step_, schedule_.total_steps, line, epoch_f, rate,
+                duration(eta));
+      window = {};
+      window_loss = 0;
+      window_steps = 0;
+    } else if (tty && log::rank() == 0) {
+      const int width = 30;
+      const int filled = static_cast<int>(width * static_cast<double>(step_) / static_cast<double>(schedule_.total_steps));
+      std::cerr << fmt::format("\r\033[K[{}{}] {}/{}  {:.2f} it/s  ETA {}  loss {:.4g}", std::string(static_cast<size_t>(filled), '#'),
+                               std::string(static_cast<size_t>(width - filled), '.'), step_, schedule_.total_steps, rate,
+                               duration(eta), loss)
+                << std::flush;
+    }
+    if (trainer.num_examples("test") > 0 && ((config_.eval_strategy == "steps" && step_ % eval_every == 0) ||
+                                             (config_.eval_strategy == "epoch" && epoch_end))) {
+      auto e = evaluate(trainer);
+      std::map<std::string, double> m;
+      for (const auto& [k, v] : e.means()) m["eval_" + k] = v;
+      log_metrics(m);
+      log::info("step {}: eval_loss={:.4g}", step_, m["eval_loss"]);
+    }
+    // As transformers, the steps strategy also saves at the last step.
+    if ((config_.save_strategy == "steps" && (step_ % save_every == 0 || step_ == schedule_.total_steps)) ||
+        (config_.save_strategy == "epoch" && epoch_end)) {
+      save_checkpoint(epoch, batch_in_epoch);
+      saved_at_step = true;
+    }
+    if (g_stop) {
+      if (tty) std::cerr << "\n";
+      log::warn("stop requested: saving at step {} and exiting", step_);
+      if (!saved_at_step) save_checkpoint(epoch, batch_in_epoch);
+      summary.interrupted = true;
+      break;
+    }
+  }
+  if (tty) std::cerr << "\r\033[K";
+  std::signal(SIGTERM, prev_term);
+  std::signal(SIGINT, prev_int);
+  summary.steps = step_;
+  summary.final_loss = last_loss;
+  {
+    const double runtime = std::chrono::duration<double>(Clock::now() - start).count();
+    std::map<std::string, double> end = {
+        {"train_runtime", runtime},
+        {"train_steps_per_second", static_cast<double>(step_ - start_step) / std::max(1e-9, runtime)},
+        {"train_tokens_per_second", (tokens_seen_ - start_tokens) / std::max(1e-9, runtime)},
+        {"first_step_seconds", first_step_seconds}};
+    if (device_.is_cuda()) {
+      // The largest peak over ranks (every rank joins the reduction).
+      std::vector<double> peak = {static_cast<double>(peak_device_bytes(device_).value_or(0))};
+      strategy_->max_across_ranks(peak);
+      end["peak_gpu_memory_mb"] = peak[0] / (1024.0 * 1024.0);
+      log::info("peak GPU memory {:.0f} MiB (the largest over ranks)", end["peak_gpu_memory_mb"]);
+    }
+    log_metrics(end);
+  }
+  if (!summary.interrupted) {
+    save_model(output_dir_, true);
+    comm_->barrier();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    log::info("done: {} steps in {}, final loss {:.4g}, model saved to {}", step_, duration(elapsed), last_loss,
+              output_dir_.string());
+  }
+  return summary;
+}
+
+}  // namespace trlx::engine

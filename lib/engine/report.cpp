@@ -1,0 +1,153 @@
+// What a run tells its user: metrics reduced over ranks, JSONL and
+// TensorBoard logs, and the startup table.
+#include "engine/engine.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "core/log.hpp"
+#include "dist/comm/host_values.hpp"
+
+namespace trlx::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string human(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.1f}K", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+
+}  // namespace
+
+void Engine::reduce_metrics(MetricSums& m) {
+  if (comm_->backend() == "single") return;
+  // Ranks normally log the same names; if one has a name another lacks (a
+  // rank that saw no data in the window), the window is summed by name over
+  // the union of names. A per-micro-batch entry is named by its metric and
+  // its index in the window ('\x1f' apart), which every rank counts alike.
+  constexpr char kSep = '\x1f';
+  std::string names;
+  for (const auto& [k, v] : m.values) names += k + '\n';
+  for (const auto& [k, entries] : m.per_batch)
+    for (const auto& [i, v] : entries) names += fmt::format("{}{}{}\n", k, kSep, i);
+  std::set<std::string> keys;
+  for (const auto& theirs : dist::all_gather_strings(*comm_, names)) {
+    size_t start = 0;
+    for (size_t end; (end = theirs.find('\n', start)) != std::string::npos; start = end + 1)
+      keys.insert(theirs.substr(start, end - start));
+  }
+  auto find = [&](const std::string& key) -> std::pair<double, double> {
+    const size_t sep = key.find(kSep);
+    if (sep == std::string::npos) {
+      auto it = m.values.find(key);
+      return it == m.values.end() ? std::pair<double, double>{0, 0} : it->second;
+    }
+    auto it = m.per_batch.find(key.substr(0, sep));
+    if (it == m.per_batch.end()) return {0, 0};
+    auto e = it->second.find(std::stoll(key.substr(sep + 1)));
+    return e == it->second.end() ? std::pair<double, double>{0, 0} : e->second;
+  };
+  std::vector<double> flat;
+  for (const auto& k : keys) {
+    const auto [sum, count] = find(k);
+    flat.push_back(sum);
+    flat.push_back(count);
+  }
+  strategy_->sum_across_ranks(flat);
+  m.values.clear();
+  m.per_batch.clear();
+  size_t i = 0;
+  for (const auto& k : keys) {
+    const size_t sep = k.find(kSep);
+    if (sep == std::string::npos) m.values[k] = {flat[i], flat[i + 1]};
+    else m.per_batch[k.substr(0, sep)][std::stoll(k.substr(sep + 1))] = {flat[i], flat[i + 1]};
+    i += 2;
+  }
+}
+
+void Engine::log_metrics(const std::map<std::string, double>& m) {
+  nlohmann::ordered_json j;
+  for (const auto& [k, v] : m) j[k] = v;
+  j["step"] = step_;
+  log_history_.push_back(j.dump());
+  if (rank() != 0) return;
+  std::ofstream out(output_dir_ / "metrics.jsonl", std::ios::app);
+  out << j.dump() << "\n";
+  if (tensorboard_) {
+    // transformers' TensorBoardCallback tags: eval_x -> eval/x, test_x -> test/x, x -> train/x.
+    for (const auto& [k, v] : m) {
+      if (k.rfind("eval_", 0) == 0) tensorboard_->scalar("eval/" + k.substr(5), v, step_);
+      else if (k.rfind("test_", 0) == 0) tensorboard_->scalar("test/" + k.substr(5), v, step_);
+      else tensorboard_->scalar("train/" + k, v, step_);
+    }
+    tensorboard_->flush();
+  }
+}
+
+void Engine::open_tensorboard() {
+  const bool wanted = std::any_of(config_.report_to.begin(), config_.report_to.end(),
+                                  [](const std::string& s) { return s == "tensorboard" || s == "all"; });
+  if (!wanted || rank() != 0) return;
+  // TENSORBOARD_LOGGING_DIR overrides the directory, as in transformers.
+  const char* dir = std::getenv("TENSORBOARD_LOGGING_DIR");
+  tensorboard_ = std::make_unique<io::EventWriter>(dir && *dir ? fs::path(dir) : io::default_tensorboard_dir(output_dir_));
+  log::info("TensorBoard event file: {}", tensorboard_->path().string());
+}
+
+std::string Engine::memory_savers() const {
+  std::vector<std::string> on;
+  if (lora_)
+    on.push_back(fmt::format("LoRA r={} on {} layers", lora_->config.r, lora_->adapted.size()));
+  if (plan_.checkpointing)
+    on.push_back(fmt::format("gradient checkpointing ({})", plan_.reentrant ? "reentrant" : "non-reentrant"));
+  if (plan_.logprob_chunk_size > 0)
+    on.push_back(fmt::format("chunked log-probs ({} tokens per chunk)", plan_.logprob_chunk_size));
+  return on.empty() ? "none" : fmt::format("{}", fmt::join(on, ", "));
+}
+
+void Engine::print_startup(Trainer& trainer) {
+  int64_t total = 0, trainable = 0;
+  for (const auto& p : policy_->parameters()) {
+    total += p.numel();
+    if (p.requires_grad()) trainable += p.numel();
+  }
+  const int64_t world = world_size();
+  const int64_t total_batch = config_.per_device_train_batch_size * config_.gradient_accumulation_steps * world;
+  // Weights, gradients and two Adam moments in fp32 for what trains.
+  const double mem = static_cast<double>(total) * 4 + static_cast<double>(trainable) * 12;
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"trainer", trainer_name_},
+      {"model", config_.model_name_or_path.value_or("?")},
+      {"parameters", fmt::format("{} total, {} trainable", human(static_cast<double>(total)), human(static_cast<double>(trainable)))},
+      {"train examples", std::to_string(trainer.num_examples("train"))},
+      {"eval examples", std::to_string(trainer.num_examples("test"))},
+      {"batch", fmt::format("{} per device x {} accumulation x {} process(es) = {}", config_.per_device_train_batch_size,
+                            config_.gradient_accumulation_steps, world, total_batch)},
+      {"steps", fmt::format("{} ({} batches per epoch)", schedule_.total_steps, batches_per_epoch_)},
+      {"schedule", fmt::format("{}, peak lr {:g}, warmup {} steps", schedule_.type, schedule_.base_lr, schedule_.warmup_steps)},
+      // adamw_torch and adamw_torch_fused name the same update; trlx has one AdamW.
+      {"optimizer", fmt::format("AdamW ({})", config_.optim)},
+      {"precision", config_.use_bf16() ? "bf16 mixed" : "fp32"},
+      {"device", fmt::format("{} x {}", world, device_.is_cuda() ? "cuda" : "cpu")},
+      {"distributed", fmt::format("{} ({} communicator{})", strategy_->name(), comm_->backend(),
+                                  dist_.source.empty() ? "" : ", " + dist_.source)},
+      {"memory savers", memory_savers()},
+      {"memory estimate", fmt::format("{:.1f} MB (weights + grads + Adam state, no activations)", mem / 1e6)},
+      {"output_dir", output_dir_.string()},
+  };
+  std::string table = "\n";
+  for (const auto& [k, v] : rows) table += fmt::format("  {:<18}{}\n", k, v);
+  log::info("training setup:{}", table);
+}
+
+}  // namespace trlx::engine

@@ -1,0 +1,152 @@
+// The models a trainer computes with, by role: the policy and the frozen
+// reference (a separate model, or the policy with its adapters off).
+#include "engine/engine.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "engine/autocast.hpp"
+#include "model/lora.hpp"
+
+namespace trlx::engine {
+
+namespace fs = std::filesystem;
+
+model::LanguageModelImpl& Engine::model_for(Role role) {
+  if (role == Role::Policy) return *policy_;
+  if (reference_) return *reference_;
+  if (lora_) return *policy_;  // with adapters disabled, see RoleScope
+  throw Error("this trainer asked for a reference model, but the engine was given none");
+}
+
+// Sets the model up for one role while alive, for every Engine method that
+// takes a Role: the reference runs without gradients and, when it is the
+// policy itself, with its adapters off and the original modules in place of
+// the modules_to_save copies (a trained embedding copy tied to the head
+// included). Precision is the caller's: forwards and heads add autocast.
+class Engine::RoleScope {
+ public:
+  RoleScope(Engine& e, Role role) : model(e.model_for(role)) {
+    if (role != Role::Reference) return;
+    no_grad_.emplace();
+    if (!e.reference_) base_only_.emplace(*e.policy_);
+  }
+  model::LanguageModelImpl& model;
+
+ private:
+  std::optional<torch::NoGradGuard> no_grad_;
+  std::optional<model::AdaptersDisabled> base_only_;
+};
+
+torch::Tensor Engine::forward(Role role, const model::Batch& batch) {
+  RoleScope scope(*this, role);
+  Autocast ac(config_.use_bf16(), device_.type(), at::kBFloat16, !strategy_->shards_parameters());
+  return scope.model.hidden_states(to_device(batch));
+}
+
+losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, const torch::Tensor& targets,
+                                       const torch::Tensor& mask, const losses::LogProbOptions& options) {
+  RoleScope scope(*this, role);
+  Autocast ac(config_.use_bf16(), device_.type(), at::kBFloat16, !strategy_->shards_parameters());
+  auto& m = scope.model;
+  auto o = options;
+  o.chunk_size = plan_.logprob_chunk_size;
+  losses::TokenLogProbs out;
+  m.with_head(hidden, [&] {
+    out = losses::token_logprobs(hidden, m.head_weight(), targets.to(device_), mask.to(device_), o);
+    return std::vector<torch::Tensor>{out.logps, out.entropy};
+  });
+  return out;
+}
+
+torch::Tensor Engine::head(Role role, const torch::Tensor& hidden) {
+  RoleScope scope(*this, role);
+  Autocast ac(config_.use_bf16(), device_.type(), at::kBFloat16, !strategy_->shards_parameters());
+  return scope.model.head(hidden);
+}
+
+torch::Tensor Engine::mean_logits(Role role, const torch::Tensor& hidden) {
+  // A metric: fp32 and no gradient whatever the role.
+  RoleScope scope(*this, role);
+  torch::NoGradGuard no_grad;
+  auto& m = scope.model;
+  torch::Tensor w;
+  m.with_head(torch::Tensor(), [&] {
+    w = m.head_weight().detach().to(torch::kFloat32).mean(0);
+    return std::vector<torch::Tensor>{};
+  });
+  return torch::matmul(hidden.detach().to(torch::kFloat32), w);
+}
+
+torch::Tensor Engine::head_weight(Role role) {
+  RoleScope scope(*this, role);
+  torch::NoGradGuard no_grad;
+  auto& m = scope.model;
+  torch::Tensor w;
+  // A copy under sharding: the gathered weight is released after.
+  m.with_head(torch::Tensor(), [&] {
+    w = m.head_weight().detach();
+    if (strategy_->shards_parameters()) w = w.clone();
+    return std::vector<torch::Tensor>{};
+  });
+  return w;
+}
+
+void Engine::sync_reference_every(int64_t every_steps, double alpha) {
+  if (every_steps < 1) fail_input("ref_model_sync_steps must be at least 1, not {}", every_steps);
+  if (!reference_)
+    fail_input("sync_ref_model needs a separate reference model to update (set ref_model, or train without use_peft)");
+  reference_sync_ = ReferenceSync{every_steps, alpha};
+}
+
+void Engine::sync_reference(double alpha) {
+  strategy_->lerp_parameters(*reference_, *policy_, alpha);
+  reference_moved_ = true;
+}
+
+void Engine::before_step() {
+  // TR-DPO: after every every_steps-th optimizer step the reference moves
+  // towards the policy, before the next forward (the first time it matters).
+  // A checkpoint taken in between holds the reference before that move, and
+  // resume makes it at the same point, so resumed runs equal uninterrupted ones.
+  if (reference_sync_ && step_ > 0 && step_ % reference_sync_->every_steps == 0) {
+    sync_reference(reference_sync_->alpha);
+    log::info("step {}: reference model synced with the policy (ref_model_mixup_alpha {})", step_,
+              reference_sync_->alpha);
+  }
+}
+
+model::Batch Engine::to_device(const model::Batch& b) const {
+  auto mv = [&](const torch::Tensor& t) { return t.defined() ? t.to(device_) : t; };
+  model::Batch out{mv(b.input_ids), mv(b.attention_mask), mv(b.position_ids), mv(b.document_ids)};
+  out.padding_trails = b.padding_trails;
+  if (!out.padding_trails && b.attention_mask.defined()) {
+    // A mask the engine collated: its layout was read on the host then.
+    for (const auto& m : trailing_masks_)
+      if (m.is_same(b.attention_mask)) out.padding_trails = true;
+    // A mask still on the host is read here, before it moves.
+    if (!out.padding_trails && b.attention_mask.device().is_cpu()) out.padding_trails = padding_trails(b.attention_mask);
+  }
+  return out;
+}
+
+bool Engine::padding_trails(const torch::Tensor& host_mask) {
+  // Every row is ones then zeros: no 0 is followed by a 1.
+  if (host_mask.dim() != 2 || host_mask.size(1) < 2) return host_mask.dim() == 2;
+  auto m = host_mask.to(torch::kBool);
+  auto rises = m.slice(1, 1).logical_and(m.slice(1, 0, m.size(1) - 1).logical_not());
+  return !rises.any().item<bool>();
+}
+
+void Engine::set_reference(model::LanguageModel reference) {
+  reference_ = std::move(reference);
+  for (auto& p : reference_->parameters()) p.requires_grad_(false);
+  if (config_.disable_dropout) model::disable_dropout(*reference_);
+  reference_->eval();
+  // Sharded like the policy under ZeRO-3/FSDP (reaching the device unit by
+  // unit), whole on every rank otherwise.
+  if (!strategy_->shards_parameters()) reference_->to(device_);
+  strategy_->wrap_frozen_model(*reference_);
+  reference_->to(device_);
+}
+
+}  // namespace trlx::engine

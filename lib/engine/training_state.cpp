@@ -1,0 +1,283 @@
+// What a run saves and restores: the model (whole or as an adapter),
+// checkpoints with optimizer, RNG and data position, and resume.
+#include "engine/engine.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "io/atomic_write.hpp"
+#include "model/loading.hpp"
+#include "model/saving.hpp"
+
+namespace trlx::engine {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const kCudaRngFile = "rng_state_cuda.pt";
+
+// The checkpoint-N directories of `dir`, by step.
+std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("checkpoint-", 0) != 0) continue;
+    try {
+      size_t used = 0;
+      const int64_t step = std::stoll(name.substr(11), &used);
+      if (used == name.size() - 11) out.emplace_back(step, e.path());
+    } catch (const std::exception&) {
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+void Engine::prepare_output_dir() {
+  std::error_code ec;
+  fs::create_directories(output_dir_, ec);
+  if (ec) fail_input("output_dir {} cannot be created: {}", output_dir_.string(), ec.message());
+  // Fail before training, not at the first save, when output_dir is not writable.
+  const fs::path probe = output_dir_ / fmt::format(".write-test-{}-{}", getpid(), rank());
+  std::ofstream t(probe);
+  if (!t) fail_input("output_dir {} is not writable", output_dir_.string());
+  t.close();
+  fs::remove(probe);
+}
+
+std::optional<fs::path> Engine::checkpoint_to_resume() const {
+  if (!config_.resume_from_checkpoint) return std::nullopt;
+  const std::string& want = *config_.resume_from_checkpoint;
+  if (want == "latest" || want == "true") {
+    const auto ckpts = list_checkpoints(output_dir_);
+    if (ckpts.empty()) fail_input("resume_from_checkpoint: no checkpoint-N in {}", output_dir_.string());
+    return ckpts.back().second;
+  }
+  if (!fs::is_directory(want)) fail_input("resume_from_checkpoint: {} does not exist", want);
+  return fs::path(want);
+}
+
+std::map<std::string, torch::Tensor> Engine::parameter_values(bool trainable_only) {
+  // Every rank makes the same reads, so each joins the same gathers.
+  struct EndReads {
+    dist::Strategy& s;
+    ~EndReads() { s.end_parameter_reads(); }
+  } end_reads{*strategy_};
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : policy_->named_parameters(true)) {
+    if (trainable_only && !p.value().requires_grad()) continue;
+    strategy_->read_parameter(p.value());
+    out[p.key()] = p.value().detach().clone();
+  }
+  return out;
+}
+
+void Engine::write_on_rank0(const std::function<void(const io::BeforeWrite&)>& write) {
+  // Rank 0 writes; under parameter sharding it gathers one unit at a time
+  // as the writer reaches it, and the other ranks join those gathers.
+  if (rank() != 0) {
+    strategy_->serve_parameter_reads();
+    return;
+  }
+  struct EndReads {
+    dist::Strategy& s;
+    ~EndReads() { s.end_parameter_reads(); }
+  } end_reads{*strategy_};
+  write([this](const torch::Tensor& t) { strategy_->read_parameter(t); });
+}
+
+void Engine::save_full_model(model::LanguageModelImpl& m, const fs::path& dir, bool into_existing_dir) {
+  write_on_rank0([&](const io::BeforeWrite& before_write) {
+    model::SaveModelOptions so;
+    so.tokenizer_dir = tokenizer_dir_;
+    so.into_existing_dir = into_existing_dir;
+    so.before_write = before_write;
+    model::save_language_model(dir, m, so);
+  });
+}
+
+void Engine::save_model(const fs::path& dir, bool into_existing_dir) {
+  if (!lora_) return save_full_model(*policy_, dir, into_existing_dir);
+  write_on_rank0([&](const io::BeforeWrite& before_write) {
+    model::AdapterSaveOptions ao;
+    ao.base_model_name_or_path = base_dir_ ? base_dir_->string() : config_.model_name_or_path.value_or("");
+    ao.tokenizer_dir = tokenizer_dir_;
+    ao.into_existing_dir = into_existing_dir;
+    ao.before_write = before_write;
+    model::save_adapter(dir, *policy_, *lora_, ao);
+  });
+}
+
+torch::Device Engine::optimizer_device() const {
+  for (const auto& g : optimizer_->param_groups())
+    if (!g.params().empty()) return g.params().front().device();
+  return device_;
+}
+
+std::string Engine::optimizer_file() const {
+  return strategy_->shards_optimizer_state() ? fmt::format("optimizer-rank{}-of-{}.pt", rank(), world_size())
+                                             : "optimizer.pt";
+}
+
+void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
+  // Rank 0 writes what every rank holds alike; with sharded optimizer state
+  // each rank adds its own shard first. The others wait so that no rank runs
+  // ahead of a checkpoint.
+  struct Barrier {
+    dist::Communicator& c;
+    ~Barrier() noexcept(false) {
+      if (std::uncaught_exceptions() == 0) c.barrier();
+    }
+  } barrier{*comm_};
+  const fs::path final_dir = output_dir_ / fmt::format("checkpoint-{}", step_);
+  const fs::path tmp = output_dir_ / fmt::format(".checkpoint-{}.tmp", step_);
+  if (rank() == 0) fs::remove_all(tmp);
+  if (strategy_->shards_optimizer_state()) {
+    comm_->barrier();
+    fs::create_directories(tmp);
+    torch::save(*optimizer_, (tmp / optimizer_file()).string());
+    comm_->barrier();
+  }
+  // A reference TR-DPO moved is part of the state: saved beside the model.
+  const fs::path reference_dir = tmp / "reference";
+  if (rank() != 0) {
+    save_model(tmp, true);  // joins rank 0's gathers under parameter sharding
+    if (reference_moved_) save_full_model(*reference_, reference_dir, false);
+    return;
+  }
+  try {
+    // Into the existing temp dir: under sharded optimizer state it already
+    // holds every rank's optimizer file, which a fresh directory would drop.
+    save_model(tmp, true);
+    if (reference_moved_) save_full_model(*reference_, reference_dir, false);
+    if (!strategy_->shards_optimizer_state()) torch::save(*optimizer_, (tmp / optimizer_file()).string());
+    auto rng = at::detail::getDefaultCPUGenerator().get_state();
+    torch::save(rng, (tmp / "rng_state.pt").string());
+    // Dropout and sampling on a GPU draw from its own generator.
+    if (device_.is_cuda())
+      torch::save(at::globalContext().defaultGenerator(device_).get_state(), (tmp / kCudaRngFile).string());
+    nlohmann::ordered_json state = {{"global_step", step_},
+                                    {"epoch", epoch},
+                                    {"batch_in_epoch", batch_in_epoch},
+                                    {"max_steps", schedule_.total_steps},
+                                    {"num_tokens", tokens_seen_},
+                                    {"trainer", trainer_name_},
+                                    {"log_history", nlohmann::ordered_json::array()}};
+    for (const auto& l : log_history_) state["log_history"].push_back(nlohmann::ordered_json::parse(l));
+    io::write_file_atomic(tmp / "trainer_state.json", state.dump(2) + "\n");
+    io::fsync_directory(tmp);
+    // Only a complete checkpoint gets its final name; one already there under
+    // that name (saved again after a resume) is moved aside until then.
+    const fs::path old = output_dir_ / fmt::format(".checkpoint-{}.old-{}", step_, getpid());
+    if (fs::exists(final_dir)) fs::rename(final_dir, old);
+    fs::rename(tmp, final_dir);
+    io::fsync_directory(output_dir_);
+    fs::remove_all(old);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  log::info("saved {}", final_dir.string());
+  if (config_.save_total_limit) {
+    auto ckpts = list_checkpoints(output_dir_);
+    while (static_cast<int64_t>(ckpts.size()) > *config_.save_total_limit) {
+      fs::remove_all(ckpts.front().second);
+      ckpts.erase(ckpts.begin());
+    }
+  }
+}
+
+void Engine::load_full_weights(model::LanguageModelImpl& m, const fs::path& dir) {
+  auto loaded = model::load_language_model(dir, m.head_kind(), "auto");
+  auto src = loaded->named_parameters(true);
+  strategy_->write_parameters(m, [&](const std::string& name, torch::Tensor& p) {
+    if (!src.contains(name)) fail_input("resume_from_checkpoint: {} has no tensor {}", dir.string(), name);
+    p.copy_(src[name]);
+  });
+}
+
+void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch) {
+  const fs::path state_file = dir / "trainer_state.json";
+  std::ifstream in(state_file);
+  if (!in) fail_input("resume_from_checkpoint: {} is not a checkpoint (no trainer_state.json)", dir.string());
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(in);
+    step_ = state.at("global_step").get<int64_t>();
+    *epoch = state.at("epoch").get<int64_t>();
+    *batch_in_epoch = state.at("batch_in_epoch").get<size_t>();
+    tokens_seen_ = state.value("num_tokens", 0.0);
+    for (const auto& l : state.value("log_history", nlohmann::json::array())) log_history_.push_back(l.dump());
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("resume_from_checkpoint: {} is corrupt: {}", state_file.string(), e.what());
+  }
+  for (const std::string& f : {optimizer_file(), std::string("rng_state.pt")})
+    if (!fs::exists(dir / f))
+      fail_input("resume_from_checkpoint: {} is missing {}{}", dir.string(), f,
+                 strategy_->shards_optimizer_state()
+                     ? fmt::format(" (optimizer state is saved per rank; resume with the same number of processes, {}, "
+                                   "and the same strategy)",
+                                   world_size())
+                     : "");
+  if (lora_) {
+    // The checkpoint holds the adapter: attach it to a fresh base and take
+    // the trained tensors from there.
+    const auto base = base_dir_ ? *base_dir_ : fs::path(config_.model_name_or_path.value_or(""));
+    auto fresh = model::load_language_model(base, policy_->head_kind(), "auto");
+    model::load_adapter(dir, *fresh);
+    auto src = fresh->named_parameters(true);
+    // Frozen base tensors keep their values; under sharding write_parameters
+    // hands out every tensor whole, so those are copied back from the base.
+    strategy_->write_parameters(*policy_, [&](const std::string& name, torch::Tensor& p) {
+      if (!src.contains(name))
+        fail_input("resume_from_checkpoint: {} has no adapter tensor for {}", dir.string(), name);
+      p.copy_(src[name]);
+    });
+  } else {
+    load_full_weights(*policy_, dir);
+  }
+  strategy_->on_weights_loaded();  // ZeRO: master shards from the loaded weights
+  if (fs::exists(dir / "reference" / "config.json")) {
+    if (!reference_) {
+      log::warn("{} holds a reference model moved by sync_ref_model, but this run has no separate reference; "
+                "it is not used", (dir / "reference").string());
+    } else {
+      load_full_weights(*reference_, dir / "reference");
+      reference_moved_ = true;
+    }
+  }
+  // Adam's moments onto the device of the tensors they update (each rank's
+  // GPU, or the host under optimizer offload), not the device they were
+  // saved from.
+  torch::load(*optimizer_, (dir / optimizer_file()).string(), optimizer_device());
+  torch::Tensor rng;
+  torch::load(rng, (dir / "rng_state.pt").string());
+  at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the default generator's state
+  gen.set_state(rng);
+  if (device_.is_cuda()) {
+    if (fs::exists(dir / kCudaRngFile)) {
+      torch::Tensor cuda_rng;
+      torch::load(cuda_rng, (dir / kCudaRngFile).string());
+      at::Generator cuda_gen = at::globalContext().defaultGenerator(device_);  // shares the default's state
+      cuda_gen.set_state(cuda_rng);
+    } else {
+      log::warn("{} has no {} (saved on CPU): dropout on the GPU will not repeat the uninterrupted run's",
+                dir.string(), kCudaRngFile);
+    }
+  }
+  log::info("resumed from {} at step {}", dir.string(), step_);
+}
+
+}  // namespace trlx::engine

@@ -1,0 +1,137 @@
+// The device contract of the communicators, checked on CPU ranks. A GPU
+// rank's communicator refuses host tensors; on CPU ranks host and device are
+// the same, which hides a host tensor handed to a collective. These cases run
+// the host-value paths (metric and count sums, parameter agreement, the
+// gradient-sync check, the save protocol's announcements) through a
+// communicator that declares a GPU and accepts only what came through its
+// host_to_device, so they fail here as they would on a GPU.
+#include "catch_torch.hpp"
+
+#include <set>
+
+#include "dist/comm/host_values.hpp"
+#include "dist/comm/make_communicator.hpp"
+#include "dist/env/launcher_env.hpp"
+#include "dist/strategy/grad_buckets.hpp"
+#include "dist/strategy/strategy.hpp"
+#include "mpi_world.hpp"
+
+using namespace trlx;
+using namespace trlx::dist;
+using trlx::dist::test::mpi_comm;
+
+namespace {
+
+
+// Declares cuda:0 over an MPI communicator. Tensors it hands out through
+// host_to_device count as on its device; any other tensor is refused as a
+// NCCL communicator refuses a host tensor.
+class DeclaresGpu : public Communicator {
+ public:
+  explicit DeclaresGpu(Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string backend() const override { return "declares-gpu"; }
+  torch::Device device() const override { return torch::Device(torch::kCUDA, 0); }
+  torch::Tensor host_to_device(const torch::Tensor& host) const override {
+    auto t = host.clone();
+    staged_.insert(t.data_ptr());
+    return t;
+  }
+  torch::Tensor device_to_host(const torch::Tensor& t) const override {
+    REQUIRE(staged_.count(t.data_ptr()));
+    return t.clone();
+  }
+  WorkPtr all_reduce(torch::Tensor& t, ReduceOp op) override {
+    check("all_reduce", t);
+    return inner_.all_reduce(t, op);
+  }
+  WorkPtr all_gather(const torch::Tensor& in, torch::Tensor& out) override {
+    check("all_gather", in);
+    check("all_gather", out);
+    return inner_.all_gather(in, out);
+  }
+  WorkPtr reduce_scatter(const torch::Tensor& in, torch::Tensor& out, ReduceOp op) override {
+    check("reduce_scatter", in);
+    check("reduce_scatter", out);
+    return inner_.reduce_scatter(in, out, op);
+  }
+  WorkPtr broadcast(torch::Tensor& t, int root) override {
+    check("broadcast", t);
+    return inner_.broadcast(t, root);
+  }
+  void barrier() override { inner_.barrier(); }
+  int64_t bytes_communicated() const override { return inner_.bytes_communicated(); }
+
+ private:
+  void check(const char* op, const torch::Tensor& t) const {
+    if (!staged_.count(t.data_ptr()))
+      throw Error(fmt::format("{}: the tensor is on cpu but this communicator works on cuda:0 tensors", op));
+  }
+  Communicator& inner_;
+  mutable std::set<const void*> staged_;
+};
+
+// A strategy whose parameters a test sets directly (setup would broadcast
+// the parameters themselves, which live on the host here).
+struct BareStrategy : Strategy {
+  using Strategy::Strategy;
+  std::string name() const override { return "bare"; }
+  void setup(const std::vector<NamedParam>& trainable) override { params_ = trainable; }
+  void begin_backward(bool, bool) override {}
+  void end_backward() override {}
+  double clip_grad_norm(double) override { return 0; }
+};
+
+}  // namespace
+
+TEST_CASE("a collective handed a host tensor fails under a communicator that declares a GPU", "[mpi]") {
+  DeclaresGpu gpu(mpi_comm());
+  auto host = torch::ones({3});
+  CHECK_THROWS_WITH(gpu.all_reduce(host, ReduceOp::Sum), Catch::Contains("on cpu") && Catch::Contains("cuda:0"));
+}
+
+TEST_CASE("host values reach collectives on the communicator's device, with the right values", "[mpi]") {
+  DeclaresGpu gpu(mpi_comm());
+  const int w = gpu.world_size(), r = gpu.rank();
+  std::vector<double> v = {1.0 + r, -2.0 * r};
+  all_reduce_values(gpu, v, ReduceOp::Sum);
+  CHECK(v[0] == Approx(w + w * (w - 1) / 2.0));
+  CHECK(v[1] == Approx(-1.0 * w * (w - 1)));
+  std::vector<double> m = {static_cast<double>(r)};
+  all_reduce_values(gpu, m, ReduceOp::Max);
+  CHECK(m[0] == w - 1);
+  const auto all = all_gather_values(gpu, {r, 10 * r});
+  REQUIRE(all.size() == static_cast<size_t>(w));
+  for (int k = 0; k < w; ++k) CHECK(all[static_cast<size_t>(k)] == std::vector<int64_t>{k, 10 * k});
+  // Strings of different lengths, with bytes a metric name may hold.
+  const std::string mine = std::string(static_cast<size_t>(r + 1), 'a' + static_cast<char>(r)) + "\x1f\n\xc3\xa9";
+  const auto names = all_gather_strings(gpu, mine);
+  for (int k = 0; k < w; ++k)
+    CHECK(names[static_cast<size_t>(k)] == std::string(static_cast<size_t>(k + 1), 'a' + static_cast<char>(k)) + "\x1f\n\xc3\xa9");
+  CHECK(broadcast_value(gpu, 100 + r, 0) == 100);
+}
+
+TEST_CASE("strategies' sums, parameter agreement and gradient-sync check keep to the device contract", "[mpi]") {
+  auto gpu = std::make_shared<DeclaresGpu>(mpi_comm());
+  const int r = gpu->rank();
+  BareStrategy s(gpu);
+  std::vector<double> sums = {1.0};
+  s.sum_across_ranks(sums);
+  CHECK(sums[0] == gpu->world_size());
+  std::vector<double> maxes = {static_cast<double>(r)};
+  s.max_across_ranks(maxes);
+  CHECK(maxes[0] == gpu->world_size() - 1);
+
+  auto a = torch::ones({4, 3}, torch::requires_grad());
+  auto b = torch::zeros({5}, torch::requires_grad());
+  std::vector<NamedParam> params = {{"a", a}, {"b", b}};
+  agree_on_parameters(*gpu, params);
+  s.setup(params);
+  a.mutable_grad() = torch::full({4, 3}, 0.5);
+  b.mutable_grad() = torch::arange(5, torch::kFloat);
+  s.check_grads_in_sync();
+  // A gradient that differs on one rank is named.
+  if (r == 1) b.mutable_grad()[2] = 7.0;
+  CHECK_THROWS_WITH(s.check_grads_in_sync(), Catch::Contains("parameter b"));
+}
