@@ -1,12 +1,17 @@
 #pragma once
 // Metrics of micro-batches as sums and counts, so that a logging window's
 // average is taken the way the reference trainer takes it, over ranks and
-// accumulation alike.
+// accumulation alike. Sums may stay tensors on the device until they are
+// read (at a logging step), so that a micro-batch's metrics cost no device
+// synchronisation; every pending tensor is then read in one transfer.
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include <torch/torch.h>
 
 namespace trlx::engine {
 
@@ -21,6 +26,11 @@ struct MetricSums {
   std::map<std::string, std::map<int64_t, std::pair<double, double>>> per_batch;
   // How many micro-batches were merged in (a loss's own sums count as one).
   int64_t batches = 0;
+  // Device sums and counts not read yet, kept as `values` and `per_batch`
+  // are (read() moves them there).
+  using Pending = std::pair<torch::Tensor, torch::Tensor>;
+  mutable std::map<std::string, Pending> pending;
+  mutable std::map<std::string, std::map<int64_t, Pending>> pending_per_batch;
 
   void add(const std::string& name, double sum, double count) {
     auto& v = values[name];
@@ -33,6 +43,13 @@ struct MetricSums {
     v.first += sum;
     v.second += count;
   }
+  // The same with device tensors (0-d), read later.
+  void add(const std::string& name, const torch::Tensor& sum, const torch::Tensor& count) {
+    accumulate(pending[name], sum, count);
+  }
+  void add_per_batch(const std::string& name, const torch::Tensor& sum, const torch::Tensor& count) {
+    accumulate(pending_per_batch[name][0], sum, count);
+  }
   // Adds `o` (one micro-batch's sums, or a window's) after what is here.
   void merge(const MetricSums& o) {
     for (const auto& [k, v] : o.values) add(k, v.first, v.second);
@@ -42,13 +59,45 @@ struct MetricSums {
         mine.first += v.first;
         mine.second += v.second;
       }
+    for (const auto& [k, v] : o.pending) accumulate(pending[k], v.first, v.second);
+    for (const auto& [k, entries] : o.pending_per_batch)
+      for (const auto& [i, v] : entries) accumulate(pending_per_batch[k][batches + i], v.first, v.second);
     batches += o.batches > 0 ? o.batches : 1;
+  }
+  // Moves every pending device sum into `values` and `per_batch`, reading
+  // them all in one transfer.
+  void read() const {
+    if (pending.empty() && pending_per_batch.empty()) return;
+    std::vector<torch::Tensor> parts;
+    for (const auto& [k, v] : pending) parts.insert(parts.end(), {v.first, v.second});
+    for (const auto& [k, entries] : pending_per_batch)
+      for (const auto& [i, v] : entries) parts.insert(parts.end(), {v.first, v.second});
+    const auto device = parts.front().device();
+    for (auto& t : parts) t = t.detach().reshape({}).to(device, torch::kFloat64);
+    const auto host = torch::stack(parts).cpu();
+    const double* h = host.data_ptr<double>();
+    auto& self = const_cast<MetricSums&>(*this);
+    size_t n = 0;
+    for (const auto& [k, v] : pending) {
+      self.add(k, h[n], h[n + 1]);
+      n += 2;
+    }
+    for (const auto& [k, entries] : pending_per_batch)
+      for (const auto& [i, v] : entries) {
+        auto& mine = self.per_batch[k][i];
+        mine.first += h[n];
+        mine.second += h[n + 1];
+        n += 2;
+      }
+    pending.clear();
+    pending_per_batch.clear();
   }
   // A micro-batch this rank computed no metrics for (a stand-in), so that
   // the indices of later micro-batches stay the same on every rank.
   void skip_batch() { ++batches; }
 
   std::optional<double> mean(const std::string& name) const {
+    read();
     if (auto it = values.find(name); it != values.end()) return it->second.first / std::max(1.0, it->second.second);
     auto it = per_batch.find(name);
     if (it == per_batch.end() || it->second.empty()) return std::nullopt;
@@ -57,11 +106,19 @@ struct MetricSums {
     return total / static_cast<double>(it->second.size());
   }
   std::map<std::string, double> means() const {
+    read();
     std::map<std::string, double> out;
     for (const auto& [k, v] : values) out[k] = *mean(k);
     for (const auto& [k, v] : per_batch)
       if (auto m = mean(k)) out[k] = *m;
     return out;
+  }
+
+ private:
+  static void accumulate(Pending& into, const torch::Tensor& sum, const torch::Tensor& count) {
+    auto s = sum.detach(), c = count.detach();
+    into.first = into.first.defined() ? into.first + s : s;
+    into.second = into.second.defined() ? into.second + c : c;
   }
 };
 

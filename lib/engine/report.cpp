@@ -30,6 +30,7 @@ std::string human(double n) {
 }  // namespace
 
 void Engine::reduce_metrics(MetricSums& m) {
+  m.read();
   if (comm_->backend() == "single") return;
   // Ranks normally log the same names; if one has a name another lacks (a
   // rank that saw no data in the window), the window is summed by name over

@@ -2,6 +2,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <mutex>
+#include <optional>
+
 #include "core/error.hpp"
 
 namespace trlx::model {
@@ -63,7 +66,28 @@ Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int6
   mask = mask.to(device);
 
   torch::NoGradGuard no_grad;
-  auto gen = at::detail::createCPUGenerator(o.seed);
+  // Sampling draws where the logits are. On the CPU from a generator of its
+  // own; on a GPU from the device's generator, seeded for this call and put
+  // back as it was after (so a training run's dropout draws are unchanged),
+  // instead of copying [batch x vocab] probabilities to the host per token.
+  at::Generator gen = at::detail::createCPUGenerator(o.seed);
+  std::optional<at::Generator> device_gen;
+  torch::Tensor device_gen_state;
+  if (o.do_sample && !device.is_cpu()) {
+    device_gen = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(device_gen->mutex());
+    device_gen_state = device_gen->get_state();
+    device_gen->set_current_seed(o.seed);
+  }
+  struct RestoreGenerator {
+    std::optional<at::Generator>& g;
+    torch::Tensor& state;
+    ~RestoreGenerator() {
+      if (!g) return;
+      std::lock_guard<std::mutex> lock(g->mutex());
+      g->set_state(state);
+    }
+  } restore{device_gen, device_gen_state};
   KVCache cache;
   auto hidden = model.hidden_states({ids, mask, {}}, &cache);
   auto logits = model.head(hidden.select(1, hidden.size(1) - 1)).to(torch::kFloat32);
@@ -75,8 +99,8 @@ Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int6
     auto scores = process_logits(logits, seen, o);
     torch::Tensor next;
     if (o.do_sample) {
-      auto probs = scores.softmax(-1).to(torch::kCPU);
-      next = torch::multinomial(probs, 1, /*replacement=*/false, gen).squeeze(1).to(device);
+      auto probs = scores.softmax(-1);
+      next = torch::multinomial(probs, 1, /*replacement=*/false, device_gen ? *device_gen : gen).squeeze(1);
     } else {
       next = scores.argmax(-1);
     }

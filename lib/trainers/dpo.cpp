@@ -348,18 +348,18 @@ engine::LossOutput DPOTrainer::loss(engine::Engine& engine, const engine::Tensor
   const char* names[] = {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
                          "logps/rejected"};
   for (int i = 0; i < 6; ++i) m.add(names[i], pv[i], pv[6]);
+  // Token metrics as device sums, read at logging.
   auto fmask = mask.to(torch::kFloat32);
-  const double tokens = fmask.sum().item<double>();
-  m.add("entropy", (lp.entropy * fmask).sum().item<double>(), tokens);
+  m.add("entropy", (lp.entropy * fmask).sum(), fmask.sum());
   auto mhalves = fmask.chunk(2, 0);
-  const double chosen_tokens = mhalves[0].sum().item<double>(), rejected_tokens = mhalves[1].sum().item<double>();
+  const auto chosen_tokens = mhalves[0].sum(), rejected_tokens = mhalves[1].sum();
   auto correct = lp.correct.to(torch::kFloat32).chunk(2, 0)[0];
-  m.add("mean_token_accuracy", (correct * mhalves[0]).sum().item<double>(), chosen_tokens);
+  m.add("mean_token_accuracy", (correct * mhalves[0]).sum(), chosen_tokens);
   // The mean over the vocabulary of a token's logits is the hidden state
   // times the mean row of the head: no [tokens x vocab] tensor needed.
   auto ml = (engine.mean_logits(engine::Role::Policy, h) * fmask).chunk(2, 0);
-  m.add("logits/chosen", ml[0].sum().item<double>(), chosen_tokens);
-  m.add("logits/rejected", ml[1].sum().item<double>(), rejected_tokens);
+  m.add("logits/chosen", ml[0].sum(), chosen_tokens);
+  m.add("logits/rejected", ml[1].sum(), rejected_tokens);
   last_metrics_ = m;
   return result;
 }

@@ -278,11 +278,12 @@ engine::LossOutput SFTTrainer::loss(engine::Engine& engine, const engine::Tensor
   if (config_.loss_type == "dft") per_token = per_token * lp.logps.detach().exp();
   engine::LossOutput out;
   out.loss_sum = per_token.sum();
-  const double n = mask.sum().item<double>();
   // TRL takes each micro-batch's ratio over all ranks' target tokens and
-  // averages those ratios over the logging window.
-  out.metrics.add_per_batch("mean_token_accuracy", lp.correct.sum().item<double>(), n);
-  out.metrics.add_per_batch("entropy", lp.entropy.sum().item<double>(), n);
+  // averages those ratios over the logging window. Device sums: read at
+  // logging, not per micro-batch.
+  const auto n = mask.sum();
+  out.metrics.add_per_batch("mean_token_accuracy", lp.correct.sum(), n);
+  out.metrics.add_per_batch("entropy", lp.entropy.sum(), n);
   return out;
 }
 

@@ -130,6 +130,7 @@ double mean_of(const engine::MetricSums& m, const std::string& name) {
 }
 
 engine::MetricSums summed_over_ranks(engine::Engine& engine, const engine::MetricSums& local) {
+  local.read();
   std::vector<double> v = {static_cast<double>(local.values.size() + local.per_batch.size())};
   for (const auto& [k, sc] : local.values) {
     v.push_back(sc.first);
