@@ -18,7 +18,7 @@ std::string kind_name(Kind kind) {
   switch (kind) {
     case Kind::Bool: return "a boolean (true or false)";
     case Kind::Int: return "an integer";
-    case Kind::Float: return "a number";
+    case Kind::Float: return "a finite number";
     case Kind::String: return "a string";
     case Kind::StringList: return "a string or a list of strings";
     case Kind::FloatList: return "a number or a list of numbers";
@@ -113,9 +113,9 @@ std::optional<Value> parse_text(Kind kind, const std::string& raw, std::string* 
       return std::nullopt;
     }
     case Kind::Float: {
+      // Finite only: an infinite learning rate or beta trains to a NaN model
+      // (no TRL field has an infinite default or meaning).
       const std::string l = to_lower(text);
-      if (l == "inf" || l == ".inf" || l == "+inf" || l == "+.inf") return Value(HUGE_VAL);
-      if (l == "-inf" || l == "-.inf") return Value(-HUGE_VAL);
       if (text.empty()) return std::nullopt;
       char* end = nullptr;
       const double d = std::strtod(text.c_str(), &end);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
 #include <torch/torch.h>
 
 #include "config/accelerate.hpp"
@@ -199,6 +200,11 @@ class Engine {
   MetricSums evaluate(Trainer& trainer);
   void save_checkpoint(int64_t epoch, size_t batch_in_epoch);
   void resume(const std::filesystem::path& dir, int64_t* epoch, size_t* batch_in_epoch);
+  // InputError, saying what to do, when the checkpoint whose trainer_state.json
+  // is `state` cannot resume this run (another trainer, another optimizer layout).
+  void check_resumable(const std::filesystem::path& dir, const nlohmann::json& state) const;
+  // After resume: metrics.jsonl without the rows logged after the checkpoint.
+  void drop_metrics_after_step();
   // Creates output_dir and fails now, not at the first save, when it is not writable.
   void prepare_output_dir();
   // The checkpoint resume_from_checkpoint names ("latest": the newest in output_dir), if any.

@@ -166,6 +166,14 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::ve
     strategy_->check_grads_in_sync();
   const double max_norm = config_.max_grad_norm > 0 ? config_.max_grad_norm : std::numeric_limits<double>::infinity();
   const double grad_norm = strategy_->clip_grad_norm(max_norm);
+  // The global norm is the same on every rank, so all stop together, before
+  // the update: no non-finite weight is ever saved.
+  if (!std::isfinite(grad_norm))
+    throw Error(fmt::format("step {}: the gradient norm is {} (this rank's loss {}): stopping before the update, so "
+                            "no non-finite weights are saved{}. Lower learning_rate (or beta), check the data and the "
+                            "model for NaN or infinite values, or resume from the last checkpoint",
+                            step_ + 1, grad_norm, loss_total.defined() ? loss_total.item<double>() : 0.0,
+                            config_.save_strategy == "no" ? "" : "; the last checkpoint is intact"));
   optimizer_->step();
   strategy_->after_optimizer_step();
   ++step_;
@@ -264,7 +272,7 @@ RunSummary Engine::train(Trainer& trainer) {
     ++window_steps;
     last_grad_norm = grad_norm;
     last_loss = loss;
-    if (!std::isfinite(loss)) log::warn("step {}: the loss is {}", step_, loss);
+    if (!std::isfinite(loss)) log::warn("step {}: the loss is {} (the gradients were finite)", step_, loss);
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     const double rate = static_cast<double>(step_ - start_step) / std::max(1e-9, elapsed);
     const double eta = static_cast<double>(schedule_.total_steps - step_) / std::max(1e-9, rate);

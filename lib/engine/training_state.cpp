@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -42,7 +43,75 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& dir) 
   return out;
 }
 
+// Strategies whose checkpoints hold the same optimizer files: the whole
+// state (one process, DDP), or ZeRO-3 and FSDP's unit-by-unit shards.
+std::string optimizer_layout(const std::string& strategy) {
+  if (strategy == "single" || strategy == "ddp") return "whole";
+  if (strategy == "zero3" || strategy == "fsdp") return "zero3";
+  return strategy;
+}
+
+// `read(path)` under a message that names the file when LibTorch cannot read it.
+void read_checkpoint_file(const fs::path& file, const std::function<void(const std::string&)>& read) {
+  try {
+    read(file.string());
+  } catch (const c10::Error& e) {
+    std::string why = e.what_without_backtrace();
+    why = why.substr(0, why.find('\n'));
+    fail_input("resume_from_checkpoint: {} is damaged or unreadable ({}); resume from an earlier checkpoint",
+               file.string(), why);
+  }
+}
+
 }  // namespace
+
+void Engine::check_resumable(const fs::path& dir, const nlohmann::json& state) const {
+  const std::string trainer = state.value("trainer", "");
+  if (!trainer.empty() && trainer != trainer_name_)
+    fail_input("resume_from_checkpoint: {} was saved by `trlx {}`, and this run is `trlx {}`: resume it with trlx {}, "
+               "or start this run from its model (model_name_or_path: {})",
+               dir.string(), trainer, trainer_name_, trainer, dir.string());
+  if (!state.contains("strategy") || !state.contains("world_size")) return;  // saved before these were recorded
+  const std::string strategy = state.at("strategy").get<std::string>();
+  const int saved_world = state.at("world_size").get<int>();
+  const std::string now = strategy_->name();
+  const bool same_layout = optimizer_layout(strategy) == optimizer_layout(now);
+  const bool whole = optimizer_layout(strategy) == "whole";
+  if (same_layout && (whole || saved_world == world_size())) return;
+  fail_input("resume_from_checkpoint: {} was saved by {} on {} process(es), and this run is {} on {}: its optimizer "
+             "state is {}. Resume with the strategy and the number of processes it was saved with, or start a "
+             "new run from its model (model_name_or_path: {})",
+             dir.string(), strategy, saved_world, now, world_size(),
+             same_layout ? fmt::format("split {} ways", saved_world) : "laid out for " + strategy, dir.string());
+}
+
+void Engine::drop_metrics_after_step() {
+  // Rows logged after the checkpoint (by a run that went on and then died)
+  // would otherwise stand twice in metrics.jsonl once the steps run again.
+  if (rank() != 0) return;
+  const fs::path file = output_dir_ / "metrics.jsonl";
+  std::ifstream in(file);
+  if (!in) return;
+  std::string kept, line;
+  size_t dropped = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    bool keep = true;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      keep = !j.contains("step") || j.at("step").get<int64_t>() <= step_;
+    } catch (const nlohmann::json::exception&) {
+      keep = false;  // a line the killed run left half-written
+    }
+    if (keep) kept += line + "\n";
+    else ++dropped;
+  }
+  in.close();
+  if (dropped == 0) return;
+  io::write_file_atomic(file, kept);
+  log::info("{}: dropped {} row(s) logged after step {} (they are logged again as the steps rerun)", file.string(),
+            dropped, step_);
+}
 
 void Engine::prepare_output_dir() {
   std::error_code ec;
@@ -173,6 +242,8 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
                                     {"max_steps", schedule_.total_steps},
                                     {"num_tokens", tokens_seen_},
                                     {"trainer", trainer_name_},
+                                    {"strategy", strategy_->name()},
+                                    {"world_size", world_size()},
                                     {"log_history", nlohmann::ordered_json::array()}};
     for (const auto& l : log_history_) state["log_history"].push_back(nlohmann::ordered_json::parse(l));
     io::write_file_atomic(tmp / "trainer_state.json", state.dump(2) + "\n");
@@ -223,6 +294,7 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
   } catch (const nlohmann::json::exception& e) {
     fail_input("resume_from_checkpoint: {} is corrupt: {}", state_file.string(), e.what());
   }
+  check_resumable(dir, state);
   for (const std::string& f : {optimizer_file(), std::string("rng_state.pt")})
     if (!fs::exists(dir / f))
       fail_input("resume_from_checkpoint: {} is missing {}{}", dir.string(), f,
@@ -261,15 +333,15 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
   // Adam's moments onto the device of the tensors they update (each rank's
   // GPU, or the host under optimizer offload), not the device they were
   // saved from.
-  torch::load(*optimizer_, (dir / optimizer_file()).string(), optimizer_device());
+  read_checkpoint_file(dir / optimizer_file(), [&](const std::string& f) { torch::load(*optimizer_, f, optimizer_device()); });
   torch::Tensor rng;
-  torch::load(rng, (dir / "rng_state.pt").string());
+  read_checkpoint_file(dir / "rng_state.pt", [&](const std::string& f) { torch::load(rng, f); });
   at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the default generator's state
   gen.set_state(rng);
   if (device_.is_cuda()) {
     if (fs::exists(dir / kCudaRngFile)) {
       torch::Tensor cuda_rng;
-      torch::load(cuda_rng, (dir / kCudaRngFile).string());
+      read_checkpoint_file(dir / kCudaRngFile, [&](const std::string& f) { torch::load(cuda_rng, f); });
       at::Generator cuda_gen = at::globalContext().defaultGenerator(device_);  // shares the default's state
       cuda_gen.set_state(cuda_rng);
     } else {
@@ -277,6 +349,7 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
                 dir.string(), kCudaRngFile);
     }
   }
+  drop_metrics_after_step();
   log::info("resumed from {} at step {}", dir.string(), step_);
 }
 

@@ -90,7 +90,7 @@ has "typo.yaml:3:1"
 has "did you mean \`learning_rate\`?"
 printf 'trainer: dpo\nbeta: high\n' >"$TMP/type.yaml"
 run 2 validate --config "$TMP/type.yaml"
-has "type.yaml:2:7: \`beta\` expects a number, found \`high\`"
+has "type.yaml:2:7: \`beta\` expects a finite number, found \`high\`"
 run 2 validate dpo --config configs/dpo.yaml --warmup_ratio 0.1 --warmup_steps 5
 has "conflicting settings"
 run 2 validate dpo --config configs/dpo.yaml --fp16

@@ -59,7 +59,7 @@ TEST_CASE("unknown flag suggests the closest flag", "[config]") {
 TEST_CASE("wrong type names where, what was expected and what was found", "[config]") {
   auto msg = test::input_error_of([] { load_dpo("\n\nbeta: abc\n"); });
   CHECK_THAT(msg, Contains("dpo.yaml:3:7"));
-  CHECK_THAT(msg, Contains("`beta` expects a number, found `abc`"));
+  CHECK_THAT(msg, Contains("`beta` expects a finite number, found `abc`"));
   msg = test::input_error_of([] { load_dpo("per_device_train_batch_size: 2.5\n"); });
   CHECK_THAT(msg, Contains("expects an integer, found `2.5`"));
   msg = test::input_error_of([] { load_dpo("bf16: maybe\n"); });
@@ -67,7 +67,14 @@ TEST_CASE("wrong type names where, what was expected and what was found", "[conf
   msg = test::input_error_of([] { load_dpo("beta: [1, 2]\n"); });
   CHECK_THAT(msg, Contains("found a list"));
   msg = test::input_error_of([] { load_dpo("", Flags{{{"learning_rate", {"fast"}}}}); });
-  CHECK_THAT(msg, Contains("--learning_rate: expects a number, found `fast`"));
+  CHECK_THAT(msg, Contains("--learning_rate: expects a finite number, found `fast`"));
+  // Infinite values train to NaN weights: refused like NaN, as flags and in YAML.
+  for (const std::string v : {"inf", "-inf", "Infinity", ".inf", "nan"}) {
+    msg = test::input_error_of([&] { load_dpo("", Flags{{{"learning_rate", {v}}}}); });
+    CHECK_THAT(msg, Contains("--learning_rate: expects a finite number, found `" + v + "`"));
+  }
+  msg = test::input_error_of([] { load_dpo("beta: .inf\n"); });
+  CHECK_THAT(msg, Contains("`beta` expects a finite number"));
 }
 
 TEST_CASE("out of range and not among the choices", "[config]") {
@@ -138,7 +145,7 @@ TEST_CASE("null: allowed for optional fields, an error elsewhere", "[config]") {
   CHECK_FALSE(c.config.max_length.has_value());
   CHECK(load_dpo("").config.max_length == 1024);
   const auto msg = test::input_error_of([] { load_dpo("beta: null\n"); });
-  CHECK_THAT(msg, Contains("`beta` expects a number, found null"));
+  CHECK_THAT(msg, Contains("`beta` expects a finite number, found null"));
   CHECK_FALSE(load_dpo("", Flags{{{"max_length", {"None"}}}}).config.max_length.has_value());
 }
 

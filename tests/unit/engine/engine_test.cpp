@@ -28,6 +28,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using test::make_sft;
+using test::operator+;
 using test::sft_config;
 fs::path sft_data() { return test::data_dir() / "sft"; }
 
@@ -321,4 +322,103 @@ TEST_CASE("SFT steps with gradient checkpointing, both modes, equal steps withou
     INFO("use_reentrant " << mode);
     CHECK(worst < 1e-6);
   }
+}
+
+TEST_CASE("resume: metrics.jsonl keeps no rows past the checkpoint, and another trainer's or layout's checkpoint and a "
+          "damaged file are clear errors",
+          "[engine][sft][resume]") {
+  test::TempDir root("trlx_resume_checks");
+  const auto out = root.path / "run";
+  const test::Flags flags = {{"max_steps", "4"},       {"save_steps", "2"}, {"logging_steps", "1"},
+                             {"learning_rate", "1e-3"}, {"output_dir", out.string()}};
+  auto full = make_sft(sft_config(flags));
+  full.engine->train(*full.trainer);
+  REQUIRE(fs::exists(out / "checkpoint-2" / "trainer_state.json"));
+  auto logged_steps = [&] {
+    std::vector<int64_t> steps;
+    std::ifstream in(out / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) steps.push_back(j.at("step").get<int64_t>());
+    }
+    return steps;
+  };
+  REQUIRE(logged_steps() == std::vector<int64_t>{1, 2, 3, 4});
+  // A run that died after step 4 resumes from step 2: steps 3 and 4 are
+  // logged once, not twice.
+  auto resumed = make_sft(sft_config(test::Flags(flags) + test::Flags{{"resume_from_checkpoint", (out / "checkpoint-2").string()}}));
+  resumed.engine->train(*resumed.trainer);
+  CHECK(logged_steps() == std::vector<int64_t>{1, 2, 3, 4});
+
+  // The checkpoint says which trainer, strategy and world size saved it.
+  const auto state_file = out / "checkpoint-2" / "trainer_state.json";
+  nlohmann::json state;
+  std::ifstream(state_file) >> state;
+  CHECK(state.at("trainer") == "sft");
+  CHECK(state.at("strategy") == "single");
+  CHECK(state.at("world_size") == 1);
+  auto resume_with = [&](const nlohmann::json& changed) {
+    const auto copy = root.path / "ckpt";
+    fs::remove_all(copy);
+    fs::copy(out / "checkpoint-2", copy, fs::copy_options::recursive);
+    std::ofstream(copy / "trainer_state.json") << changed.dump();
+    return test::input_error_of([&] {
+      auto r = make_sft(sft_config(test::Flags(flags) + test::Flags{{"resume_from_checkpoint", copy.string()},
+                                                                   {"output_dir", (root.path / "other").string()}}));
+      r.engine->train(*r.trainer);
+    });
+  };
+  auto other = state;
+  other["trainer"] = "dpo";
+  auto msg = resume_with(other);
+  CHECK_THAT(msg, Contains("saved by `trlx dpo`") && Contains("`trlx sft`"));
+  other = state;
+  other["strategy"] = "zero3";
+  other["world_size"] = 2;
+  msg = resume_with(other);
+  CHECK_THAT(msg, Contains("saved by zero3 on 2 process(es)") && Contains("single on 1"));
+  // DDP's whole optimizer state resumes on one process.
+  other = state;
+  other["strategy"] = "ddp";
+  other["world_size"] = 2;
+  CHECK_NOTHROW([&] {
+    const auto copy = root.path / "ddp_ckpt";
+    fs::copy(out / "checkpoint-2", copy, fs::copy_options::recursive);
+    std::ofstream(copy / "trainer_state.json") << other.dump();
+    auto r = make_sft(sft_config(test::Flags(flags) + test::Flags{{"resume_from_checkpoint", copy.string()},
+                                                                 {"output_dir", (root.path / "ddp_run").string()}}));
+    r.engine->train(*r.trainer);
+  }());
+
+  // A truncated optimizer file is named, with what to do.
+  const auto damaged = root.path / "damaged";
+  fs::copy(out / "checkpoint-2", damaged, fs::copy_options::recursive);
+  fs::resize_file(damaged / "optimizer.pt", fs::file_size(damaged / "optimizer.pt") / 2);
+  msg = test::input_error_of([&] {
+    auto r = make_sft(sft_config(test::Flags(flags) + test::Flags{{"resume_from_checkpoint", damaged.string()},
+                                                                 {"output_dir", (root.path / "d").string()}}));
+    r.engine->train(*r.trainer);
+  });
+  CHECK_THAT(msg, Contains((damaged / "optimizer.pt").string()) && Contains("damaged") &&
+                      Contains("earlier checkpoint"));
+}
+
+TEST_CASE("a non-finite gradient stops the run before the update: no NaN weights are saved", "[engine][sft]") {
+  test::TempDir root("trlx_nonfinite");
+  auto s = make_sft(sft_config({{"max_steps", "4"}, {"save_steps", "1"}, {"output_dir", root.path.string()}}));
+  {
+    torch::NoGradGuard ng;
+    trlx::engine::EngineProbe::policy(*s.engine).named_parameters(true)["model.layers.0.mlp.up_proj.weight"][0][0] =
+        std::numeric_limits<double>::quiet_NaN();
+  }
+  try {
+    s.engine->train(*s.trainer);
+    FAIL("expected the run to stop");
+  } catch (const Error& e) {
+    CHECK(static_cast<int>(e.code()) == 1);
+    CHECK_THAT(e.what(), Contains("step 1: the gradient norm is nan") && Contains("stopping before the update"));
+  }
+  // Nothing was saved: no checkpoint of the broken step, no final model.
+  CHECK_FALSE(fs::exists(root.path / "checkpoint-1"));
+  CHECK_FALSE(fs::exists(root.path / "model.safetensors"));
 }
