@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/atomic_write.hpp"
+#include "io/torch_file.hpp"
 #include "model/loading.hpp"
 #include "model/saving.hpp"
 
@@ -211,11 +212,23 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
   } barrier{*comm_};
   const fs::path final_dir = output_dir_ / fmt::format("checkpoint-{}", step_);
   const fs::path tmp = output_dir_ / fmt::format(".checkpoint-{}.tmp", step_);
+  // A failed save (a full disk) leaves no partial checkpoint behind to fill
+  // the disk again; the checkpoints already there are untouched.
+  struct RemoveOnError {
+    fs::path dir;
+    bool owner;
+    ~RemoveOnError() {
+      if (owner && std::uncaught_exceptions() > 0) {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+      }
+    }
+  } cleanup{tmp, rank() == 0};
   if (rank() == 0) fs::remove_all(tmp);
   if (strategy_->shards_optimizer_state()) {
     comm_->barrier();
     fs::create_directories(tmp);
-    torch::save(*optimizer_, (tmp / optimizer_file()).string());
+    io::write_torch_file(tmp / optimizer_file(), [&](std::ostream& o) { torch::save(*optimizer_, o); });
     comm_->barrier();
   }
   // A reference TR-DPO moved is part of the state: saved beside the model.
@@ -225,17 +238,21 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     if (reference_moved_) save_full_model(*reference_, reference_dir, false);
     return;
   }
+  const fs::path old = output_dir_ / fmt::format(".checkpoint-{}.old-{}", step_, getpid());
   try {
     // Into the existing temp dir: under sharded optimizer state it already
     // holds every rank's optimizer file, which a fresh directory would drop.
     save_model(tmp, true);
     if (reference_moved_) save_full_model(*reference_, reference_dir, false);
-    if (!strategy_->shards_optimizer_state()) torch::save(*optimizer_, (tmp / optimizer_file()).string());
+    if (!strategy_->shards_optimizer_state())
+      io::write_torch_file(tmp / optimizer_file(), [&](std::ostream& o) { torch::save(*optimizer_, o); });
     auto rng = at::detail::getDefaultCPUGenerator().get_state();
-    torch::save(rng, (tmp / "rng_state.pt").string());
+    io::write_torch_file(tmp / "rng_state.pt", [&](std::ostream& o) { torch::save(rng, o); });
     // Dropout and sampling on a GPU draw from its own generator.
     if (device_.is_cuda())
-      torch::save(at::globalContext().defaultGenerator(device_).get_state(), (tmp / kCudaRngFile).string());
+      io::write_torch_file(tmp / kCudaRngFile, [&](std::ostream& o) {
+        torch::save(at::globalContext().defaultGenerator(device_).get_state(), o);
+      });
     nlohmann::ordered_json state = {{"global_step", step_},
                                     {"epoch", epoch},
                                     {"batch_in_epoch", batch_in_epoch},
@@ -250,14 +267,14 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     io::fsync_directory(tmp);
     // Only a complete checkpoint gets its final name; one already there under
     // that name (saved again after a resume) is moved aside until then.
-    const fs::path old = output_dir_ / fmt::format(".checkpoint-{}.old-{}", step_, getpid());
     if (fs::exists(final_dir)) fs::rename(final_dir, old);
     fs::rename(tmp, final_dir);
     io::fsync_directory(output_dir_);
     fs::remove_all(old);
   } catch (...) {
+    // The checkpoint moved aside goes back under its name.
     std::error_code ec;
-    fs::remove_all(tmp, ec);
+    if (fs::exists(old, ec) && !fs::exists(final_dir, ec)) fs::rename(old, final_dir, ec);
     throw;
   }
   log::info("saved {}", final_dir.string());

@@ -16,6 +16,7 @@
 #include "io/safetensors.hpp"
 #include "model/loading.hpp"
 #include "support.hpp"
+#include "support/file_size_limit.hpp"
 #include "support/trainers.hpp"
 #include "text/template/chat_template.hpp"
 #include "text/tokenizer/tokenizer.hpp"
@@ -421,4 +422,32 @@ TEST_CASE("a non-finite gradient stops the run before the update: no NaN weights
   // Nothing was saved: no checkpoint of the broken step, no final model.
   CHECK_FALSE(fs::exists(root.path / "checkpoint-1"));
   CHECK_FALSE(fs::exists(root.path / "model.safetensors"));
+}
+
+TEST_CASE("a full disk while writing a checkpoint: a clear error, no partial checkpoint, the earlier one intact",
+          "[engine][sft][resume]") {
+  test::TempDir root("trlx_full_disk");
+  const test::Flags flags = {{"save_steps", "1"}, {"logging_steps", "1"}, {"output_dir", root.path.string()}};
+  auto first = make_sft(sft_config(flags + test::Flags{{"max_steps", "1"}}));
+  first.engine->train(*first.trainer);
+  REQUIRE(fs::exists(root.path / "checkpoint-1" / "optimizer.pt"));
+  // Room for the model's 1.3 MB, not for Adam's 2.7 MB of optimizer state.
+  auto second = make_sft(sft_config(flags + test::Flags{{"max_steps", "2"}, {"resume_from_checkpoint", "latest"}}));
+  std::string msg;
+  {
+    test::FileSizeLimit full(2'000'000);
+    try {
+      second.engine->train(*second.trainer);
+      FAIL("expected the save to fail");
+    } catch (const Error& e) {
+      CHECK(static_cast<int>(e.code()) == 1);
+      msg = e.what();
+    }
+  }
+  CHECK_THAT(msg, Contains("optimizer.pt") && Contains("File too large"));
+  CHECK_FALSE(fs::exists(root.path / ".checkpoint-2.tmp"));
+  CHECK_FALSE(fs::exists(root.path / "checkpoint-2"));
+  // The earlier checkpoint still resumes.
+  auto third = make_sft(sft_config(flags + test::Flags{{"max_steps", "2"}, {"resume_from_checkpoint", "latest"}}));
+  CHECK(third.engine->train(*third.trainer).steps == 2);
 }
