@@ -232,8 +232,9 @@ class NcclCommunicator : public Communicator {
 
   void announce_failure() {
     try {
-      store_->set(kFailedKey, std::vector<uint8_t>{});  // value unused; the key is the signal
-      store_->set(fmt::format("trlx/failed_rank/{}", rank_), std::vector<uint8_t>{1});
+      // The key is the signal; its value says which rank failed (the first to write it may be overwritten).
+      const std::string who = std::to_string(rank_);
+      store_->set(kFailedKey, std::vector<uint8_t>(who.begin(), who.end()));
     } catch (const std::exception&) {
       // The store may be what failed; the watchdog still ends the others.
     }
@@ -254,7 +255,9 @@ class NcclCommunicator : public Communicator {
       if (stop_) return;
       try {
         if (store_->check({kFailedKey})) {
-          log::error("rank {}: another rank failed; aborting this rank's collectives", rank_);
+          const auto who = store_->get(kFailedKey);
+          log::error("rank {}: rank {} failed; aborting this rank's collectives", rank_,
+                     std::string(who.begin(), who.end()));
           abort_nccl();
           return;
         }

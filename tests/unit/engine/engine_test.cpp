@@ -358,48 +358,39 @@ TEST_CASE("resume: metrics.jsonl keeps no rows past the checkpoint, and another 
   CHECK(state.at("trainer") == "sft");
   CHECK(state.at("strategy") == "single");
   CHECK(state.at("world_size") == 1);
-  auto resume_with = [&](const nlohmann::json& changed) {
-    const auto copy = root.path / "ckpt";
-    fs::remove_all(copy);
+  // A copy of checkpoint-2 under `name`, with `changed` as its trainer_state.json.
+  auto copy_with = [&](const std::string& name, const nlohmann::json& changed) {
+    const auto copy = root.path / name;
     fs::copy(out / "checkpoint-2", copy, fs::copy_options::recursive);
     std::ofstream(copy / "trainer_state.json") << changed.dump();
-    return test::input_error_of([&] {
-      auto r = make_sft(sft_config(test::Flags(flags) + test::Flags{{"resume_from_checkpoint", copy.string()},
-                                                                   {"output_dir", (root.path / "other").string()}}));
-      r.engine->train(*r.trainer);
-    });
+    return copy;
+  };
+  auto resume_from = [&](const fs::path& dir) {
+    auto r = make_sft(sft_config(test::Flags(flags) + test::Flags{{"resume_from_checkpoint", dir.string()},
+                                                                 {"output_dir", (dir.string() + "_run")}}));
+    r.engine->train(*r.trainer);
   };
   auto other = state;
   other["trainer"] = "dpo";
-  auto msg = resume_with(other);
+  const auto dpo_ckpt = copy_with("dpo", other);
+  auto msg = test::input_error_of([&] { resume_from(dpo_ckpt); });
   CHECK_THAT(msg, Contains("saved by `trlx dpo`") && Contains("`trlx sft`"));
   other = state;
   other["strategy"] = "zero3";
   other["world_size"] = 2;
-  msg = resume_with(other);
+  const auto zero3_ckpt = copy_with("zero3", other);
+  msg = test::input_error_of([&] { resume_from(zero3_ckpt); });
   CHECK_THAT(msg, Contains("saved by zero3 on 2 process(es)") && Contains("single on 1"));
   // DDP's whole optimizer state resumes on one process.
   other = state;
   other["strategy"] = "ddp";
   other["world_size"] = 2;
-  CHECK_NOTHROW([&] {
-    const auto copy = root.path / "ddp_ckpt";
-    fs::copy(out / "checkpoint-2", copy, fs::copy_options::recursive);
-    std::ofstream(copy / "trainer_state.json") << other.dump();
-    auto r = make_sft(sft_config(test::Flags(flags) + test::Flags{{"resume_from_checkpoint", copy.string()},
-                                                                 {"output_dir", (root.path / "ddp_run").string()}}));
-    r.engine->train(*r.trainer);
-  }());
+  CHECK_NOTHROW(resume_from(copy_with("ddp", other)));
 
   // A truncated optimizer file is named, with what to do.
-  const auto damaged = root.path / "damaged";
-  fs::copy(out / "checkpoint-2", damaged, fs::copy_options::recursive);
+  const auto damaged = copy_with("damaged", state);
   fs::resize_file(damaged / "optimizer.pt", fs::file_size(damaged / "optimizer.pt") / 2);
-  msg = test::input_error_of([&] {
-    auto r = make_sft(sft_config(test::Flags(flags) + test::Flags{{"resume_from_checkpoint", damaged.string()},
-                                                                 {"output_dir", (root.path / "d").string()}}));
-    r.engine->train(*r.trainer);
-  });
+  msg = test::input_error_of([&] { resume_from(damaged); });
   CHECK_THAT(msg, Contains((damaged / "optimizer.pt").string()) && Contains("damaged") &&
                       Contains("earlier checkpoint"));
 }
