@@ -88,6 +88,10 @@ int run_generate(std::vector<std::string> args) {
   app.add_option("--prompt", prompts, "A prompt (repeat for a batch)");
   app.add_option("--prompts", prompts_file, "JSONL file of prompts (strings, or message lists with --chat)");
   app.add_option("--field", field, "Column of --prompts holding the prompt")->capture_default_str();
+  std::string ids_file;
+  app.add_option("--prompt_ids", ids_file, "JSONL file of prompts as token ids (an `ids` list per line)");
+  bool ignore_eos = false;
+  app.add_flag("--ignore_eos", ignore_eos, "Do not stop at eos (every completion runs to max_new_tokens)");
   app.add_flag("--chat", chat, "Render each prompt as a user turn (or message list) through the chat template");
   app.add_option("--max_new_tokens", o.max_new_tokens, "Most tokens to generate")->capture_default_str();
   app.add_flag("--do_sample", o.do_sample, "Sample instead of greedy decoding");
@@ -98,6 +102,12 @@ int run_generate(std::vector<std::string> args) {
   app.add_option("--min_p", min_p, "Drop tokens below min_p x the top probability (0: off)");
   app.add_option("--repetition_penalty", o.repetition_penalty, "Penalty on tokens already present")->capture_default_str();
   app.add_option("--stop", stops, "Stop a completion when this text appears (repeatable)");
+  app.add_option("--stop_token_ids", o.stop_token_ids, "Token ids that end a completion (repeatable)");
+  app.add_option("--num_return_sequences", o.num_return_sequences, "Completions per prompt (sharing its prefill)")
+      ->capture_default_str();
+  app.add_option("--batch_size", o.max_batch,
+                 "Completions generated at once; a finished one's slot takes the next prompt (0: all at once)")
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
   app.add_option("--dtype", dtype, "float32, bfloat16, float16 or auto")->capture_default_str();
   app.add_flag("--json", json_out, "One JSON object per prompt");
@@ -125,15 +135,29 @@ int run_generate(std::vector<std::string> args) {
       else fail_input("{}:{}: expected a string or an object with `{}`", prompts_file, n, field);
     }
   }
-  if (inputs.empty()) fail_input("no prompt: give --prompt TEXT or --prompts FILE");
+  std::vector<std::vector<int64_t>> batch;
+  std::vector<std::string> shown;
+  if (!ids_file.empty()) {
+    std::ifstream in(ids_file);
+    if (!in) fail_input("cannot read --prompt_ids {}", ids_file);
+    std::string line;
+    for (size_t n = 1; std::getline(in, line); ++n) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      try {
+        batch.push_back(nlohmann::json::parse(line).at("ids").get<std::vector<int64_t>>());
+      } catch (const nlohmann::json::exception& e) {
+        fail_input("{}:{}: expected an object with `ids`, a list of token ids: {}", ids_file, n, e.what());
+      }
+      shown.push_back(tok.decode(std::vector<int32_t>(batch.back().begin(), batch.back().end()), false));
+    }
+  }
+  if (inputs.empty() && batch.empty()) fail_input("no prompt: give --prompt TEXT, --prompts FILE or --prompt_ids FILE");
 
   std::optional<text::ChatTemplate> tmpl;
   if (chat) {
     if (tok.chat_template().empty()) fail_input("{}: the tokenizer has no chat_template; drop --chat", model_dir);
     tmpl.emplace(tok.chat_template(), model_dir + "/tokenizer_config.json: chat_template");
   }
-  std::vector<std::vector<int64_t>> batch;
-  std::vector<std::string> shown;
   for (const auto& in : inputs) {
     std::string text;
     bool special = true;
@@ -152,6 +176,7 @@ int run_generate(std::vector<std::string> args) {
   if (auto eos = tok.eos_token_id()) o.eos_token_ids = {*eos};
   for (auto e : m->config().eos_token_ids)
     if (std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), e) == o.eos_token_ids.end()) o.eos_token_ids.push_back(e);
+  if (ignore_eos) o.eos_token_ids.clear();
   o.pad_token_id = tok.pad_token_id().value_or(o.eos_token_ids.empty() ? 0 : static_cast<int32_t>(o.eos_token_ids[0]));
   if (!stops.empty()) {
     o.stop = [&](const std::vector<int64_t>& c) {
@@ -161,26 +186,44 @@ int run_generate(std::vector<std::string> args) {
       return false;
     };
   }
+  if (o.max_context == 0) o.max_context = m->config().max_position_embeddings;
   const auto start = std::chrono::steady_clock::now();
+  auto last_report = start;
+  const int64_t rows = static_cast<int64_t>(batch.size()) * o.num_return_sequences;
+  // Progress on stderr every few seconds, so long runs show they move.
+  o.progress = [&](int64_t tokens, int64_t done, int64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_report).count() < 5.0) return;
+    last_report = now;
+    const double secs = std::chrono::duration<double>(now - start).count();
+    log::info("generate: {}/{} completions done, {} tokens, {:.1f} tokens/s", done, total, tokens,
+              static_cast<double>(tokens) / secs);
+  };
   auto g = model::generate(*m, batch, o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   size_t total = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const auto& c = g.completions[i];
+  for (int64_t row = 0; row < rows; ++row) {
+    const auto r = static_cast<size_t>(row);
+    const size_t i = r / static_cast<size_t>(o.num_return_sequences);
+    const auto& c = g.completions[r];
     total += c.size();
     const std::string completion = tok.decode(std::vector<int32_t>(c.begin(), c.end()), true);
     if (json_out) {
-      nlohmann::ordered_json j = {{"prompt", shown[i]}, {"completion", completion}, {"completion_ids", c},
-                                  {"finished", static_cast<bool>(g.finished[i])}};
+      nlohmann::ordered_json j = {{"prompt", shown[i]},
+                                  {"completion", completion},
+                                  {"prompt_ids", batch[i]},
+                                  {"completion_ids", c},
+                                  {"finish_reason", model::finish_reason_name(g.finish[r])}};
+      if (o.num_return_sequences > 1) j["sample"] = row % o.num_return_sequences;
       std::cout << j.dump() << "\n";
     } else {
       // The completion in bold on a terminal, so it stands apart from the prompt.
       const bool tty = isatty(STDOUT_FILENO);
       std::cout << shown[i] << (tty ? "\033[1m" : "") << completion << (tty ? "\033[0m" : "") << "\n";
-      if (i + 1 < batch.size()) std::cout << "---\n";
+      if (row + 1 < rows) std::cout << "---\n";
     }
   }
-  log::info("generated {} tokens for {} prompt(s) in {:.2f} s ({:.1f} tokens/s)", total, batch.size(), secs,
+  log::info("generated {} tokens for {} completion(s) in {:.2f} s ({:.1f} tokens/s)", total, rows, secs,
             secs > 0 ? static_cast<double>(total) / secs : 0.0);
   return 0;
 }

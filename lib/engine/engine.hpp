@@ -26,6 +26,7 @@
 #include "dist/strategy/strategy.hpp"
 #include "losses/logprobs.hpp"
 #include "model/decoder.hpp"
+#include "model/generate.hpp"
 #include "model/lora.hpp"
 
 namespace trlx::engine {
@@ -115,6 +116,25 @@ class Engine {
   // The head weight of the model in `role`, detached (for statistics over
   // the vocabulary that no loss differentiates, e.g. WPO weights).
   torch::Tensor head_weight(Role role);
+  // How a generation round holds the policy's weights when parameters are
+  // sharded (ZeRO-3/FSDP); ignored when they are whole. gather_all
+  // (ds3_gather_for_generation: true): every unit gathered once for the
+  // round. Otherwise the units that fit in budget_mb
+  // (ds3_gather_for_generation_budget_mb; 0: none) stay gathered for the
+  // round and the rest are gathered for each forward and freed at once.
+  struct GenerationPlacement {
+    bool gather_all = true;
+    double budget_mb = 0;
+  };
+  // Completions of `prompts` (token ids) from the policy as it trains: its
+  // adapters applied, in eval mode, without gradients or gradient
+  // checkpointing, under the run's precision. Every rank calls it with its
+  // own prompts (under sharding ranks run in lockstep until all are done).
+  // The sampling seed comes from the run's seed, the step and the rank;
+  // the run's own random state is left as it was, so training goes on
+  // exactly as if no generation had happened.
+  model::Generation generate(const std::vector<std::vector<int64_t>>& prompts, model::GenerationOptions options,
+                             const GenerationPlacement& placement);
   // Whether the policy is in training mode (false during evaluation and
   // precomputation).
   bool training() const { return policy_->is_training(); }
@@ -240,6 +260,8 @@ class Engine {
   };
   std::optional<ReferenceSync> reference_sync_;
   int64_t micro_per_step_ = 1;
+  // Generation rounds run in the current step (each gets its own seed).
+  int64_t generation_step_ = -1, generation_rounds_ = 0;
   size_t batches_per_epoch_ = 0;
   double tokens_seen_ = 0;
   std::vector<std::string> log_history_;  // JSON lines, for trainer_state.json

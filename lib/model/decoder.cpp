@@ -121,6 +121,13 @@ Linear linear(int64_t in, int64_t out, bool bias) { return Linear(in, out, bias)
 
 }  // namespace
 
+void KVCache::keep_slots(const std::vector<int64_t>& kept) {
+  for (auto* layer_tensors : {&keys, &values})
+    for (auto& t : *layer_tensors)
+      if (t.defined()) t = t.index_select(0, torch::tensor(kept, torch::kInt64).to(t.device()));
+  slots_ = static_cast<int64_t>(kept.size());
+}
+
 // ---------------------------------------------------------------- layers
 
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias) {
@@ -174,12 +181,24 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   if (cache) {
     auto& ck = cache->keys[static_cast<size_t>(layer_)];
     auto& cv = cache->values[static_cast<size_t>(layer_)];
-    if (ck.defined()) {
-      k = torch::cat({ck, k}, 2);
-      v = torch::cat({cv, v}, 2);
+    if (!ck.defined()) {
+      ck = torch::zeros({cache->num_slots(), kv_heads_, cache->capacity(), head_dim_}, k.options());
+      cv = torch::zeros_like(ck);
     }
-    ck = k;
-    cv = v;
+    if (cache->mode == KVCache::Mode::Prefill) {
+      // The new sequences attend to themselves (causal, padding trails);
+      // their keys and values go to their slots for the decode steps.
+      if (cache->slots.numel() > 0) {
+        ck.narrow(2, 0, t).index_copy_(0, cache->slots, k.index_select(0, cache->sources).to(ck.scalar_type()));
+        cv.narrow(2, 0, t).index_copy_(0, cache->slots, v.index_select(0, cache->sources).to(cv.scalar_type()));
+      }
+    } else {
+      auto at = cache->positions.view({b, 1, 1, 1}).expand({b, kv_heads_, 1, head_dim_});
+      ck.scatter_(2, at, k.to(ck.scalar_type()));
+      cv.scatter_(2, at, v.to(cv.scalar_type()));
+      k = ck.narrow(2, 0, cache->read_length);
+      v = cv.narrow(2, 0, cache->read_length);
+    }
   }
   // Grouped-query attention: SDPA shares each K/V head among its query
   // heads itself (no repeated copies of K and V).
@@ -241,55 +260,51 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   const auto device = ids.device();
   auto mask2d = batch.attention_mask.defined() ? batch.attention_mask.to(torch::kInt64)
                                                : torch::ones({b, t}, torch::dtype(torch::kInt64).device(device));
-  const int64_t past = cache ? cache->length() : 0;
-  if (cache && cache->keys.empty()) {
-    cache->keys.resize(static_cast<size_t>(config_.num_hidden_layers));
-    cache->values.resize(static_cast<size_t>(config_.num_hidden_layers));
-  }
-  torch::Tensor positions = batch.position_ids;
-  if (!positions.defined()) {
-    positions = position_ids_from_mask(mask2d);
-    if (cache && cache->next_position.defined())
-      positions = (positions + cache->next_position.unsqueeze(1)).masked_fill(mask2d == 0, 1);
-  }
-  auto key_mask = past > 0 ? torch::cat({cache->attention_mask, mask2d}, 1) : mask2d;
-  if (cache) {
-    cache->attention_mask = key_mask;
-    auto advance = mask2d.sum(1);
-    cache->next_position = cache->next_position.defined() ? cache->next_position + advance : advance;
-  }
-
-  // Without padding the mask is implied: causal when queries and keys are the
-  // same positions, everything when one new token looks at the cache. Only
-  // padding, a chunk of several new tokens after a cache, or a sliding window
-  // need an explicit mask.
-  // Padding only after each row's tokens (what the caller knows from the
-  // host, without a device sync) needs no mask either when queries and keys
-  // are the same positions: causal attention never reaches a later pad from
-  // a real token, and pad positions feed nothing.
+  const bool decode = cache && cache->mode == KVCache::Mode::Decode;
+  TORCH_CHECK(!decode || (t == 1 && b == cache->num_slots()), "a decode step runs one token for every cache slot");
+  TORCH_CHECK(!cache || t <= cache->capacity(), "a prefill longer than the KV cache");
   const bool packed = batch.document_ids.defined();
-  const bool trailing = batch.padding_trails && !packed && past == 0;
-  const bool padded = !trailing && !key_mask.all().item<bool>();
-  TORCH_CHECK(!packed || past == 0, "packed sequences (document_ids) cannot be used with a KV cache");
+  TORCH_CHECK(!packed || !cache, "packed sequences (document_ids) cannot be used with a KV cache");
+  torch::Tensor positions = batch.position_ids;
   torch::Tensor full_mask, sliding_mask;
-  if (padded || packed || (past > 0 && t > 1)) full_mask = build_attention_mask(key_mask, t, std::nullopt);
-  if (config_.sliding_window) sliding_mask = build_attention_mask(key_mask, t, config_.sliding_window);
-  if (packed) {
-    // Block-diagonal: no attention across document boundaries. The diagonal
-    // stays allowed (build_attention_mask's guarantee against empty rows).
-    const auto& d = batch.document_ids;
-    auto same = d.unsqueeze(2).eq(d.unsqueeze(1)).unsqueeze(1);
-    auto diag = torch::eye(t, torch::dtype(torch::kBool).device(d.device())).view({1, 1, t, t});
-    auto branches = batch.position_ids.defined() ? branch_mask(positions, d, mask2d) : torch::Tensor();
-    if (branches.defined()) full_mask = full_mask.logical_and(branches);
-    full_mask = full_mask.logical_and(same).logical_or(diag);
-    if (sliding_mask.defined()) {
-      if (branches.defined()) {
-        // Across branches slots and positions differ: the window counts positions.
-        auto dist = positions.unsqueeze(2) - positions.unsqueeze(1);
-        sliding_mask = full_mask.logical_and(dist.lt(*config_.sliding_window).unsqueeze(1));
-      } else {
-        sliding_mask = sliding_mask.logical_and(same).logical_or(diag);
+  if (decode) {
+    // Each slot's token sits at its own position and sees its slot's keys
+    // up to it (and, in a sliding layer, the window before it).
+    positions = cache->positions.view({b, 1});
+    auto k = torch::arange(cache->read_length, torch::dtype(torch::kInt64).device(device)).view({1, -1});
+    full_mask = k.le(positions);
+    if (config_.sliding_window) sliding_mask = full_mask.logical_and((positions - k).lt(*config_.sliding_window));
+    full_mask = full_mask.view({b, 1, 1, -1});
+    if (sliding_mask.defined()) sliding_mask = sliding_mask.view({b, 1, 1, -1});
+  } else {
+    if (!positions.defined()) positions = position_ids_from_mask(mask2d);
+    const auto& key_mask = mask2d;
+    // Without padding the mask is implied (causal). Padding only after each
+    // row's tokens (what the caller knows from the host, without a device
+    // sync) needs no mask either: causal attention never reaches a later pad
+    // from a real token, and pad positions feed nothing. Only other padding
+    // or a sliding window need an explicit mask.
+    const bool trailing = batch.padding_trails && !packed;
+    const bool padded = !trailing && !key_mask.all().item<bool>();
+    if (padded || packed) full_mask = build_attention_mask(key_mask, t, std::nullopt);
+    if (config_.sliding_window) sliding_mask = build_attention_mask(key_mask, t, config_.sliding_window);
+    if (packed) {
+      // Block-diagonal: no attention across document boundaries. The diagonal
+      // stays allowed (build_attention_mask's guarantee against empty rows).
+      const auto& d = batch.document_ids;
+      auto same = d.unsqueeze(2).eq(d.unsqueeze(1)).unsqueeze(1);
+      auto diag = torch::eye(t, torch::dtype(torch::kBool).device(d.device())).view({1, 1, t, t});
+      auto branches = batch.position_ids.defined() ? branch_mask(positions, d, mask2d) : torch::Tensor();
+      if (branches.defined()) full_mask = full_mask.logical_and(branches);
+      full_mask = full_mask.logical_and(same).logical_or(diag);
+      if (sliding_mask.defined()) {
+        if (branches.defined()) {
+          // Across branches slots and positions differ: the window counts positions.
+          auto dist = positions.unsqueeze(2) - positions.unsqueeze(1);
+          sliding_mask = full_mask.logical_and(dist.lt(*config_.sliding_window).unsqueeze(1));
+        } else {
+          sliding_mask = sliding_mask.logical_and(same).logical_or(diag);
+        }
       }
     }
   }

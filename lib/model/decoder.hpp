@@ -14,12 +14,35 @@
 
 namespace trlx::model {
 
-// Keys and values of past positions, one entry per layer, for generation.
+// Keys and values of a generation round, allocated once (on the first
+// write, in the dtype the attention computes in): `slots` rows of up to
+// `capacity` positions per layer. Each slot holds one sequence from
+// position 0, so a slot's length is also the position of its next token.
+// A forward with a cache is one of two kinds, set by the caller:
+//  - prefill: new sequences, right-padded, run without looking at the cache;
+//    batch row `sources[i]` is written to slot `slots[i]` (one prompt may
+//    fill several slots: its samples share one prefill);
+//  - decode: one token for every slot, at position `positions[s]`, attending
+//    to that slot's keys up to and including it.
 struct KVCache {
-  std::vector<torch::Tensor> keys, values;  // [B, kv_heads, T_past, head_dim]
-  torch::Tensor attention_mask;             // [B, T_past] of the cached positions
-  torch::Tensor next_position;              // [B] position id of the next token
-  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
+  KVCache(int64_t num_layers, int64_t slots, int64_t capacity)
+      : keys(static_cast<size_t>(num_layers)), values(static_cast<size_t>(num_layers)), slots_(slots),
+        capacity_(capacity) {}
+  std::vector<torch::Tensor> keys, values;  // [slots, kv_heads, capacity, head_dim]
+
+  enum class Mode { Prefill, Decode };
+  Mode mode = Mode::Prefill;
+  torch::Tensor sources, slots;  // prefill: [N] batch rows and the slots they fill (device, int64)
+  torch::Tensor positions;       // decode: [slots] position of each slot's token (device, int64)
+  int64_t read_length = 0;       // decode: positions [0, read_length) may hold keys
+
+  int64_t num_slots() const { return slots_; }
+  int64_t capacity() const { return capacity_; }
+  // Keeps only the slots `kept` (host indices, in their new order).
+  void keep_slots(const std::vector<int64_t>& kept);
+
+ private:
+  int64_t slots_, capacity_;
 };
 
 // Linear and embedding layers whose weights start uninitialised: every weight

@@ -2,6 +2,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
+#include <algorithm>
+#include <deque>
 #include <mutex>
 #include <optional>
 
@@ -42,88 +45,274 @@ torch::Tensor process_logits(torch::Tensor logits, const torch::Tensor& seen, co
   return logits;
 }
 
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Eos: return "eos";
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+  }
+  return "length";
+}
+
+void validate_generation_options(const GenerationOptions& o, int64_t vocab_size) {
+  if (o.max_new_tokens < 1)
+    fail_input("max_new_tokens (max_completion_length) must be at least 1, got {}", o.max_new_tokens);
+  if (o.num_return_sequences < 1)
+    fail_input("num_return_sequences (num_generations) must be at least 1, got {}", o.num_return_sequences);
+  if (o.max_batch < 0) fail_input("the generation batch must be at least 1 row (0: every row at once), got {}", o.max_batch);
+  if (!(o.temperature > 0) || !std::isfinite(o.temperature))
+    fail_input("temperature must be a finite number above 0, got {}", o.temperature);
+  if (o.top_k < 0) fail_input("top_k must be 0 (off) or more, got {}", o.top_k);
+  if (!(o.top_p > 0 && o.top_p <= 1)) fail_input("top_p must be in (0, 1], got {}", o.top_p);
+  if (o.min_p && !(*o.min_p >= 0 && *o.min_p <= 1)) fail_input("min_p must be in [0, 1], got {}", *o.min_p);
+  if (!(o.repetition_penalty > 0) || !std::isfinite(o.repetition_penalty))
+    fail_input("repetition_penalty must be a finite number above 0, got {}", o.repetition_penalty);
+  auto check_ids = [&](const std::vector<int64_t>& ids, const char* field) {
+    for (int64_t id : ids)
+      if (id < 0 || id >= vocab_size)
+        fail_input("{}: token id {} is outside the model's vocabulary (0..{})", field, id, vocab_size - 1);
+  };
+  check_ids(o.eos_token_ids, "eos_token_id");
+  check_ids(o.stop_token_ids, "stop_token_ids");
+  check_ids({o.pad_token_id}, "pad_token_id");
+}
+
+namespace {
+
+// Draws from the sampling distribution where the logits are: on the CPU from
+// a generator of its own; on a GPU from the device's generator, seeded for
+// this call and put back as it was afterwards (so a training run's dropout
+// draws are unchanged), instead of copying [rows x vocab] to the host.
+class Sampler {
+ public:
+  Sampler(const torch::Device& device, const GenerationOptions& o) : cpu_(at::detail::createCPUGenerator(o.seed)) {
+    if (o.do_sample && !device.is_cpu()) {
+      device_ = at::globalContext().defaultGenerator(device);
+      std::lock_guard<std::mutex> lock(device_->mutex());
+      saved_ = device_->get_state();
+      device_->set_current_seed(o.seed);
+    }
+  }
+  ~Sampler() {
+    if (!device_) return;
+    std::lock_guard<std::mutex> lock(device_->mutex());
+    device_->set_state(saved_);
+  }
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+
+  torch::Tensor next(const torch::Tensor& scores, bool sample) {
+    if (!sample) return scores.argmax(-1);
+    return torch::multinomial(scores.softmax(-1), 1, /*replacement=*/false, device_ ? *device_ : cpu_).squeeze(1);
+  }
+
+ private:
+  at::Generator cpu_;
+  std::optional<at::Generator> device_;
+  torch::Tensor saved_;
+};
+
+// One slot of the KV cache: which output row it generates, and how far.
+struct Slot {
+  int64_t row = -1;     // -1: free
+  int64_t length = 0;   // tokens in the cache (the next token's position)
+};
+
+}  // namespace
+
 Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int64_t>>& prompts,
                     const GenerationOptions& o) {
+  const int64_t vocab = model.config().vocab_size;
+  validate_generation_options(o, vocab);
+  const int64_t n = o.num_return_sequences;
+  const int64_t num_prompts = static_cast<int64_t>(prompts.size());
+  const int64_t rows = num_prompts * n;
+  int64_t longest = 1;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto len = static_cast<int64_t>(prompts[i].size());
+    if (len == 0) fail_input("generate: prompt {} is empty (every prompt needs at least one token)", i);
+    for (int64_t id : prompts[i])
+      if (id < 0 || id >= vocab)
+        fail_input("generate: prompt {} holds token id {}, outside the model's vocabulary (0..{})", i, id, vocab - 1);
+    if (o.max_context > 0 && len + o.max_new_tokens > o.max_context)
+      fail_input("generate: prompt {} has {} tokens; with max_new_tokens {} it needs {} positions, beyond the model's "
+                 "context of {} (max_position_embeddings): shorten the prompt (max_prompt_length) or max_new_tokens",
+                 i, len, o.max_new_tokens, len + o.max_new_tokens, o.max_context);
+    longest = std::max(longest, len);
+  }
+  const bool lockstep = static_cast<bool>(o.max_across_ranks);
   Generation out;
-  const int64_t b = static_cast<int64_t>(prompts.size());
-  if (b == 0) return out;
-  size_t width = 0;
-  for (const auto& p : prompts) {
-    if (p.empty()) fail_input("generate: an empty prompt (every prompt needs at least one token)");
-    width = std::max(width, p.size());
-  }
-  const auto device = model.head_weight().device();
-  // Left padding: every row's last prompt token sits in the last column.
-  auto ids = torch::full({b, static_cast<int64_t>(width)}, o.pad_token_id, torch::kInt64);
-  auto mask = torch::zeros({b, static_cast<int64_t>(width)}, torch::kInt64);
-  for (int64_t r = 0; r < b; ++r) {
-    const auto& p = prompts[static_cast<size_t>(r)];
-    const int64_t off = static_cast<int64_t>(width - p.size());
-    ids[r].narrow(0, off, static_cast<int64_t>(p.size())).copy_(torch::tensor(p, torch::kInt64));
-    mask[r].narrow(0, off, static_cast<int64_t>(p.size())).fill_(1);
-  }
-  ids = ids.to(device);
-  mask = mask.to(device);
+  out.completions.assign(static_cast<size_t>(rows), {});
+  out.finish.assign(static_cast<size_t>(rows), FinishReason::Length);
+  if (rows == 0 && !lockstep) return out;
+
+  // Slots: every row at once, or max_batch rounded up to whole prompts.
+  int64_t num_slots = o.max_batch > 0 ? (o.max_batch + n - 1) / n * n : rows;
+  num_slots = std::max<int64_t>(std::min(num_slots, rows), n);
+  const int64_t capacity = longest + o.max_new_tokens;
+  const auto device = model.model->embed_tokens->weight.device();
+  const auto i64 = torch::dtype(torch::kInt64);
 
   torch::NoGradGuard no_grad;
-  // Sampling draws where the logits are. On the CPU from a generator of its
-  // own; on a GPU from the device's generator, seeded for this call and put
-  // back as it was after (so a training run's dropout draws are unchanged),
-  // instead of copying [batch x vocab] probabilities to the host per token.
-  at::Generator gen = at::detail::createCPUGenerator(o.seed);
-  std::optional<at::Generator> device_gen;
-  torch::Tensor device_gen_state;
-  if (o.do_sample && !device.is_cpu()) {
-    device_gen = at::globalContext().defaultGenerator(device);
-    std::lock_guard<std::mutex> lock(device_gen->mutex());
-    device_gen_state = device_gen->get_state();
-    device_gen->set_current_seed(o.seed);
-  }
-  struct RestoreGenerator {
-    std::optional<at::Generator>& g;
-    torch::Tensor& state;
-    ~RestoreGenerator() {
-      if (!g) return;
-      std::lock_guard<std::mutex> lock(g->mutex());
-      g->set_state(state);
-    }
-  } restore{device_gen, device_gen_state};
-  KVCache cache;
-  auto hidden = model.hidden_states({ids, mask, {}}, &cache);
-  auto logits = model.head(hidden.select(1, hidden.size(1) - 1)).to(torch::kFloat32);
-  auto seen = ids;
-  out.completions.assign(static_cast<size_t>(b), {});
-  out.finished.assign(static_cast<size_t>(b), false);
-  auto eos = o.eos_token_ids.empty() ? torch::Tensor() : torch::tensor(o.eos_token_ids, torch::kInt64).to(device);
-  for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-    auto scores = process_logits(logits, seen, o);
-    torch::Tensor next;
-    if (o.do_sample) {
-      auto probs = scores.softmax(-1);
-      next = torch::multinomial(probs, 1, /*replacement=*/false, device_gen ? *device_gen : gen).squeeze(1);
-    } else {
-      next = scores.argmax(-1);
-    }
-    auto next_cpu = next.to(torch::kCPU);
-    const auto* nx = next_cpu.data_ptr<int64_t>();
-    bool all_done = true;
-    for (int64_t r = 0; r < b; ++r) {
-      const auto ru = static_cast<size_t>(r);
-      if (out.finished[ru]) {
-        next_cpu[r] = o.pad_token_id;
-        continue;
+  Sampler sampler(device, o);
+  KVCache cache(model.config().num_hidden_layers, num_slots, capacity);
+  std::vector<Slot> slots(static_cast<size_t>(num_slots));
+  const bool penalise = o.repetition_penalty != 1.0;
+  torch::Tensor logits = torch::zeros({num_slots, vocab}, torch::dtype(torch::kFloat32).device(device));
+  torch::Tensor seen;  // [slots, capacity]: the prompt and completion tokens (repetition penalty)
+  if (penalise) seen = torch::zeros({num_slots, capacity}, i64.device(device));
+  auto head_of = [&](const torch::Tensor& hidden) { return model.head(hidden).to(torch::kFloat32); };
+
+  std::deque<int64_t> waiting;
+  for (int64_t p = 0; p < num_prompts; ++p) waiting.push_back(p);
+  int64_t carried = 0;  // rows that sampled a token last step and go on
+  int64_t done_rows = 0, tokens = 0;
+  for (;;) {
+    // Slots of rows that finished last step take waiting prompts, each with
+    // all its samples.
+    std::vector<int64_t> admitted, admitted_slots, admitted_sources;
+    {
+      std::vector<int64_t> free;
+      for (int64_t s = 0; s < num_slots; ++s)
+        if (slots[static_cast<size_t>(s)].row < 0) free.push_back(s);
+      size_t next_free = 0;
+      while (!waiting.empty() && static_cast<int64_t>(free.size() - next_free) >= n) {
+        const int64_t p = waiting.front();
+        waiting.pop_front();
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t s = free[next_free++];
+          slots[static_cast<size_t>(s)] = {p * n + j, static_cast<int64_t>(prompts[static_cast<size_t>(p)].size())};
+          admitted_slots.push_back(s);
+          admitted_sources.push_back(static_cast<int64_t>(admitted.size()));
+        }
+        admitted.push_back(p);
       }
-      out.completions[ru].push_back(nx[r]);
-      for (int64_t e : o.eos_token_ids) out.finished[ru] = out.finished[ru] || nx[r] == e;
-      if (!out.finished[ru] && o.stop && o.stop(out.completions[ru])) out.finished[ru] = true;
-      all_done = all_done && out.finished[ru];
     }
-    out.steps = step + 1;
-    if (all_done || step + 1 == o.max_new_tokens) break;
-    next = next_cpu.to(device).unsqueeze(1);
-    if (o.repetition_penalty != 1.0) seen = torch::cat({seen, next}, 1);
-    hidden = model.hidden_states({next, torch::ones_like(next), {}}, &cache);
-    logits = model.head(hidden.select(1, 0)).to(torch::kFloat32);
+    bool decode = carried > 0, prefill = !admitted.empty();
+    if (lockstep) {
+      std::vector<double> v = {decode ? 1.0 : 0.0, prefill ? 1.0 : 0.0};
+      o.max_across_ranks(v);
+      decode = v[0] > 0;
+      prefill = v[1] > 0;
+    }
+    if (!decode && !prefill) break;
+
+    if (decode) {
+      // One token for every slot: the rows that go on feed their last token
+      // at its position; other slots run a pad token at position 0, which
+      // no live row reads.
+      std::vector<int64_t> tok(static_cast<size_t>(num_slots), o.pad_token_id), pos(static_cast<size_t>(num_slots), 0);
+      int64_t read = 1;
+      for (int64_t s = 0; s < num_slots; ++s) {
+        auto& sl = slots[static_cast<size_t>(s)];
+        if (sl.row < 0 || out.completions[static_cast<size_t>(sl.row)].empty())
+          continue;  // free, or admitted this step (its prefill gives its logits)
+        tok[static_cast<size_t>(s)] = out.completions[static_cast<size_t>(sl.row)].back();
+        pos[static_cast<size_t>(s)] = sl.length;
+        sl.length += 1;
+        read = std::max(read, sl.length);
+      }
+      cache.mode = KVCache::Mode::Decode;
+      cache.positions = torch::tensor(pos, i64).to(device);
+      cache.read_length = read;
+      auto ids = torch::tensor(tok, i64).view({num_slots, 1}).to(device);
+      logits = head_of(model.hidden_states({ids, {}, {}}, &cache)).select(1, 0);
+    }
+    if (prefill) {
+      // The admitted prompts, right-padded, in one forward; each prompt's
+      // last-token logits and keys go to all its samples' slots.
+      const int64_t a = std::max<int64_t>(static_cast<int64_t>(admitted.size()), 1);
+      int64_t width = 1;
+      for (int64_t p : admitted) width = std::max<int64_t>(width, static_cast<int64_t>(prompts[static_cast<size_t>(p)].size()));
+      auto ids = torch::full({a, width}, o.pad_token_id, i64);
+      auto mask = torch::zeros({a, width}, i64);
+      std::vector<int64_t> last(static_cast<size_t>(a), 0);
+      for (size_t i = 0; i < admitted.size(); ++i) {
+        const auto& p = prompts[static_cast<size_t>(admitted[i])];
+        const auto len = static_cast<int64_t>(p.size());
+        ids[static_cast<int64_t>(i)].narrow(0, 0, len).copy_(torch::tensor(p, i64));
+        mask[static_cast<int64_t>(i)].narrow(0, 0, len).fill_(1);
+        last[i] = len - 1;
+        out.prefill_tokens += len;
+      }
+      cache.mode = KVCache::Mode::Prefill;
+      cache.sources = torch::tensor(admitted_sources, i64).to(device);
+      cache.slots = torch::tensor(admitted_slots, i64).to(device);
+      Batch batch{ids.to(device), mask.to(device), {}};
+      batch.padding_trails = true;
+      auto hidden = model.hidden_states(batch, &cache);
+      auto at_last = hidden.index({torch::arange(a, i64.device(device)), torch::tensor(last, i64).to(device)});
+      auto first = head_of(at_last);
+      if (!admitted.empty()) {
+        logits.index_copy_(0, cache.slots, first.index_select(0, cache.sources));
+        if (penalise) {
+          auto rows_seen = ids.clone();
+          for (size_t i = 0; i < admitted.size(); ++i)  // padding repeats a prompt token: no new token penalised
+            rows_seen[static_cast<int64_t>(i)].masked_fill_(mask[static_cast<int64_t>(i)] == 0, ids[static_cast<int64_t>(i)][0]);
+          auto wide = rows_seen.index_select(0, cache.sources.cpu()).to(device);
+          auto fill = wide.narrow(1, 0, 1).expand({wide.size(0), capacity}).clone();
+          fill.narrow(1, 0, width).copy_(wide);
+          seen.index_copy_(0, cache.slots, fill);
+        }
+      }
+    }
+
+    // Sample the next token of every live row.
+    int64_t live = 0;
+    for (const auto& sl : slots) live += sl.row >= 0 ? 1 : 0;
+    if (live > 0) {
+      auto next = sampler.next(process_logits(logits, seen, o), o.do_sample);
+      auto host = next.to(torch::kCPU);
+      const auto* nx = host.data_ptr<int64_t>();
+      std::vector<int64_t> at(static_cast<size_t>(num_slots), 0);
+      carried = 0;
+      for (int64_t s = 0; s < num_slots; ++s) {
+        auto& sl = slots[static_cast<size_t>(s)];
+        if (sl.row < 0) continue;
+        const auto r = static_cast<size_t>(sl.row);
+        auto& c = out.completions[r];
+        const int64_t token = nx[s];
+        c.push_back(token);
+        at[static_cast<size_t>(s)] = sl.length;
+        ++tokens;
+        std::optional<FinishReason> why;
+        if (std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), token) != o.eos_token_ids.end())
+          why = FinishReason::Eos;
+        else if (std::find(o.stop_token_ids.begin(), o.stop_token_ids.end(), token) != o.stop_token_ids.end() ||
+                 (o.stop && o.stop(c)))
+          why = FinishReason::Stop;
+        else if (static_cast<int64_t>(c.size()) >= o.max_new_tokens)
+          why = FinishReason::Length;
+        if (why) {
+          out.finish[r] = *why;
+          sl.row = -1;
+          ++done_rows;
+        } else {
+          ++carried;
+        }
+      }
+      if (penalise) seen.scatter_(1, torch::tensor(at, i64).view({-1, 1}).to(device), next.view({-1, 1}));
+      ++out.steps;
+      if (o.progress) o.progress(tokens, done_rows, rows);
+    }
+
+    // With no prompt left to admit and most slots idle, the cache keeps
+    // only the live rows, so the decode steps left stop paying for the rest.
+    if (waiting.empty() && carried > 0 && carried * 2 <= num_slots && num_slots > n) {
+      std::vector<int64_t> kept;
+      std::vector<Slot> compact;
+      for (int64_t s = 0; s < num_slots; ++s)
+        if (slots[static_cast<size_t>(s)].row >= 0) {
+          kept.push_back(s);
+          compact.push_back(slots[static_cast<size_t>(s)]);
+        }
+      cache.keep_slots(kept);
+      auto idx = torch::tensor(kept, i64).to(device);
+      logits = logits.index_select(0, idx);
+      if (penalise) seen = seen.index_select(0, idx);
+      slots = std::move(compact);
+      num_slots = static_cast<int64_t>(kept.size());
+    }
   }
   return out;
 }

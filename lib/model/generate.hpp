@@ -1,8 +1,14 @@
 #pragma once
-// Batched generation with a KV cache: left-padded prompts, greedy or sampled
-// continuation, stopping at eos (or stop strings, checked by the caller's
-// decode function) or max_new_tokens. The online trainers (GRPO, RLOO, PPO,
-// online DPO) and `trlx generate` use this one implementation.
+// The one batched generator: `trlx generate` and the online trainers (GRPO,
+// RLOO, PPO, online DPO, through Engine::generate) use it.
+//
+// A round allocates one KV cache of `max_batch` slots. Prompts wait in a
+// queue; a prompt enters with all its `num_return_sequences` samples at
+// once (one prefill forward for the prompt, its keys and values copied to
+// every sample's slot), and a slot freed by a finished row takes the next
+// waiting prompt at the following step (continuous batching). Each row
+// stops at an eos token, a stop token, a stop rule (stop strings, checked by
+// the caller's decode function) or max_new_tokens.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -22,22 +28,52 @@ struct GenerationOptions {
   std::optional<double> min_p;       // off when unset
   double repetition_penalty = 1.0;   // 1: off
   std::vector<int64_t> eos_token_ids;
+  std::vector<int64_t> stop_token_ids;  // end a row like eos, reported as "stop"
   int64_t pad_token_id = 0;
   uint64_t seed = 0;
-  // Text of a row's completion so far -> true when a stop string appeared.
+  // Samples per prompt; they share the prompt's prefill and come out next
+  // to each other (prompt i's at i * n ... i * n + n - 1).
+  int64_t num_return_sequences = 1;
+  // Rows generated at once (KV cache slots); 0: every row at once. Rounded
+  // up to a multiple of num_return_sequences.
+  int64_t max_batch = 0;
+  // The model's context: a prompt plus max_new_tokens beyond it is refused
+  // (0: no limit).
+  int64_t max_context = 0;
+  // Completion tokens so far -> true when a stop string appeared.
   std::function<bool(const std::vector<int64_t>& completion)> stop;
+  // Under a strategy that shards parameters every forward is a collective:
+  // every rank must run the same forwards. Given, it takes the largest of
+  // each value over ranks (in place), and ranks that have finished keep
+  // running stand-in forwards until every rank has.
+  std::function<void(std::vector<double>& values)> max_across_ranks;
+  // Called after every decode step with the tokens generated so far.
+  std::function<void(int64_t tokens, int64_t rows_done, int64_t rows)> progress;
 };
 
+enum class FinishReason { Eos, Stop, Length };
+const char* finish_reason_name(FinishReason r);
+
 struct Generation {
-  std::vector<std::vector<int64_t>> completions;  // per prompt, eos included when reached
-  std::vector<bool> finished;                     // stopped by eos or a stop string
+  std::vector<std::vector<int64_t>> completions;  // per row, the eos or stop token included when reached
+  std::vector<FinishReason> finish;               // per row
   int64_t steps = 0;                              // decode steps run
+  int64_t prefill_tokens = 0;                     // prompt tokens run through the model (shared prefill counts once)
+  bool finished(size_t row) const { return finish.at(row) != FinishReason::Length; }
 };
 
 // Applies repetition penalty, temperature, top-k, top-p and min-p to logits
-// [B, V] in that order (the reference's order), for the tokens in `seen`.
+// [B, V] in that order (the reference's order), for the tokens in `seen`
+// [B, S] (undefined: none).
 torch::Tensor process_logits(torch::Tensor logits, const torch::Tensor& seen, const GenerationOptions& o);
 
+// Checks the options against a model of `vocab_size` tokens: InputError
+// naming the field (max_new_tokens, top_p, top_k, temperature, min_p,
+// repetition_penalty, a stop or eos token id, num_return_sequences).
+void validate_generation_options(const GenerationOptions& o, int64_t vocab_size);
+
+// Runs without gradients; the caller chooses the model's mode (eval for
+// generation) and precision.
 Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int64_t>>& prompts,
                     const GenerationOptions& options);
 

@@ -26,11 +26,12 @@ struct Segment {
   int64_t numel = 0;
   torch::Tensor full;   // the gathered flat segment the parameters view
   torch::Tensor shard;  // this rank's part, always held
-  bool gathered = true;
+  bool gathered = false;  // the full storage is held (set through ParameterSharding::mark)
   WorkPtr pending;      // a gather started ahead (prefetch), not yet waited for
 };
 struct Unit {
   Segment trainable, frozen;
+  bool kept = false;     // stays gathered through a generation round (begin_generation)
   size_t id = 0;         // index in the strategy's units, the same on every rank
   Unit* prev = nullptr;  // the model's previous and next layer (forward order)
   Unit* next = nullptr;
@@ -77,6 +78,30 @@ class ParameterSharding final : public ShardedOptimizer {
     }
   }
 
+  void begin_generation(model::LanguageModelImpl& model, int64_t keep_bytes) override {
+    // Every rank splits units the same way, so every rank keeps the same
+    // units and their gathers stay matched.
+    int64_t held = 0;
+    for (Unit* u : units_of_model_.at(&model)) {
+      const int64_t bytes = unit_bytes(*u);
+      if (keep_bytes >= 0 && held + bytes > keep_bytes) break;
+      held += bytes;
+      gather(*u);
+      u->kept = true;
+      kept_.push_back(u);
+    }
+  }
+  void end_generation() override {
+    for (Unit* u : kept_) {
+      u->kept = false;
+      release(*u);
+    }
+    kept_.clear();
+  }
+  int64_t gathered_bytes() const override { return gathered_bytes_; }
+  int64_t peak_gathered_bytes() const override { return peak_gathered_bytes_; }
+  void reset_peak_gathered_bytes() override { peak_gathered_bytes_ = gathered_bytes_; }
+
   void write_parameters(model::LanguageModelImpl& model,
                         const std::function<void(const std::string&, torch::Tensor&)>& fill) override {
     // Every rank writes the same values, so each unit gets storage locally
@@ -91,13 +116,15 @@ class ParameterSharding final : public ShardedOptimizer {
     }
     for (auto& [u, params] : by_unit) {
       for (Segment* g : {&u->trainable, &u->frozen})
-        if (!g->params.empty() && !g->gathered) resize_storage(g->full, g->numel * g->full.element_size());
+        if (!g->params.empty() && !g->gathered) {
+          resize_storage(g->full, g->numel * g->full.element_size());
+          mark(*g, true);
+        }
       for (auto& [name, t] : params) fill(name, t);
       for (Segment* g : {&u->trainable, &u->frozen}) {
         if (g->params.empty()) continue;
         const Shard s = shard_of(g->numel, world_size(), rank());
         g->shard.copy_(g->full.narrow(0, s.offset, s.numel));
-        g->gathered = true;
         release(*g);
       }
     }
@@ -211,10 +238,7 @@ class ParameterSharding final : public ShardedOptimizer {
   }
 
   void init_segment(Segment& g) {
-    if (g.params.empty()) {
-      g.gathered = false;
-      return;
-    }
+    if (g.params.empty()) return;
     const auto opts = g.params.front().options();
     for (const auto& p : g.params) {
       if (p.scalar_type() != opts.dtype().toScalarType() || p.device() != opts.device())
@@ -233,7 +257,7 @@ class ParameterSharding final : public ShardedOptimizer {
     }
     const Shard s = shard_of(g.numel, world_size(), rank());
     g.shard = g.full.narrow(0, s.offset, s.numel).clone();
-    g.gathered = true;
+    mark(g, true);
     release(g);
   }
 
@@ -242,7 +266,7 @@ class ParameterSharding final : public ShardedOptimizer {
     if (g.gathered || g.params.empty()) return;
     resize_storage(g.full, g.numel * g.full.element_size());
     g.pending = comm_->all_gather(g.shard, g.full);
-    g.gathered = true;
+    mark(g, true);
   }
   void gather(Segment& g) {
     start_gather(g);
@@ -258,7 +282,7 @@ class ParameterSharding final : public ShardedOptimizer {
       g.pending.reset();
     }
     resize_storage(g.full, 0);
-    g.gathered = false;
+    mark(g, false);
   }
   // Gathers the next unit while the current one computes.
   void prefetch(Unit* u) {
@@ -271,11 +295,30 @@ class ParameterSharding final : public ShardedOptimizer {
     gather(u.frozen);
   }
   void release(Unit& u) {
+    if (u.kept) return;
     release(u.trainable);
     release(u.frozen);
   }
 
+  static int64_t unit_bytes(const Unit& u) {
+    int64_t bytes = 0;
+    for (const Segment* g : {&u.trainable, &u.frozen})
+      if (!g->params.empty()) bytes += g->numel * g->full.element_size();
+    return bytes;
+  }
+
+  // Counts the bytes of gathered segments (and their peak) as they change.
+  void mark(Segment& g, bool gathered) {
+    if (g.gathered == gathered) return;
+    g.gathered = gathered;
+    const int64_t bytes = g.numel * g.full.element_size();
+    gathered_bytes_ += gathered ? bytes : -bytes;
+    peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
+  }
+
   bool reshard_after_forward_;
+  int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
+  std::vector<Unit*> kept_;  // gathered for the generation round
   std::vector<std::unique_ptr<Unit>> units_;  // of every wrapped model
   std::vector<Unit*> policy_units_;           // the trained model's, in forward order
   std::unordered_map<const model::LanguageModelImpl*, std::vector<Unit*>> units_of_model_;

@@ -60,6 +60,20 @@ class Strategy {
   virtual void end_parameter_reads() {}
   virtual void serve_parameter_reads() {}
 
+  // Around a generation round on `model` (a wrapped model): under
+  // parameter sharding the units that fit in `keep_bytes` of gathered
+  // parameters (in forward order; negative: every unit) are gathered once
+  // and stay whole until end_generation, the rest are gathered per forward
+  // and freed at once. No-ops when parameters are whole. Collectives:
+  // every rank calls both, with the same budget.
+  virtual void begin_generation(model::LanguageModelImpl& /*model*/, int64_t /*keep_bytes*/) {}
+  virtual void end_generation() {}
+  // Bytes of whole (gathered) sharded parameters this rank holds now beyond
+  // its shards, and the most it has held since the last reset.
+  virtual int64_t gathered_bytes() const { return 0; }
+  virtual int64_t peak_gathered_bytes() const { return 0; }
+  virtual void reset_peak_gathered_bytes() {}
+
   // Writes new values into the parameters of `model` (a wrapped model):
   // `fill(name, param)` is called for every parameter while it is whole and
   // writable; what it writes is kept (in the shards, under sharding). A

@@ -276,14 +276,14 @@ TEST_CASE("generation stops at eos and when the stop callback says so", "[model]
   // The third token of row 0's greedy continuation as eos: row 0 ends there.
   o.eos_token_ids = {greedy[0][2]};
   auto g = model::generate(*model, {prompts[0]}, o);
-  CHECK(g.finished[0]);
+  CHECK(g.finished(0));
   CHECK(g.completions[0] == std::vector<int64_t>(greedy[0].begin(), greedy[0].begin() + 3));
   // A stop rule (as stop strings are checked on decoded text) ends a row early.
   o.eos_token_ids = {};
   o.stop = [](const std::vector<int64_t>& c) { return c.size() >= 4; };
   g = model::generate(*model, prompts, o);
   for (size_t r = 0; r < prompts.size(); ++r) {
-    CHECK(g.finished[r]);
+    CHECK(g.finished(r));
     CHECK(g.completions[r] == std::vector<int64_t>(greedy[r].begin(), greedy[r].begin() + 4));
   }
 }

@@ -1,0 +1,172 @@
+// The batched generator against transformers' generate(): the processed
+// sampling distributions step by step, greedy continuations under every
+// batch layout (all rows at once, continuous batching through fewer slots,
+// samples sharing a prefill), stopping, and refused options.
+#include "catch_torch.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "io/safetensors.hpp"
+#include "model/generate.hpp"
+#include "model/loading.hpp"
+#include "support.hpp"
+
+using namespace trlx;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::filesystem::path fixtures() { return test::data_dir() / "generation"; }
+std::filesystem::path models() { return test::data_dir() / "models"; }
+
+nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  REQUIRE(in);
+  return nlohmann::json::parse(in);
+}
+
+std::vector<std::vector<int64_t>> rows_of(const nlohmann::json& j) { return j.get<std::vector<std::vector<int64_t>>>(); }
+
+}  // namespace
+
+TEST_CASE("each processed sampling distribution equals transformers' for the same logits", "[generate][golden]") {
+  // scripts/fixtures/generation_fixtures.py: the raw logits generate() saw,
+  // the scores it sampled from, and the tokens the penalty looked at.
+  auto tensors = io::Checkpoint::open(fixtures() / "processors.safetensors");
+  for (const auto& s : read_json(fixtures() / "processors.json")) {
+    const std::string name = s["name"];
+    INFO(name);
+    model::GenerationOptions o;
+    o.do_sample = s.value("do_sample", true);
+    o.temperature = s.value("temperature", 1.0);
+    o.top_k = s.value("top_k", 0);
+    o.top_p = s.value("top_p", 1.0);
+    if (s.contains("min_p")) o.min_p = s["min_p"].get<double>();
+    o.repetition_penalty = s.value("repetition_penalty", 1.0);
+    auto logits = tensors.get(name + ".logits", true);
+    auto scores = tensors.get(name + ".scores", true);
+    auto sequences = tensors.get(name + ".sequences", true);
+    const int64_t prompt = s["prompt_length"];
+    for (int64_t step = 0; step < s["steps"].get<int64_t>(); ++step) {
+      INFO("step " << step);
+      auto seen = sequences.narrow(1, 0, prompt + step);
+      auto mine = model::process_logits(logits[step].clone(), seen, o);
+      auto ref = scores[step];
+      // The same tokens removed, and the same distribution over the rest.
+      CHECK(torch::equal(torch::isfinite(mine), torch::isfinite(ref)));
+      if (o.do_sample) {
+        CHECK((mine.softmax(-1) - ref.softmax(-1)).abs().max().item<double>() < 1e-6);
+      } else {
+        CHECK((mine - ref).abs().max().item<double>() < 1e-6);
+      }
+    }
+  }
+}
+
+TEST_CASE("greedy continuations equal transformers' generate under every batch layout", "[generate][golden]") {
+  const auto j = read_json(fixtures() / "greedy.json");
+  const auto prompts = rows_of(j["prompts"]);
+  for (const auto& [name, expected_json] : j["models"].items()) {
+    const auto expected = rows_of(expected_json);
+    auto model = model::load_language_model(models() / name, model::HeadKind::CausalLM);
+    model->eval();
+    model::GenerationOptions o;
+    o.max_new_tokens = j["max_new_tokens"];
+    o.eos_token_ids = {j["eos_token_id"].get<int64_t>()};
+    for (int64_t slots : {0, 1, 2, 3}) {
+      // 0: every row at once; fewer slots: rows wait and take a finished
+      // row's slot (continuous batching).
+      INFO(name << ", " << slots << " slot(s)");
+      o.max_batch = slots;
+      auto g = model::generate(*model, prompts, o);
+      CHECK(g.completions == expected);
+      for (size_t r = 0; r < prompts.size(); ++r) {
+        const bool eos = !expected[r].empty() && expected[r].back() == 2;
+        CHECK(g.finish[r] == (eos ? model::FinishReason::Eos : model::FinishReason::Length));
+      }
+    }
+    // Three samples per prompt share its prefill: every greedy sample is the
+    // prompt's greedy continuation, and each prompt runs through the model once.
+    INFO(name << ", 3 samples per prompt");
+    o.max_batch = 0;
+    o.num_return_sequences = 3;
+    auto g = model::generate(*model, prompts, o);
+    REQUIRE(g.completions.size() == prompts.size() * 3);
+    int64_t prompt_tokens = 0;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      prompt_tokens += static_cast<int64_t>(prompts[p].size());
+      for (size_t k = 0; k < 3; ++k) CHECK(g.completions[p * 3 + k] == expected[p]);
+    }
+    CHECK(g.prefill_tokens == prompt_tokens);
+    o.max_batch = 4;  // rounded up to 6 slots: two prompts at a time
+    CHECK(model::generate(*model, prompts, o).completions == g.completions);
+  }
+}
+
+TEST_CASE("sampling is seeded: the same seed and layout give the same completions", "[generate]") {
+  auto model = model::load_language_model(models() / "qwen2", model::HeadKind::CausalLM);
+  model->eval();
+  model::GenerationOptions o;
+  o.do_sample = true;
+  o.max_new_tokens = 12;
+  o.temperature = 0.9;
+  o.top_p = 0.95;
+  o.num_return_sequences = 4;
+  o.seed = 1234;
+  const std::vector<std::vector<int64_t>> prompts = {{5, 6, 7}, {9}, {40, 41, 42, 43}};
+  auto a = model::generate(*model, prompts, o);
+  CHECK(a.completions == model::generate(*model, prompts, o).completions);
+  // The samples of one prompt differ from each other (they share the
+  // prefill, not the draws).
+  CHECK(a.completions[0] != a.completions[1]);
+  o.seed = 99;
+  CHECK(a.completions != model::generate(*model, prompts, o).completions);
+  o.max_batch = 4;
+  o.seed = 1234;
+  CHECK(model::generate(*model, prompts, o).completions == model::generate(*model, prompts, o).completions);
+}
+
+TEST_CASE("rows stop at a stop token, at a stop rule and at max_new_tokens, each with its reason", "[generate]") {
+  auto model = model::load_language_model(models() / "qwen2", model::HeadKind::CausalLM);
+  model->eval();
+  const auto j = read_json(fixtures() / "greedy.json");
+  const auto prompts = rows_of(j["prompts"]);
+  const auto greedy = rows_of(j["models"]["qwen2"]);
+  model::GenerationOptions o;
+  o.max_new_tokens = 5;
+  auto g = model::generate(*model, {prompts[0]}, o);
+  CHECK(g.finish[0] == model::FinishReason::Length);
+  CHECK(g.completions[0] == std::vector<int64_t>(greedy[0].begin(), greedy[0].begin() + 5));
+  o.stop_token_ids = {greedy[0][1]};
+  g = model::generate(*model, {prompts[0]}, o);
+  CHECK(g.finish[0] == model::FinishReason::Stop);
+  CHECK(g.completions[0] == std::vector<int64_t>(greedy[0].begin(), greedy[0].begin() + 2));
+  CHECK(std::string(model::finish_reason_name(g.finish[0])) == "stop");
+}
+
+TEST_CASE("bad generation settings are refused naming the field", "[generate][errors]") {
+  auto model = model::load_language_model(models() / "qwen2", model::HeadKind::CausalLM);
+  const std::vector<std::vector<int64_t>> prompts = {{5, 6, 7}};
+  auto error_with = [&](const std::function<void(model::GenerationOptions&)>& set) {
+    model::GenerationOptions o;
+    set(o);
+    return test::input_error_of([&] { model::generate(*model, prompts, o); });
+  };
+  CHECK_THAT(error_with([](auto& o) { o.max_new_tokens = 0; }), Contains("max_new_tokens"));
+  CHECK_THAT(error_with([](auto& o) { o.top_p = 1.5; }), Contains("top_p"));
+  CHECK_THAT(error_with([](auto& o) { o.top_p = 0; }), Contains("top_p"));
+  CHECK_THAT(error_with([](auto& o) { o.temperature = 0; }), Contains("temperature"));
+  CHECK_THAT(error_with([](auto& o) { o.stop_token_ids = {96}; }), Contains("stop_token_ids"));
+  CHECK_THAT(error_with([](auto& o) { o.eos_token_ids = {-1}; }), Contains("eos_token_id"));
+  CHECK_THAT(error_with([](auto& o) { o.num_return_sequences = 0; }), Contains("num_return_sequences"));
+  // A prompt whose completion would run past the context.
+  CHECK_THAT(error_with([](auto& o) {
+               o.max_context = 64;
+               o.max_new_tokens = 62;
+             }),
+             Contains("context of 64"));
+  CHECK_THAT(test::input_error_of([&] { model::generate(*model, {{5, 600}}, {}); }), Contains("vocabulary"));
+  CHECK_THAT(test::input_error_of([&] { model::generate(*model, {{}}, {}); }), Contains("empty"));
+}
