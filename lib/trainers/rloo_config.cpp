@@ -19,7 +19,12 @@ const config::Schema& rloo_schema() {
     b.field(&C::min_p, "min_p", std::nullopt, "Drop tokens below min_p times the top probability.").min(0).max(1);
     b.field(&C::repetition_penalty, "repetition_penalty", 1.0, "Penalty on tokens already present.").min(0, true);
     b.field(&C::ds3_gather_for_generation, "ds3_gather_for_generation", true,
-            "Under ZeRO-3: gather all weights for generation (fast) or gather layer by layer (fits anything).");
+            "Under ZeRO-3/FSDP: gather all weights once per generation round (fast, needs the whole model per "
+            "process) or each layer for each forward (fits anything, slow).");
+    b.field(&C::ds3_gather_for_generation_budget_mb, "ds3_gather_for_generation_budget_mb", 0.0,
+            "With ds3_gather_for_generation false: MiB of weights kept gathered for the whole generation round "
+            "(the first layers that fit); the rest are gathered per forward. 0: none.")
+        .min(0);
     b.group("rloo");
     b.field(&C::beta, "beta", 0.05, "KL coefficient towards the reference model.").min(0);
     b.field(&C::epsilon, "epsilon", 0.2, "Clipping range of the importance ratio.").min(0);

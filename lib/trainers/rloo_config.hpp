@@ -20,6 +20,7 @@ struct RLOOConfig : config::TrainingConfig {
   bool mask_truncated_completions = false;
   std::optional<std::vector<double>> reward_weights;
   bool ds3_gather_for_generation = true;
+  double ds3_gather_for_generation_budget_mb = 0;
 };
 
 const config::Schema& rloo_schema();

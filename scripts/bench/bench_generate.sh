@@ -96,7 +96,21 @@ print(f"{sys.argv[1]}: median {statistics.median(r):.2f}x (spread {min(r):.2f}-{
 PY
 }
 
+# How close a decode step runs to the machine: each generated token costs
+# about 2 x parameters FLOPs, against a measured fp32 matrix-multiply peak of
+# the same threads (2048^3 products).
+PEAK=$(python3 - "$THREADS" <<'PY'
+import sys, time, torch
+torch.set_num_threads(int(sys.argv[1]))
+a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+a @ b
+best = min((lambda t0: (a @ b, time.perf_counter() - t0)[1])(time.perf_counter()) for _ in range(5))
+print(f"{2 * 2048 ** 3 / best / 1e9:.1f}")
+PY
+)
+PARAMS=$(python3 -c "import os; print(os.path.getsize('$WORK/m25/model.safetensors') / 4)")
 echo "threads $THREADS, $NEW new tokens, $REPEATS repeats, load before: $(load)"
+echo "fp32 matmul peak ${PEAK} GFLOP/s; $(python3 -c "print(f'{$PARAMS / 1e6:.1f}')")M parameters"
 declare -A RATIOS
 for rep in $(seq 1 "$REPEATS"); do
   for batch in 8 32; do
@@ -113,7 +127,8 @@ for rep in $(seq 1 "$REPEATS"); do
       fi
       r=$(python3 -c "print(f'{$t / $h:.3f}')")
       RATIOS[$key]="${RATIOS[$key]:-} $r"
-      echo "repeat $rep, $key: trlx $t tokens/s, transformers $h tokens/s, ratio $r (load $l0 -> $(load))"
+      mfu=$(python3 -c "print(f'{100 * 2 * $PARAMS * $t / ($PEAK * 1e9):.0f}% / {100 * 2 * $PARAMS * $h / ($PEAK * 1e9):.0f}%')")
+      echo "repeat $rep, $key: trlx $t tokens/s, transformers $h tokens/s, ratio $r, FLOPs utilisation $mfu (load $l0 -> $(load))"
     done
   done
   # Shared prefill: 8 samples of 4 prompts of ~128 tokens, 32 new tokens each.
