@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.hpp"
+#include "cli/jsonl.hpp"
 #include "cli/parse.hpp"
 #include "core/error.hpp"
 #include "config/loader.hpp"
@@ -118,39 +119,23 @@ int run_generate(std::vector<std::string> args) {
   auto m = model::load_language_model(model_dir, model::HeadKind::CausalLM, dtype);
   std::vector<nlohmann::ordered_json> inputs;
   for (const auto& p : prompts) inputs.emplace_back(p);
-  if (!prompts_file.empty()) {
-    std::ifstream in(prompts_file);
-    if (!in) fail_input("cannot read --prompts {}", prompts_file);
-    std::string line;
-    for (size_t n = 1; std::getline(in, line); ++n) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      nlohmann::ordered_json row;
-      try {
-        row = nlohmann::ordered_json::parse(line);
-      } catch (const nlohmann::json::exception& e) {
-        fail_input("{}:{}: not valid JSON: {}", prompts_file, n, e.what());
-      }
+  if (!prompts_file.empty())
+    for_each_jsonl(prompts_file, "--prompts", [&](size_t n, const nlohmann::ordered_json& row) {
       if (row.is_string()) inputs.push_back(row);
       else if (row.is_object() && row.contains(field)) inputs.push_back(row[field]);
       else fail_input("{}:{}: expected a string or an object with `{}`", prompts_file, n, field);
-    }
-  }
+    });
   std::vector<std::vector<int64_t>> batch;
   std::vector<std::string> shown;
-  if (!ids_file.empty()) {
-    std::ifstream in(ids_file);
-    if (!in) fail_input("cannot read --prompt_ids {}", ids_file);
-    std::string line;
-    for (size_t n = 1; std::getline(in, line); ++n) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+  if (!ids_file.empty())
+    for_each_jsonl(ids_file, "--prompt_ids", [&](size_t n, const nlohmann::ordered_json& row) {
       try {
-        batch.push_back(nlohmann::json::parse(line).at("ids").get<std::vector<int64_t>>());
+        batch.push_back(row.at("ids").get<std::vector<int64_t>>());
       } catch (const nlohmann::json::exception& e) {
         fail_input("{}:{}: expected an object with `ids`, a list of token ids: {}", ids_file, n, e.what());
       }
       shown.push_back(tok.decode(std::vector<int32_t>(batch.back().begin(), batch.back().end()), false));
-    }
-  }
+    });
   if (inputs.empty() && batch.empty()) fail_input("no prompt: give --prompt TEXT, --prompts FILE or --prompt_ids FILE");
 
   std::optional<text::ChatTemplate> tmpl;

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.hpp"
+#include "cli/jsonl.hpp"
 #include "cli/parse.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -48,27 +49,6 @@ std::string read_text_file(const std::string& path, const std::string& what) {
   ss << in.rdbuf();
   if (in.bad()) fail_input("{} {}: read error", what, path);
   return ss.str();
-}
-
-// Calls f(line_number, row) for every non-blank line of a JSONL file.
-template <typename F>
-void for_each_jsonl(const std::string& path, const std::string& what, F&& f) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) fail_input("{} {}: is a directory, expected a JSONL file", what, path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_input("{} {}: cannot read the file", what, path);
-  std::string line;
-  for (size_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    ordered_json row;
-    try {
-      row = ordered_json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      fail_input("{}:{}: not valid JSON: {}", path, n, e.what());
-    }
-    f(n, row);
-  }
-  if (in.bad()) fail_input("{} {}: read error", what, path);
 }
 
 // "1,2, 3" or "[1,2,3]" -> ids.

@@ -155,65 +155,6 @@ TEST_CASE("bad model directories name the file and key or tensor", "[model]") {
   std::filesystem::remove_all(tmp);
 }
 
-TEST_CASE("greedy generation with left-padded prompts equals transformers' generate", "[model][golden][generate]") {
-  for (const char* name : {"llama", "qwen2", "qwen3"}) {
-    INFO(name);
-    auto dir = models() / name;
-    std::ifstream in(dir / "generate.json");
-    REQUIRE(in);
-    const auto j = nlohmann::json::parse(in);
-    auto model = model::load_language_model(dir, model::HeadKind::CausalLM);
-    model::GenerationOptions o;
-    o.max_new_tokens = j["max_new_tokens"].get<int64_t>();
-    o.eos_token_ids = {j["eos_token_id"].get<int64_t>()};
-    o.pad_token_id = 0;
-    auto g = model::generate(*model, j["prompts"].get<std::vector<std::vector<int64_t>>>(), o);
-    CHECK(g.completions == j["greedy"].get<std::vector<std::vector<int64_t>>>());
-  }
-}
-
-TEST_CASE("sampling is seeded and reproducible, and the warpers keep only allowed tokens", "[model][generate]") {
-  auto model = model::load_language_model(models() / "qwen2", model::HeadKind::CausalLM);
-  model::GenerationOptions o;
-  o.do_sample = true;
-  o.max_new_tokens = 12;
-  o.temperature = 0.7;
-  o.top_k = 5;
-  o.seed = 1234;
-  const std::vector<std::vector<int64_t>> prompts = {{5, 6, 7}, {9}};
-  auto a = model::generate(*model, prompts, o);
-  auto b = model::generate(*model, prompts, o);
-  CHECK(a.completions == b.completions);
-  o.seed = 99;
-  auto c = model::generate(*model, prompts, o);
-  CHECK(a.completions != c.completions);
-
-  // top_k keeps the k largest, top_p the smallest set reaching p, min_p those
-  // above min_p x the top probability.
-  auto logits = torch::tensor({{0.0, 1.0, 2.0, 3.0, 4.0}});
-  model::GenerationOptions w;
-  w.do_sample = true;
-  w.top_k = 2;
-  auto kept = torch::isfinite(model::process_logits(logits, {}, w));
-  CHECK(kept.sum().item<int64_t>() == 2);
-  CHECK(kept[0][4].item<bool>());
-  w.top_k = 0;
-  w.top_p = 0.5;  // softmax of 0..4: the top token alone has 0.636
-  kept = torch::isfinite(model::process_logits(logits, {}, w));
-  CHECK(kept.sum().item<int64_t>() == 1);
-  w.top_p = 1.0;
-  w.min_p = 0.3;  // exp(-1) = 0.37 >= 0.3 keeps 2 tokens
-  kept = torch::isfinite(model::process_logits(logits, {}, w));
-  CHECK(kept.sum().item<int64_t>() == 2);
-  // Repetition penalty divides positive and multiplies negative scores.
-  model::GenerationOptions r;
-  r.repetition_penalty = 2.0;
-  auto pen = model::process_logits(torch::tensor({{-1.0, 4.0, 1.0}}), torch::tensor({{0, 1}}), r);
-  CHECK(pen[0][0].item<double>() == Approx(-2.0));
-  CHECK(pen[0][1].item<double>() == Approx(2.0));
-  CHECK(pen[0][2].item<double>() == Approx(1.0));
-}
-
 TEST_CASE("models written by trlx give transformers' numbers when transformers loads them", "[model][golden][save]") {
   torch::NoGradGuard no_grad;
   // Written by `trlx init-model`, loaded by transformers in scripts/fixtures/trlx_saved_fixtures.py.
