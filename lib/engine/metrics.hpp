@@ -47,6 +47,10 @@ struct MetricSums {
   void add(const std::string& name, const torch::Tensor& sum, const torch::Tensor& count) {
     accumulate(pending[name], sum, count);
   }
+  // A device sum over `count` items known on the host.
+  void add(const std::string& name, const torch::Tensor& sum, double count) {
+    add(name, sum, torch::full({}, count, sum.options().dtype(torch::kFloat64)));
+  }
   void add_per_batch(const std::string& name, const torch::Tensor& sum, const torch::Tensor& count) {
     accumulate(pending_per_batch[name][0], sum, count);
   }

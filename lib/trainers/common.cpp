@@ -1,5 +1,7 @@
 #include "trainers/common.hpp"
 
+#include "losses/preference.hpp"
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -233,6 +235,16 @@ int train_to_exit_code(engine::Engine& engine, engine::Trainer& trainer) {
     return 1;
   }
   return 0;
+}
+
+void add_preference_metrics(engine::MetricSums& m, const torch::Tensor& chosen_rewards,
+                            const torch::Tensor& rejected_rewards, const torch::Tensor& chosen_logps,
+                            const torch::Tensor& rejected_logps) {
+  torch::NoGradGuard ng;
+  auto sums = losses::preference_metric_sums(chosen_rewards, rejected_rewards, chosen_logps, rejected_logps);
+  const char* names[] = {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
+                         "logps/rejected"};
+  for (int i = 0; i < 6; ++i) m.add(names[i], sums[i], sums[6]);
 }
 
 }  // namespace trlx::trainers

@@ -159,4 +159,11 @@ std::vector<std::filesystem::path> model_files(const std::filesystem::path& dir)
 // stopped on request (it saved a checkpoint to resume from), else 0.
 int train_to_exit_code(engine::Engine& engine, engine::Trainer& trainer);
 
+// The preference trainers' pair metrics (rewards/chosen, rewards/rejected,
+// rewards/accuracies, rewards/margins, logps/chosen, logps/rejected), summed
+// over this micro-batch's pairs as device sums (read at a logging step).
+void add_preference_metrics(engine::MetricSums& m, const torch::Tensor& chosen_rewards,
+                            const torch::Tensor& rejected_rewards, const torch::Tensor& chosen_logps,
+                            const torch::Tensor& rejected_logps);
+
 }  // namespace trlx::trainers

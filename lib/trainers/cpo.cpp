@@ -182,7 +182,8 @@ engine::LossOutput ReferenceFreeTrainer::loss(engine::Engine& engine, const engi
     rejected_logps = h[1].detach();
     chosen_rewards = out.chosen_rewards;
     rejected_rewards = out.rejected_rewards;
-    m.add("nll_loss", out.nll_loss.defined() ? out.nll_loss.item<double>() : 0.0, 1);
+    if (out.nll_loss.defined()) m.add("nll_loss", out.nll_loss.detach(), 1.0);
+    else m.add("nll_loss", 0.0, 1);
   } else {
     auto h = (sums / counts).chunk(2, 0);
     auto attn_t = attn.slice(1, 1).to(torch::kFloat32).chunk(2, 0)[0];
@@ -196,25 +197,19 @@ engine::LossOutput ReferenceFreeTrainer::loss(engine::Engine& engine, const engi
     rejected_logps = h[1].detach();
     chosen_rewards = out.chosen_rewards;
     rejected_rewards = out.rejected_rewards;
-    m.add("nll_loss", out.nll_loss.item<double>(), 1);
-    m.add("log_odds_ratio", out.log_odds_ratio.item<double>(), 1);
-    m.add("log_odds_chosen", out.log_odds_chosen.item<double>(), 1);
+    m.add("nll_loss", out.nll_loss.detach(), 1.0);
+    m.add("log_odds_ratio", out.log_odds_ratio.detach(), 1.0);
+    m.add("log_odds_chosen", out.log_odds_chosen.detach(), 1.0);
   }
   torch::NoGradGuard ng;
-  auto pm = losses::preference_metric_sums(chosen_rewards, rejected_rewards, chosen_logps, rejected_logps)
-                .to(torch::kCPU, torch::kFloat64)
-                .contiguous();
-  const auto* pv = pm.data_ptr<double>();
-  const char* names[] = {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
-                         "logps/rejected"};
-  for (int i = 0; i < 6; ++i) m.add(names[i], pv[i], pv[6]);
+  add_preference_metrics(m, chosen_rewards, rejected_rewards, chosen_logps, rejected_logps);
   // TRL logs the mean logit over the positions of the padded rows (and the
   // whole vocabulary): the hidden states times the head's mean row. Its
   // CPOTrainer takes every position, its ORPOTrainer all but each row's last.
   const auto logit_positions = kind_ == Kind::ORPO ? hidden.slice(1, 0, hidden.size(1) - 1) : hidden;
   auto mean_logits = engine.mean_logits(engine::Role::Policy, logit_positions).chunk(2, 0);
-  m.add("logits/chosen", mean_logits[0].sum().item<double>(), static_cast<double>(mean_logits[0].numel()));
-  m.add("logits/rejected", mean_logits[1].sum().item<double>(), static_cast<double>(mean_logits[1].numel()));
+  m.add("logits/chosen", mean_logits[0].sum(), static_cast<double>(mean_logits[0].numel()));
+  m.add("logits/rejected", mean_logits[1].sum(), static_cast<double>(mean_logits[1].numel()));
   last_metrics_ = m;
   return result;
 }

@@ -341,13 +341,7 @@ engine::LossOutput DPOTrainer::loss(engine::Engine& engine, const engine::Tensor
 
   torch::NoGradGuard ng;
   auto& m = result.metrics;
-  auto pm = losses::preference_metric_sums(out.chosen_rewards, out.rejected_rewards, out.chosen_logps, out.rejected_logps)
-                .to(torch::kCPU, torch::kFloat64)
-                .contiguous();
-  const auto* pv = pm.data_ptr<double>();
-  const char* names[] = {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
-                         "logps/rejected"};
-  for (int i = 0; i < 6; ++i) m.add(names[i], pv[i], pv[6]);
+  add_preference_metrics(m, out.chosen_rewards, out.rejected_rewards, out.chosen_logps, out.rejected_logps);
   // Token metrics as device sums, read at logging.
   auto fmask = mask.to(torch::kFloat32);
   m.add("entropy", (lp.entropy * fmask).sum(), fmask.sum());
