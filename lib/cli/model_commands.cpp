@@ -117,6 +117,7 @@ int run_generate(std::vector<std::string> args) {
 
   auto tok = text::Tokenizer::from_dir(model_dir);
   auto m = model::load_language_model(model_dir, model::HeadKind::CausalLM, dtype);
+  trainers::check_tokenizer_fits(tok, model_dir, m->config().vocab_size, model_dir);
   std::vector<nlohmann::ordered_json> inputs;
   for (const auto& p : prompts) inputs.emplace_back(p);
   if (!prompts_file.empty())
@@ -250,6 +251,7 @@ int run_score(std::vector<std::string> args) {
   std::vector<trainers::SFTExample> rows = trainers::prepare_sft_split(c, tok, tmpl ? &*tmpl : nullptr, "train", true);
   const auto head = reward ? model::HeadKind::SequenceClassification : model::HeadKind::CausalLM;
   auto m = model::load_language_model(model_dir, head, dtype);
+  trainers::check_tokenizer_fits(tok, model_dir, m->config().vocab_size, model_dir);
   const int64_t pad = tok.pad_token_id().value_or(tok.eos_token_id().value_or(0));
   torch::NoGradGuard no_grad;
   for (size_t start = 0; start < rows.size(); start += static_cast<size_t>(batch_size)) {

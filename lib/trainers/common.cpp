@@ -12,6 +12,7 @@
 #include "core/log.hpp"
 #include "model/adapter_dir.hpp"
 #include "model/loading.hpp"
+#include "model/model_config.hpp"
 
 namespace trlx::trainers {
 
@@ -47,7 +48,12 @@ TextInputs load_tokenizer_and_template(const fs::path& model_dir, const std::opt
 TextInputs load_text_inputs(const config::TrainingConfig& c, const std::string& trainer,
                             const std::optional<std::string>& chat_template_path) {
   if (!c.model_name_or_path) fail_input("{}: set model_name_or_path (a Hugging Face model directory)", trainer);
-  return load_tokenizer_and_template(tokenizer_dir_of(*c.model_name_or_path), chat_template_path);
+  const fs::path dir = *c.model_name_or_path;
+  const fs::path tokenizer_dir = tokenizer_dir_of(dir);
+  auto out = load_tokenizer_and_template(tokenizer_dir, chat_template_path);
+  const fs::path model_dir = model::is_adapter_dir(dir) ? model::adapter_base_dir(dir) : dir;
+  check_tokenizer_fits(out.tokenizer, tokenizer_dir, model::load_model_config(model_dir).vocab_size, model_dir);
+  return out;
 }
 
 text::ChatOptions chat_options(const text::Tokenizer& tok, bool add_generation_prompt) {
@@ -235,6 +241,15 @@ int train_to_exit_code(engine::Engine& engine, engine::Trainer& trainer) {
     return 1;
   }
   return 0;
+}
+
+void check_tokenizer_fits(const text::Tokenizer& tokenizer, const fs::path& tokenizer_dir, int64_t vocab_size,
+                          const fs::path& model_dir) {
+  const auto [id, token] = tokenizer.largest_id();
+  if (id < vocab_size) return;
+  fail_input("{}: token `{}` has id {}, but the model in {} has {} token embeddings (vocab_size in its config.json): "
+             "the tokenizer belongs to another model; use the model's own tokenizer files",
+             (tokenizer_dir / "tokenizer.json").string(), token, id, model_dir.string(), vocab_size);
 }
 
 void add_preference_metrics(engine::MetricSums& m, const torch::Tensor& chosen_rewards,

@@ -159,6 +159,12 @@ std::vector<std::filesystem::path> model_files(const std::filesystem::path& dir)
 // stopped on request (it saved a checkpoint to resume from), else 0.
 int train_to_exit_code(engine::Engine& engine, engine::Trainer& trainer);
 
+// InputError when the tokenizer in `tokenizer_dir` has token ids beyond the
+// `vocab_size` embedding rows of the model in `model_dir` (a tokenizer that
+// belongs to another model): names the file, the token and both sizes.
+void check_tokenizer_fits(const text::Tokenizer& tokenizer, const std::filesystem::path& tokenizer_dir,
+                          int64_t vocab_size, const std::filesystem::path& model_dir);
+
 // The preference trainers' pair metrics (rewards/chosen, rewards/rejected,
 // rewards/accuracies, rewards/margins, logps/chosen, logps/rejected), summed
 // over this micro-batch's pairs as device sums (read at a logging step).

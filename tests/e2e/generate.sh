@@ -42,4 +42,22 @@ expect_error "max_new_tokens" --max_new_tokens 0
 expect_error "top_p" --top_p 1.5 --do_sample
 expect_error "stop_token_ids" --stop_token_ids 100000
 expect_error "context" --max_new_tokens 100000
+
+# A tokenizer with an id beyond the model's embeddings: refused before any
+# forward, naming the file, the token and both sizes (sft, score, generate).
+cp -r $M "$TMP/wrongtok"
+python3 - "$TMP/wrongtok/tokenizer.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+t["model"]["vocab"]["\u0120plus"] = 100000
+json.dump(t, open(sys.argv[1], "w"))
+PY
+"$TRLX" generate --model "$TMP/wrongtok" --prompt "Hi" >/dev/null 2>"$TMP/wt1.log"
+check "[ \$? = 2 ] && grep -q 'tokenizer.json: token .*plus. has id 100000, but the model in .* has 304 token embeddings' '$TMP/wt1.log'"
+printf '{"prompt": "What is 1 plus 2?", "completion": " 3"}\n' >"$TMP/rows.jsonl"
+"$TRLX" score --model "$TMP/wrongtok" --input "$TMP/rows.jsonl" >/dev/null 2>"$TMP/wt2.log"
+check "[ \$? = 2 ] && grep -q 'has id 100000' '$TMP/wt2.log'"
+"$TRLX" sft --config configs/sft.yaml --model_name_or_path "$TMP/wrongtok" --max_steps 1 --output_dir "$TMP/wt" \
+  >/dev/null 2>"$TMP/wt3.log"
+check "[ \$? = 2 ] && grep -q 'has id 100000' '$TMP/wt3.log'"
 finish

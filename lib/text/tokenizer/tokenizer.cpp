@@ -1579,6 +1579,14 @@ bool Tokenizer::is_special(int32_t id) const {
   return it != impl_->added_by_id.end() && impl_->added[it->second].special;
 }
 size_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+std::pair<int32_t, std::string> Tokenizer::largest_id() const {
+  std::pair<int32_t, std::string> best{-1, ""};
+  for (const auto& [token, id] : impl_->model->vocab)
+    if (id > best.first) best = {id, token};
+  for (const auto& t : impl_->added)
+    if (t.id > best.first) best = {t.id, t.content};
+  return best;
+}
 const std::optional<std::string>& Tokenizer::bos_token() const { return impl_->bos; }
 const std::optional<std::string>& Tokenizer::eos_token() const { return impl_->eos; }
 const std::optional<std::string>& Tokenizer::pad_token() const { return impl_->pad; }

@@ -70,6 +70,9 @@ class Tokenizer {
   std::string id_to_token(int32_t id) const;  // "" when unknown
   bool is_special(int32_t id) const;
   size_t vocab_size() const;  // with added tokens, as len(tokenizer) in transformers
+  // The largest token id (model vocabulary and added tokens) and its token:
+  // what a model's embedding must have rows for.
+  std::pair<int32_t, std::string> largest_id() const;
 
   const std::optional<std::string>& bos_token() const;
   const std::optional<std::string>& eos_token() const;
