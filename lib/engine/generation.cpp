@@ -1,6 +1,7 @@
 // Generation inside training: the policy as it trains, put in generation's
 // state (eval, no gradients, no checkpointing, adapters on) for one round
 // and back, with the strategy holding its weights as the placement says.
+#include "core/error.hpp"
 #include "engine/autocast.hpp"
 #include "engine/engine.hpp"
 
@@ -44,6 +45,8 @@ model::Generation Engine::generate(const std::vector<std::vector<int64_t>>& prom
     Engine& engine;
     bool was_training;
   };
+  if (!placement.gather_all && !(placement.budget_mb >= 0))
+    fail_input("ds3_gather_for_generation_budget_mb must be 0 or more (MiB), got {}", placement.budget_mb);
   const int64_t keep_bytes = placement.gather_all ? -1 : static_cast<int64_t>(placement.budget_mb * 1024.0 * 1024.0);
   GenerationState state(*this, keep_bytes);
   // Gradient checkpointing wraps only forwards that record a graph, so the
