@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include "core/error.hpp"
@@ -280,6 +281,17 @@ void ConfigLoader::load_yaml_text(const std::string& text, const std::string& na
 
 std::string ConfigLoader::unknown_key_message(const std::string& key, bool is_flag) const {
   const std::string dashes = is_flag ? "--" : "";
+  // A section given a plain value (`gradient_checkpointing_kwargs: true`):
+  // the key is known, as a mapping of its own keys.
+  std::vector<std::string> inside;
+  for (const auto& name : schema_.names())
+    if (name.size() > key.size() && name.compare(0, key.size(), key) == 0 && name[key.size()] == '.')
+      inside.push_back(name.substr(key.size() + 1));
+  if (!inside.empty())
+    return fmt::format("`{}{}` is a section, not a value: give its keys ({}), e.g. {}", dashes, key,
+                       fmt::join(inside, ", "),
+                       is_flag ? fmt::format("--{}.{} VALUE", key, inside.front())
+                               : fmt::format("`{}: {{{}: ...}}`", key, inside.front()));
   std::string msg = is_flag ? fmt::format("unknown flag `--{}` for trlx {}", key, schema_.name())
                             : fmt::format("unknown key `{}` in the {} config", key, schema_.name());
   // Compare against full names and, for nested keys, against the leaf names of

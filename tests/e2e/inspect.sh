@@ -181,6 +181,10 @@ mkdir -p "$TMP/empty"
 run 2 tokenize --tokenizer "$TMP/empty" --text hi
 has "no tokenizer.json"
 has "$TMP/empty"
+run 2 tokenize --tokenizer "$TMP/missing_dir" --text hi
+has "no such directory"
+run 2 tokenize --tokenizer "$TINY/tokenizer.json" --text hi
+has "is a file, not a directory"
 mkdir -p "$TMP/notpl"
 cp "$TINY/tokenizer.json" "$TMP/notpl/"
 run 2 render-template --tokenizer "$TMP/notpl" --messages "$D/conversation.json"

@@ -1352,6 +1352,11 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir, Compat compat) {
   const auto tj = dir / "tokenizer.json";
   const auto tc = dir / "tokenizer_config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec))
+    fail_input("{}: no such directory (expected a model directory holding tokenizer.json)", dir.string());
+  if (!std::filesystem::is_directory(dir, ec))
+    fail_input("{}: is a file, not a directory (give the model directory that holds it)", dir.string());
   if (!std::filesystem::exists(tj)) fail_input("{}: no tokenizer.json in this directory", dir.string());
   Tokenizer tok = from_files(tj, std::filesystem::exists(tc) ? std::optional(tc) : std::nullopt, compat);
   // A chat_template.jinja beside the tokenizer (how transformers saves

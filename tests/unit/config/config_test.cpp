@@ -50,6 +50,15 @@ TEST_CASE("unknown key names file, line, column and the closest key", "[config]"
   CHECK_THAT(msg, Contains("did you mean `learning_rate`?"));
 }
 
+TEST_CASE("a section given a plain value says it is a section and names its keys", "[config]") {
+  auto msg = test::input_error_of([] { load_dpo("gradient_checkpointing_kwargs: true\n"); });
+  CHECK_THAT(msg, Contains("dpo.yaml:1:1"));
+  CHECK_THAT(msg, Contains("`gradient_checkpointing_kwargs` is a section, not a value"));
+  CHECK_THAT(msg, Contains("use_reentrant"));
+  msg = test::input_error_of([] { load_dpo("", Flags{{{"gradient_checkpointing_kwargs", {"true"}}}}); });
+  CHECK_THAT(msg, Contains("--gradient_checkpointing_kwargs.use_reentrant"));
+}
+
 TEST_CASE("unknown flag suggests the closest flag", "[config]") {
   const auto msg = test::input_error_of([] { load_dpo("", Flags{{{"betta", {"0.2"}}}}); });
   CHECK_THAT(msg, Contains("unknown flag `--betta`"));
