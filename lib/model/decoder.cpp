@@ -211,7 +211,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     out = at::scaled_dot_product_attention(q, k, v, cast ? mask.to(q.scalar_type()) : mask, 0.0, false, std::nullopt,
                                            gqa);
   } else {
-    // No mask: causal over the same positions, or one query after a cache.
+    // No mask: causal over the same positions.
     const bool causal = q.size(2) == k.size(2);
     out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal, std::nullopt, gqa);
   }
@@ -258,8 +258,6 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   TORCH_CHECK(ids.dim() == 2, "input_ids must be [batch, time]");
   const int64_t b = ids.size(0), t = ids.size(1);
   const auto device = ids.device();
-  auto mask2d = batch.attention_mask.defined() ? batch.attention_mask.to(torch::kInt64)
-                                               : torch::ones({b, t}, torch::dtype(torch::kInt64).device(device));
   const bool decode = cache && cache->mode == KVCache::Mode::Decode;
   TORCH_CHECK(!decode || (t == 1 && b == cache->num_slots()), "a decode step runs one token for every cache slot");
   TORCH_CHECK(!cache || t <= cache->capacity(), "a prefill longer than the KV cache");
@@ -277,6 +275,8 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     full_mask = full_mask.view({b, 1, 1, -1});
     if (sliding_mask.defined()) sliding_mask = sliding_mask.view({b, 1, 1, -1});
   } else {
+    const auto mask2d = batch.attention_mask.defined() ? batch.attention_mask.to(torch::kInt64)
+                                                     : torch::ones({b, t}, torch::dtype(torch::kInt64).device(device));
     if (!positions.defined()) positions = position_ids_from_mask(mask2d);
     const auto& key_mask = mask2d;
     // Without padding the mask is implied (causal). Padding only after each
