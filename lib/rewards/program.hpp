@@ -1,0 +1,89 @@
+#pragma once
+// Reward functions that are external programs: any executable that reads one
+// JSON request per line on stdin and answers each with one JSON line on
+// stdout. The program is started once per process and kept running, so that
+// its start-up cost (imports, loading a verifier) is paid once per run, not
+// per batch. docs/reward_programs.md is the protocol's reference.
+//
+// Request:  {"prompts": [...], "completions": [...], "completion_ids": [[...]],
+//            "columns": {"<column>": [...], ...}, "step": <int, when known>}
+// Answer:   {"rewards": [<number or null>, ...]}   (one per completion)
+//
+// POSIX (Linux) only. Not thread-safe: one thread scores at a time.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rewards/reward_function.hpp"
+
+namespace trlx::rewards {
+
+struct ProgramOptions {
+  // Run with /bin/sh -c, so pipes, `cd x && ...` and environment assignments
+  // work as in a terminal.
+  std::string command;
+  // The metric name; empty: derived from the command (the file stem of its
+  // first word that is not an interpreter, see program_name_from_command).
+  std::string name;
+  // Longest wait for one answer; the program is killed past it.
+  double timeout_seconds = 600;
+  // Where the command runs (default: trlx's working directory).
+  std::optional<std::filesystem::path> working_dir;
+  // How long start_reward_program watches the new program for an early exit
+  // (a missing script, an import error); it returns as soon as the program
+  // exits. A program that exits later but before its first request is the
+  // same InputError, from check_alive() or score().
+  double startup_check_seconds = 1.0;
+};
+
+class RewardProgram : public RewardFunction {
+ public:
+  ~RewardProgram() override;
+  const std::string& name() const override;
+  // Sends one request and waits for its answer. trlx::Error naming the
+  // program, its command and the tail of its stderr when the program exits,
+  // times out (it is then killed) or answers off-protocol; once failed, the
+  // program stays failed.
+  Scores score(const std::vector<Sample>& batch) override;
+  // The trainer's global step, sent with every later request as "step"; a
+  // program may shape its rewards by training progress.
+  void set_step(int64_t step) override;
+  // Throws what the next score() would if the program has already exited:
+  // InputError (exit code 2) when it ended before its first request. For a
+  // caller that starts programs early and wants a late start-up failure (a
+  // slow import that fails) reported before the first batch is generated.
+  void check_alive();
+  // The process id of the running program (the shell's), or -1 once it has
+  // stopped. For tests and diagnostics.
+  int pid() const;
+
+  struct Process;
+
+ private:
+  friend std::unique_ptr<RewardProgram> start_reward_program(const ProgramOptions& options);
+  explicit RewardProgram(std::unique_ptr<Process> process);
+  std::unique_ptr<Process> process_;
+};
+
+// Starts the program now, so that a command that cannot run is caught before
+// training: InputError (exit code 2) naming the command and what the shell or
+// the program said (e.g. "command not found", a Python traceback) when it
+// exits within options.startup_check_seconds. The returned object converts
+// to std::unique_ptr<RewardFunction>.
+std::unique_ptr<RewardProgram> start_reward_program(const ProgramOptions& options);
+
+// The default metric name for a command: the file stem of its first word that
+// is not an environment assignment, an option or a known interpreter/launcher
+// ("python3 -u scripts/my_reward.py --x 1" -> "my_reward"; "./score" ->
+// "score"). "reward_program" when nothing is left.
+std::string program_name_from_command(const std::string& command);
+
+// The request line (without its newline) for a batch; `step` is left out
+// when unknown. Strings are written ASCII-only (\u escapes) and invalid UTF-8
+// is replaced by U+FFFD, so that programs in any locale can read the line.
+std::string reward_request_line(const std::vector<Sample>& batch, std::optional<int64_t> step);
+
+}  // namespace trlx::rewards
