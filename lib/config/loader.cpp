@@ -5,6 +5,7 @@
 #include <set>
 
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include "core/error.hpp"
@@ -28,6 +29,33 @@ std::string kind_name(Kind kind) {
 }
 
 namespace {
+
+// A YAML node as JSON: scalars become booleans, integers or numbers when
+// they read as one (as YAML's core schema would), else strings.
+nlohmann::json yaml_to_json(const YAML::Node& node) {
+  if (node.IsMap()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& kv : node) out[kv.first.Scalar()] = yaml_to_json(kv.second);
+    return out;
+  }
+  if (node.IsSequence()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& item : node) out.push_back(yaml_to_json(item));
+    return out;
+  }
+  if (node.IsNull()) return nullptr;
+  const std::string& t = node.Scalar();
+  if (node.Tag() == "!") return t;  // quoted: a string whatever it reads as
+  if (t == "true" || t == "True") return true;
+  if (t == "false" || t == "False") return false;
+  int64_t i = 0;
+  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), i);
+  if (ec == std::errc() && p == t.data() + t.size() && !t.empty()) return i;
+  char* end = nullptr;
+  const double d = std::strtod(t.c_str(), &end);
+  if (!t.empty() && end == t.c_str() + t.size() && std::isfinite(d)) return d;
+  return t;
+}
 
 std::string format_double(double d) {
   if (std::isinf(d)) return d > 0 ? ".inf" : "-.inf";
@@ -373,7 +401,12 @@ void ConfigLoader::set_from_yaml(const FieldSpec& f, const YAML::Node& node, Ori
     if (f.kind == Kind::StringList) {
       std::vector<std::string> out;
       for (const auto& item : node) {
-        if (!item.IsScalar()) return bad("a list with a non-string item");
+        if (item.IsMap() && f.mapping_items) {
+          out.push_back(yaml_to_json(item).dump());
+          continue;
+        }
+        if (!item.IsScalar()) return bad(f.mapping_items ? "a list with an item that is neither a string nor a mapping"
+                                                          : "a list with a non-string item");
         out.push_back(item.Scalar());
       }
       return set_value(f, out, origin);
@@ -419,6 +452,23 @@ void ConfigLoader::apply_flag(const std::string& name, const std::vector<std::st
   }
   if (values.size() == 1 && f->nullable && (values[0] == "null" || values[0] == "None" || values[0] == "none"))
     return set_value(*f, std::monostate{}, origin);
+  if (f->kind == Kind::StringList && f->mapping_items) {
+    // A mapping item is given as JSON ('{"command": "..."}'), which has commas.
+    std::vector<std::string> strs;
+    for (const auto& raw : values) {
+      const std::string t = trim(raw);
+      if (!t.empty() && t.front() == '{') {
+        if (!nlohmann::json::accept(t)) return bad(fmt::format("`{}` (not valid JSON)", raw));
+        strs.push_back(nlohmann::json::parse(t).dump());
+        continue;
+      }
+      std::string expected;
+      auto v = parse_text(f->kind, raw, &expected);
+      const auto& l = std::get<std::vector<std::string>>(*v);
+      strs.insert(strs.end(), l.begin(), l.end());
+    }
+    return set_value(*f, strs, origin);
+  }
   if (f->kind == Kind::StringList || f->kind == Kind::FloatList) {
     std::vector<std::string> strs;
     std::vector<double> nums;

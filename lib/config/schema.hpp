@@ -46,6 +46,9 @@ struct FieldSpec {
   // Set when trlx accepts the field (for TRL configs to load) but does not
   // build what it does: any value other than the default is refused.
   std::optional<std::string> not_built_reason;
+  // A string list whose items may also be mappings ({command: ...}); such an
+  // item is kept as its JSON text (it starts with '{').
+  bool mapping_items = false;
 
   // Chainable constraints.
   FieldSpec& min(double v, bool exclusive = false) { min_value = v; min_exclusive = exclusive; return *this; }
@@ -56,6 +59,7 @@ struct FieldSpec {
   FieldSpec& read_via(std::string accessor) { read_through = std::move(accessor); return *this; }
   // Refuse any value other than the default, giving `reason`.
   FieldSpec& not_built(std::string reason) { not_built_reason = std::move(reason); return *this; }
+  FieldSpec& items_may_be_mappings() { mapping_items = true; return *this; }
   std::string constraint_text() const;  // "> 0", "one of a, b", ""
 };
 

@@ -63,6 +63,29 @@ class Trainer {
   // that loss and its metrics; a trainer that sums values over ranks in
   // its loss adds zero while Engine::standing_in() is true.
   virtual LossOutput loss(Engine& engine, const TensorMap& batch) = 0;
+
+  // --- online trainers (grpo, rloo) ---------------------------------------
+  // An online trainer learns from generation rounds. The loop takes the
+  // train split's examples (prompts) prompts_per_round() at a time (over all
+  // ranks; an incomplete last round of an epoch is dropped) and hands each
+  // round's global example indices to rollout(), which generates, scores and
+  // returns this rank's micro-batches. The loop trains on them in order,
+  // passes_per_round() times over (num_iterations), before the next round;
+  // loss() then sees these micro-batches and collate() is never called.
+  struct Rollout {
+    std::vector<TensorMap> micro_batches;
+    MetricSums metrics;  // the round's own metrics (entries), logged with the step that generated it
+    double tokens = 0;   // this rank's prompt + completion tokens
+  };
+  virtual int64_t prompts_per_round() const { return 0; }  // 0: an offline trainer
+  virtual int64_t micro_batches_per_round() const { return 1; }  // on each rank (steps_per_generation)
+  virtual int64_t passes_per_round() const { return 1; }
+  virtual Rollout rollout(Engine& engine, const std::vector<size_t>& round_prompts);
+
+  // A trainer's own state that a checkpoint carries for an exact resume
+  // (e.g. an adaptive coefficient); null when it has none.
+  virtual nlohmann::json state() const;
+  virtual void restore_state(const nlohmann::json& state);
 };
 
 struct RunSummary {
@@ -214,9 +237,19 @@ class Engine {
   std::string optimizer_file() const;
   // Where the optimizer's state lives: the device of the tensors it updates.
   torch::Device optimizer_device() const;
+  // The global batches of an epoch (for an online trainer: its rounds).
   std::vector<std::vector<size_t>> epoch_batches(size_t n, int64_t epoch) const;
+  // One optimizer step over the micro-batches `collect` gives (called after
+  // the step hooks, before the first forward).
+  std::pair<double, double> optimizer_step(Trainer& trainer, const std::function<std::vector<Collated>()>& collect,
+                                           MetricSums& metrics);
   std::pair<double, double> optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
                                            MetricSums& metrics);
+  // An online trainer's next micro-batches for one step: from the current
+  // round, generating the next (the epoch's next batch of prompts) when it is
+  // used up. `metrics` and `tokens` receive a new round's.
+  std::vector<Collated> next_online_micro_batches(Trainer& trainer, int64_t* epoch, size_t* batch_in_epoch,
+                                                  std::vector<std::vector<size_t>>* batches, MetricSums& metrics);
   MetricSums evaluate(Trainer& trainer);
   void save_checkpoint(int64_t epoch, size_t batch_in_epoch);
   void resume(const std::filesystem::path& dir, int64_t* epoch, size_t* batch_in_epoch);
@@ -260,6 +293,14 @@ class Engine {
   };
   std::optional<ReferenceSync> reference_sync_;
   int64_t micro_per_step_ = 1;
+  // The trainer train() runs (its state goes into checkpoints).
+  Trainer* trainer_ = nullptr;
+  // An online trainer's current round: its micro-batches and how many of
+  // the round's micro-steps (passes x micro-batches) are still to train.
+  int64_t online_prompts_per_round_ = 0;
+  std::vector<TensorMap> round_batches_;
+  size_t round_next_ = 0, round_left_ = 0;
+  double round_tokens_ = 0;  // this rank's tokens of rounds generated in the current step
   // Generation rounds run in the current step (each gets its own seed).
   int64_t generation_step_ = -1, generation_rounds_ = 0;
   size_t batches_per_epoch_ = 0;

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -47,6 +48,13 @@ std::string duration(double s) {
 
 void Engine::request_stop() { g_stop = true; }
 
+nlohmann::json Trainer::state() const { return nullptr; }
+void Trainer::restore_state(const nlohmann::json&) {}
+
+Trainer::Rollout Trainer::rollout(Engine&, const std::vector<size_t>&) {
+  throw Error(fmt::format("the {} trainer declares generation rounds but builds none", name()));
+}
+
 std::vector<std::vector<size_t>> Engine::epoch_batches(size_t n, int64_t epoch) const {
   // The order of an epoch depends only on the seed and the epoch, so a
   // resumed run sees the same batches as an uninterrupted one.
@@ -58,10 +66,13 @@ std::vector<std::vector<size_t>> Engine::epoch_batches(size_t n, int64_t epoch) 
   const auto* p = perm.data_ptr<int64_t>();
   // Global batches: every rank's examples of a step together, so that N
   // ranks x batch B see the examples 1 rank x batch N*B sees.
-  const size_t bs = static_cast<size_t>(config_.per_device_train_batch_size * world_size());
+  // An online trainer's batches are its rounds, whole ones only.
+  const bool online = online_prompts_per_round_ > 0;
+  const size_t bs = online ? static_cast<size_t>(online_prompts_per_round_)
+                           : static_cast<size_t>(config_.per_device_train_batch_size * world_size());
   std::vector<std::vector<size_t>> out;
   for (size_t i = 0; i < n; i += bs) {
-    if (config_.dataloader_drop_last && i + bs > n) break;
+    if ((online || config_.dataloader_drop_last) && i + bs > n) break;
     std::vector<size_t> b;
     for (size_t j = i; j < std::min(n, i + bs); ++j) b.push_back(static_cast<size_t>(p[j]));
     out.push_back(std::move(b));
@@ -72,14 +83,25 @@ std::vector<std::vector<size_t>> Engine::epoch_batches(size_t n, int64_t epoch) 
 void Engine::setup(Trainer& trainer) {
   const size_t n = trainer.num_examples("train");
   if (n == 0) fail_input("the training split has no examples");
+  online_prompts_per_round_ = trainer.prompts_per_round();
   batches_per_epoch_ = epoch_batches(n, 0).size();
+  if (batches_per_epoch_ == 0 && online_prompts_per_round_ > 0)
+    fail_input("a generation round takes {} prompts, more than the {} of the training split: lower "
+               "generation_batch_size (or per_device_train_batch_size) or add prompts",
+               online_prompts_per_round_, n);
   if (batches_per_epoch_ == 0)
     fail_input("per_device_train_batch_size ({}) x {} process(es) is larger than the {} training examples and "
                "dataloader_drop_last is set: no batch to train on",
                config_.per_device_train_batch_size, world_size(), n);
   micro_per_step_ = config_.gradient_accumulation_steps;
+  // An online epoch trains on each round's micro-batches, passes times over.
+  const int64_t micro_per_epoch =
+      online_prompts_per_round_ > 0
+          ? static_cast<int64_t>(batches_per_epoch_) * trainer.passes_per_round() * trainer.micro_batches_per_round()
+          : static_cast<int64_t>(batches_per_epoch_);
   const int64_t steps_per_epoch =
-      std::max<int64_t>(1, (static_cast<int64_t>(batches_per_epoch_) + micro_per_step_ - 1) / micro_per_step_);
+      online_prompts_per_round_ > 0 ? std::max<int64_t>(1, micro_per_epoch / micro_per_step_)
+                                    : std::max<int64_t>(1, (micro_per_epoch + micro_per_step_ - 1) / micro_per_step_);
   schedule_.type = config_.lr_scheduler_type;
   schedule_.base_lr = config_.learning_rate;
   schedule_.total_steps = config_.max_steps > 0
@@ -122,18 +144,62 @@ Engine::Collated Engine::collate_local(Trainer& trainer, const std::string& spli
 
 std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
                                                  MetricSums& metrics) {
+  return optimizer_step(
+      trainer,
+      [&] {
+        std::vector<Collated> batches;
+        for (const auto& idx : micro) batches.push_back(collate_local(trainer, "train", idx));
+        return batches;
+      },
+      metrics);
+}
+
+std::vector<Engine::Collated> Engine::next_online_micro_batches(Trainer& trainer, int64_t* epoch,
+                                                                 size_t* batch_in_epoch,
+                                                                 std::vector<std::vector<size_t>>* batches,
+                                                                 MetricSums& metrics) {
+  std::vector<Collated> out;
+  for (int64_t i = 0; i < micro_per_step_; ++i) {
+    if (round_left_ == 0) {
+      if (*batch_in_epoch >= batches->size()) {
+        ++*epoch;
+        *batch_in_epoch = 0;
+        *batches = epoch_batches(trainer.num_examples("train"), *epoch);
+      }
+      Trainer::Rollout r = trainer.rollout(*this, (*batches)[(*batch_in_epoch)++]);
+      if (r.micro_batches.empty()) throw Error(fmt::format("the {} trainer's round gave no micro-batches", trainer.name()));
+      round_batches_ = std::move(r.micro_batches);
+      round_next_ = 0;
+      round_left_ = round_batches_.size() * static_cast<size_t>(trainer.passes_per_round());
+      metrics.merge(r.metrics);
+      round_tokens_ += r.tokens;
+    }
+    Collated c;
+    c.batch = round_batches_[round_next_];
+    round_next_ = (round_next_ + 1) % round_batches_.size();
+    --round_left_;
+    c.items = trainer.num_items(c.batch);
+    for (auto& [k, v] : c.batch)
+      if (v.defined()) v = v.to(device_);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::function<std::vector<Collated>()>& collect,
+                                                 MetricSums& metrics) {
   before_step();
   trailing_masks_.clear();
-  policy_->train();
+  round_tokens_ = 0;
   // The loss is normalised by the items (target tokens) of the whole
   // accumulated step on all ranks, so 1 x 8 and 8 x 1 and 2 ranks x 4 give
   // the same gradients; the strategy then sums the ranks' gradients.
-  std::vector<Collated> batches;
-  double local_items = 0, tokens = 0;
-  for (const auto& idx : micro) {
-    batches.push_back(collate_local(trainer, "train", idx));
-    local_items += batches.back().items;
-    tokens += batches.back().tokens;
+  std::vector<Collated> batches = collect();
+  policy_->train();
+  double local_items = 0, tokens = round_tokens_;
+  for (const auto& b : batches) {
+    local_items += b.items;
+    tokens += b.tokens;
   }
   std::vector<double> counts = {local_items};
   strategy_->sum_across_ranks(counts);
@@ -225,6 +291,7 @@ MetricSums Engine::evaluate(Trainer& trainer) {
 }
 
 RunSummary Engine::train(Trainer& trainer) {
+  trainer_ = &trainer;
   setup(trainer);
   prepare_output_dir();
   int64_t epoch = 0;
@@ -257,14 +324,24 @@ RunSummary Engine::train(Trainer& trainer) {
   bool saved_at_step = false;
   auto batches = epoch_batches(trainer.num_examples("train"), epoch);
   while (step_ < schedule_.total_steps) {
-    if (batch_in_epoch >= batches.size()) {
+    // (An online trainer moves to the next epoch when it needs the next round.)
+    if (online_prompts_per_round_ == 0 && batch_in_epoch >= batches.size()) {
       ++epoch;
       batch_in_epoch = 0;
       batches = epoch_batches(trainer.num_examples("train"), epoch);
     }
-    std::vector<std::vector<size_t>> micro;
-    for (int64_t i = 0; i < micro_per_step_ && batch_in_epoch < batches.size(); ++i) micro.push_back(batches[batch_in_epoch++]);
-    auto [loss, grad_norm] = optimizer_step(trainer, micro, window);
+    std::pair<double, double> result;
+    if (online_prompts_per_round_ > 0) {
+      result = optimizer_step(
+          trainer, [&] { return next_online_micro_batches(trainer, &epoch, &batch_in_epoch, &batches, window); },
+          window);
+    } else {
+      std::vector<std::vector<size_t>> micro;
+      for (int64_t i = 0; i < micro_per_step_ && batch_in_epoch < batches.size(); ++i)
+        micro.push_back(batches[batch_in_epoch++]);
+      result = optimizer_step(trainer, micro, window);
+    }
+    auto [loss, grad_norm] = result;
     if (step_ == start_step + 1)
       first_step_seconds = std::chrono::duration<double>(Clock::now() - g_process_start).count();
     saved_at_step = false;
@@ -281,7 +358,7 @@ RunSummary Engine::train(Trainer& trainer) {
     // As transformers: an epoch ends after its last batch, or at the last
     // step when max_steps stops training inside it; the epoch strategies
     // log, evaluate and save then, in that order.
-    const bool epoch_end = batch_in_epoch >= batches.size() || step_ == schedule_.total_steps;
+    const bool epoch_end = (batch_in_epoch >= batches.size() && round_left_ == 0) || step_ == schedule_.total_steps;
     const bool log_now = (config_.logging_strategy == "steps" && (step_ % log_every == 0 ||
                                                                   (config_.logging_first_step && step_ == 1) ||
                                                                   step_ == schedule_.total_steps)) ||
@@ -297,7 +374,7 @@ RunSummary Engine::train(Trainer& trainer) {
       for (const auto& [k, v] : window.means()) m[k] = v;
       log_metrics(m);
       std::string line;
-      for (const auto& k : {"loss", "grad_norm", "learning_rate", "mean_token_accuracy", "entropy"})
+      for (const auto& k : {"loss", "grad_norm", "learning_rate", "reward", "mean_token_accuracy", "entropy"})
         if (m.count(k)) line += fmt::format("{}={:.4g}  ", k, m[k]);
       if (tty) std::cerr << "\r\033[K";
       log::info("step {}/{}  {}epoch={:.2f}  {:.2f} it/s  ETA {}", step_, schedule_.total_steps, line, epoch_f, rate,

@@ -4,6 +4,7 @@
 // accumulation alike. Sums may stay tensors on the device until they are
 // read (at a logging step), so that a micro-batch's metrics cost no device
 // synchronisation; every pending tensor is then read in one transfer.
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -15,6 +16,13 @@
 
 namespace trlx::engine {
 
+// How an entry (see MetricSums::entries) combines over ranks.
+enum class EntryReduce {
+  Same,  // computed from values gathered over ranks: the same on every rank
+  Max,   // this rank's largest; the largest over ranks
+  Min,   // this rank's smallest; the smallest over ranks
+};
+
 struct MetricSums {
   // Pooled: name -> (sum, count) over the whole window, so the mean weighs
   // every token (or row) equally.
@@ -24,6 +32,15 @@ struct MetricSums {
   // (SFT's mean_token_accuracy and entropy, which TRL appends once per
   // micro-batch and averages at logging).
   std::map<std::string, std::map<int64_t, std::pair<double, double>>> per_batch;
+  // Entries: one value per event (a generation round, a micro-batch), the
+  // mean over the window's entries that are not NaN (the online trainers'
+  // reward, completion-length and min/max metrics, which TRL appends once
+  // per event and averages, NaN left out, at logging).
+  struct Entry {
+    double value;
+    EntryReduce reduce;
+  };
+  std::map<std::string, std::map<int64_t, Entry>> entries;
   // How many micro-batches were merged in (a loss's own sums count as one).
   int64_t batches = 0;
   // Device sums and counts not read yet, kept as `values` and `per_batch`
@@ -31,6 +48,7 @@ struct MetricSums {
   using Pending = std::pair<torch::Tensor, torch::Tensor>;
   mutable std::map<std::string, Pending> pending;
   mutable std::map<std::string, std::map<int64_t, Pending>> pending_per_batch;
+  mutable std::map<std::string, std::map<int64_t, std::pair<torch::Tensor, EntryReduce>>> pending_entries;
 
   void add(const std::string& name, double sum, double count) {
     auto& v = values[name];
@@ -54,6 +72,13 @@ struct MetricSums {
   void add_per_batch(const std::string& name, const torch::Tensor& sum, const torch::Tensor& count) {
     accumulate(pending_per_batch[name][0], sum, count);
   }
+  // In a loss's (or a round's) own sums: this event's value of an entry metric.
+  void add_entry(const std::string& name, double value, EntryReduce reduce = EntryReduce::Same) {
+    entries[name][0] = {value, reduce};
+  }
+  void add_entry(const std::string& name, const torch::Tensor& value, EntryReduce reduce) {
+    pending_entries[name][0] = {value.detach(), reduce};
+  }
   // Adds `o` (one micro-batch's sums, or a window's) after what is here.
   void merge(const MetricSums& o) {
     for (const auto& [k, v] : o.values) add(k, v.first, v.second);
@@ -66,16 +91,22 @@ struct MetricSums {
     for (const auto& [k, v] : o.pending) accumulate(pending[k], v.first, v.second);
     for (const auto& [k, entries] : o.pending_per_batch)
       for (const auto& [i, v] : entries) accumulate(pending_per_batch[k][batches + i], v.first, v.second);
+    for (const auto& [k, e] : o.entries)
+      for (const auto& [i, v] : e) entries[k][batches + i] = v;
+    for (const auto& [k, e] : o.pending_entries)
+      for (const auto& [i, v] : e) pending_entries[k][batches + i] = v;
     batches += o.batches > 0 ? o.batches : 1;
   }
   // Moves every pending device sum into `values` and `per_batch`, reading
   // them all in one transfer.
   void read() const {
-    if (pending.empty() && pending_per_batch.empty()) return;
+    if (pending.empty() && pending_per_batch.empty() && pending_entries.empty()) return;
     std::vector<torch::Tensor> parts;
     for (const auto& [k, v] : pending) parts.insert(parts.end(), {v.first, v.second});
     for (const auto& [k, entries] : pending_per_batch)
       for (const auto& [i, v] : entries) parts.insert(parts.end(), {v.first, v.second});
+    for (const auto& [k, e] : pending_entries)
+      for (const auto& [i, v] : e) parts.push_back(v.first);
     const auto device = parts.front().device();
     for (auto& t : parts) t = t.detach().reshape({}).to(device, torch::kFloat64);
     const auto host = torch::stack(parts).cpu();
@@ -93,8 +124,11 @@ struct MetricSums {
         mine.second += h[n + 1];
         n += 2;
       }
+    for (const auto& [k, e] : pending_entries)
+      for (const auto& [i, v] : e) self.entries[k][i] = {h[n++], v.second};
     pending.clear();
     pending_per_batch.clear();
+    pending_entries.clear();
   }
   // A micro-batch this rank computed no metrics for (a stand-in), so that
   // the indices of later micro-batches stay the same on every rank.
@@ -103,6 +137,13 @@ struct MetricSums {
   std::optional<double> mean(const std::string& name) const {
     read();
     if (auto it = values.find(name); it != values.end()) return it->second.first / std::max(1.0, it->second.second);
+    if (auto e = entries.find(name); e != entries.end()) {
+      double total = 0, n = 0;
+      for (const auto& [i, v] : e->second)
+        if (!std::isnan(v.value)) total += v.value, n += 1;
+      if (n == 0) return std::nullopt;  // every entry NaN: not logged
+      return total / n;
+    }
     auto it = per_batch.find(name);
     if (it == per_batch.end() || it->second.empty()) return std::nullopt;
     double total = 0;
@@ -114,6 +155,8 @@ struct MetricSums {
     std::map<std::string, double> out;
     for (const auto& [k, v] : values) out[k] = *mean(k);
     for (const auto& [k, v] : per_batch)
+      if (auto m = mean(k)) out[k] = *m;
+    for (const auto& [k, v] : entries)
       if (auto m = mean(k)) out[k] = *m;
     return out;
   }

@@ -3,7 +3,9 @@
 #include "engine/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <fstream>
 #include <set>
 
@@ -74,6 +76,25 @@ void Engine::reduce_metrics(MetricSums& m) {
     else m.per_batch[k.substr(0, sep)][std::stoll(k.substr(sep + 1))] = {flat[i], flat[i + 1]};
     i += 2;
   }
+  // Entries of one rank's extreme: the extreme over ranks (a min as the
+  // max of its negation). Every rank holds the same entries.
+  std::vector<double> extremes;
+  for (const auto& [k, e] : m.entries)
+    for (const auto& [idx, v] : e)
+      if (v.reduce != EntryReduce::Same) extremes.push_back(v.reduce == EntryReduce::Max ? v.value : -v.value);
+  if (extremes.empty()) return;
+  // NaN (no value on this rank) loses to any number.
+  for (auto& x : extremes)
+    if (std::isnan(x)) x = -std::numeric_limits<double>::infinity();
+  strategy_->max_across_ranks(extremes);
+  size_t j = 0;
+  for (auto& [k, e] : m.entries)
+    for (auto& [idx, v] : e)
+      if (v.reduce != EntryReduce::Same) {
+        double x = extremes[j++];
+        if (std::isinf(x) && x < 0) x = std::numeric_limits<double>::quiet_NaN();
+        v.value = v.reduce == EntryReduce::Max ? x : -x;
+      }
 }
 
 void Engine::log_metrics(const std::map<std::string, double>& m) {

@@ -231,6 +231,21 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     io::write_torch_file(tmp / optimizer_file(), [&](std::ostream& o) { torch::save(*optimizer_, o); });
     comm_->barrier();
   }
+  // An online trainer's round still being trained on: each rank's share,
+  // so that a resumed run trains on the same completions.
+  const bool mid_round = round_left_ > 0;
+  if (mid_round) {
+    comm_->barrier();
+    fs::create_directories(tmp);
+    io::write_torch_file(tmp / fmt::format("round_rank{}.pt", rank()), [&](std::ostream& o) {
+      torch::serialize::OutputArchive a;
+      a.write("count", torch::tensor(static_cast<int64_t>(round_batches_.size())));
+      for (size_t i = 0; i < round_batches_.size(); ++i)
+        for (const auto& [k, v] : round_batches_[i]) a.write(fmt::format("{}.{}", i, k), v.cpu());
+      a.save_to(o);
+    });
+    comm_->barrier();
+  }
   // A reference TR-DPO moved is part of the state: saved beside the model.
   const fs::path reference_dir = tmp / "reference";
   if (rank() != 0) {
@@ -262,6 +277,14 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
                                     {"strategy", strategy_->name()},
                                     {"world_size", world_size()},
                                     {"log_history", nlohmann::ordered_json::array()}};
+    if (mid_round) {
+      state["round_next"] = round_next_;
+      state["round_left"] = round_left_;
+    }
+    if (trainer_) {
+      const auto own = trainer_->state();
+      if (!own.is_null()) state["trainer_state"] = own;
+    }
     for (const auto& l : log_history_) state["log_history"].push_back(nlohmann::ordered_json::parse(l));
     io::write_file_atomic(tmp / "trainer_state.json", state.dump(2) + "\n");
     io::fsync_directory(tmp);
@@ -366,6 +389,32 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
                 dir.string(), kCudaRngFile);
     }
   }
+  round_left_ = state.value("round_left", size_t{0});
+  round_next_ = state.value("round_next", size_t{0});
+  round_batches_.clear();
+  if (round_left_ > 0) {
+    const fs::path f = dir / fmt::format("round_rank{}.pt", rank());
+    if (!fs::exists(f))
+      fail_input("resume_from_checkpoint: {} was saved in the middle of a generation round and lacks {} (the "
+                 "round's completions for rank {}); resume with the processes it was saved with",
+                 dir.string(), f.filename().string(), rank());
+    read_checkpoint_file(f, [&](const std::string& path) {
+      torch::serialize::InputArchive a;
+      a.load_from(path);
+      torch::Tensor count;
+      a.read("count", count);
+      round_batches_.resize(static_cast<size_t>(count.item<int64_t>()));
+      std::vector<std::string> keys = a.keys();
+      for (const auto& key : keys) {
+        if (key == "count") continue;
+        const auto dot = key.find('.');
+        torch::Tensor t;
+        a.read(key, t);
+        round_batches_.at(std::stoul(key.substr(0, dot)))[key.substr(dot + 1)] = t;
+      }
+    });
+  }
+  if (trainer_ && state.contains("trainer_state")) trainer_->restore_state(state["trainer_state"]);
   drop_metrics_after_step();
   log::info("resumed from {} at step {}", dir.string(), step_);
 }

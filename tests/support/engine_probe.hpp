@@ -14,6 +14,8 @@ struct EngineProbe {
   static model::LanguageModelImpl& policy(Engine& e) { return *e.policy_; }
   static std::string strategy_name(Engine& e) { return e.strategy_->name(); }
   static dist::Strategy& strategy(Engine& e) { return *e.strategy_; }
+  // The rows the run logged (JSON), as trainer_state.json keeps them.
+  static const std::vector<std::string>& log_history(Engine& e) { return e.log_history_; }
   static std::pair<double, double> step_on(Engine& e, Trainer& trainer,
                                            const std::vector<std::vector<size_t>>& micro_batches) {
     return e.step_on(trainer, micro_batches);
