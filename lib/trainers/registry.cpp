@@ -10,6 +10,9 @@
 #include "trainers/orpo_config.hpp"
 #include "trainers/reward.hpp"
 #include "trainers/reward_config.hpp"
+#include "trainers/grpo.hpp"
+#include "trainers/grpo_config.hpp"
+#include "trainers/rloo.hpp"
 #include "trainers/rloo_config.hpp"
 #include "trainers/sft.hpp"
 #include "trainers/sft_config.hpp"
@@ -26,7 +29,8 @@ const std::vector<TrainerEntry>& trainer_table() {
       entry<RewardConfig>("reward", &reward_schema, &run_reward),
       entry<CPOConfig>("cpo", &cpo_schema, &run_cpo),
       entry<ORPOConfig>("orpo", &orpo_schema, &run_orpo),
-      entry<RLOOConfig>("rloo", &rloo_schema),
+      entry<GRPOConfig>("grpo", &grpo_schema, &run_grpo),
+      entry<RLOOConfig>("rloo", &rloo_schema, &run_rloo),
   };
   return table;
 }

@@ -11,6 +11,7 @@
 #include "trainers/kto_config.hpp"
 #include "trainers/orpo_config.hpp"
 #include "trainers/reward_config.hpp"
+#include "trainers/grpo_config.hpp"
 #include "trainers/rloo_config.hpp"
 #include "trainers/sft_config.hpp"
 
@@ -86,6 +87,7 @@ TEST_CASE("defaults equal TRL's for every field trlx shares with it", "[config][
   each(trainers::sft_schema(), "sft");
   each(trainers::dpo_schema(), "dpo");
   each(trainers::rloo_schema(), "rloo");
+  each(trainers::grpo_schema(), "grpo");
   each(trainers::kto_schema(), "kto");
   each(trainers::reward_schema(), "reward");
   each(trainers::cpo_schema(), "cpo");

@@ -22,6 +22,7 @@
 #include "core/error.hpp"
 #include "dist/comm/make_communicator.hpp"
 #include "support.hpp"
+#include "online_fixture.hpp"
 #include "trainer_fixture.hpp"
 
 using namespace trlx;
@@ -138,6 +139,24 @@ TEST_CASE("dist CPO and ORPO: 2 ranks equal TRL's trainers on 2 processes", "[di
     base.ignored = test::reference_free_ignored(cs);
     on_each_strategy(cs.at("name").get<std::string>(),
                      [&](const test::Run& run) { return test::reference_free_steps(cs, run); }, cs.at("steps"), base);
+  }
+}
+
+TEST_CASE("dist GRPO and RLOO: 2 ranks equal TRL's trainers on 2 processes, every case, under each strategy",
+          "[dist][grpo][rloo][golden]") {
+  require_two_ranks();
+  // Each rank generates and scores its own slots of a round; the group
+  // statistics come from every rank's rewards (TRL gathers them), so the
+  // numbers are TRL's whichever rank holds which completion.
+  for (const auto& [file, trainer] : std::vector<std::pair<std::string, std::string>>{
+           {"steps_np2.json", "grpo"}, {"rloo_steps_np2.json", "rloo"}}) {
+    const auto cases = two_process_fixture(test::data_dir() / "grpo" / file);
+    if (!cases) continue;
+    for (const auto& cs : *cases) {
+      const std::string name = trainer + " " + cs.at("name").get<std::string>();
+      on_each_strategy(name, [&](const test::Run& run) { return test::online_steps(cs, trainer, run); },
+                       cs.at("steps"), test::online_comparison(cs));
+    }
   }
 }
 

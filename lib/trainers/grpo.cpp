@@ -1,0 +1,196 @@
+#include "trainers/grpo.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace trlx::trainers {
+
+GRPOTrainer::GRPOTrainer(const GRPOConfig& config, PromptSplit prompts, text::Tokenizer tokenizer,
+                         std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,
+                         std::vector<int64_t> eos_ids, int world_size)
+    : OnlineTrainer(config, "grpo", std::move(prompts), std::move(tokenizer), std::move(reward_functions), pad_id,
+                    std::move(eos_ids), world_size),
+      grpo_(config),
+      entropy_coef_(config.entropy_coef) {
+  auto& o = loss_options_;
+  o.loss_type = config.loss_type;
+  o.sequence_level = config.importance_sampling_level == "sequence";
+  o.epsilon_low = config.epsilon;
+  o.epsilon_high = config.epsilon_high.value_or(config.epsilon);
+  o.delta = config.delta;
+  o.beta = config.beta;
+  o.bias_correction_kl = config.use_bias_correction_kl;
+  o.sapo_temperature_pos = config.sapo_temperature_pos;
+  o.sapo_temperature_neg = config.sapo_temperature_neg;
+  o.vespo_k_pos = config.vespo_k_pos;
+  o.vespo_lambda_pos = config.vespo_lambda_pos;
+  o.vespo_k_neg = config.vespo_k_neg;
+  o.vespo_lambda_neg = config.vespo_lambda_neg;
+  o.off_policy_mask_threshold = config.off_policy_mask_threshold;
+}
+
+bool GRPOTrainer::needs_old_logps() const {
+  // The policy that generated a round is the one being trained unless the
+  // round outlives the step (more micro-batches or passes than one step
+  // takes): only then are its log-probs kept from generation time.
+  return config_.gradient_accumulation_steps % (rounds_.steps_per_generation * config_.num_iterations) != 0;
+}
+
+losses::Advantages GRPOTrainer::advantages(const torch::Tensor& rewards_per_func, const torch::Tensor& weights,
+                                           const std::optional<torch::Tensor>&) {
+  return losses::grpo_advantages(rewards_per_func, weights, config_.num_generations, grpo_.scale_rewards,
+                                 grpo_.multi_objective_aggregation);
+}
+
+double GRPOTrainer::num_items(const engine::TensorMap&) const {
+  // Each micro-batch's loss arrives already normalised as its loss_type
+  // says; the engine divides by (micro-batches x ranks) of the step.
+  return 1.0;
+}
+
+torch::Tensor GRPOTrainer::entropy_threshold(engine::Engine& engine, const torch::Tensor& entropy,
+                                             const torch::Tensor& mask) {
+  // Every rank's completion-token entropies, gathered through sums: each
+  // rank writes its own stretch of one vector of the global length.
+  const auto local = entropy.detach().masked_select(mask > 0).to(torch::kFloat64).cpu();
+  std::vector<double> counts(static_cast<size_t>(engine.world_size()), 0.0);
+  counts[static_cast<size_t>(engine.rank())] = static_cast<double>(local.numel());
+  engine.sum_across_ranks(counts);
+  size_t offset = 0, total = 0;
+  for (int r = 0; r < engine.world_size(); ++r) {
+    if (r < engine.rank()) offset += static_cast<size_t>(counts[static_cast<size_t>(r)]);
+    total += static_cast<size_t>(counts[static_cast<size_t>(r)]);
+  }
+  std::vector<double> all(total, 0.0);
+  const double* p = local.data_ptr<double>();
+  for (int64_t i = 0; i < local.numel(); ++i) all[offset + static_cast<size_t>(i)] = p[i];
+  engine.sum_across_ranks(all);
+  if (all.empty()) return torch::Tensor();
+  const auto gathered = torch::tensor(all, torch::kFloat64).to(torch::kFloat32);
+  return torch::quantile(gathered, 1.0 - grpo_.top_entropy_quantile).to(entropy.device());
+}
+
+engine::LossOutput GRPOTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
+  const bool bonus = grpo_.entropy_coef != 0 || grpo_.use_adaptive_entropy;
+  const auto lp = completion_logprobs(engine, engine::Role::Policy, batch, true, bonus);
+  const auto& logps = lp.logps;
+  const auto dev = logps.device();
+  const auto mask = batch.at("completion_mask").to(dev, logps.scalar_type());
+  const auto adv = batch.at("advantages").to(dev, logps.scalar_type());
+  torch::Tensor entropy_mask;
+  if (grpo_.top_entropy_quantile < 1.0) {
+    const auto thr = entropy_threshold(engine, lp.entropy, mask);
+    entropy_mask = thr.defined() ? ((lp.entropy.detach() * mask) >= thr) & (mask > 0) : torch::zeros_like(mask).to(torch::kBool);
+  }
+  const auto old = batch.count("old_logps") ? batch.at("old_logps").to(dev) : logps.detach();
+  const auto ref = batch.count("ref_logps") ? batch.at("ref_logps").to(dev) : torch::Tensor();
+  const auto terms = losses::policy_loss_terms(logps, old, ref, adv, mask, entropy_mask, loss_options_);
+  const auto masked = (terms.per_token_loss * mask);
+  const auto& type = grpo_.loss_type;
+  const double b = static_cast<double>(logps.size(0));
+  // Each micro-batch's loss as TRL's before its division by the step's
+  // micro-batches (the engine divides by micro-batches x ranks).
+  torch::Tensor loss;
+  if (type == "grpo" || type == "sapo") {
+    loss = (masked.sum(-1) / mask.sum(-1).clamp_min(1.0)).mean();
+  } else if (type == "bnpo") {
+    loss = masked.sum() / mask.sum().clamp_min(1.0);
+  } else if (type == "dr_grpo") {
+    loss = masked.sum() / (b * static_cast<double>(grpo_.max_completion_length));
+  } else if (type == "luspo") {
+    loss = masked.sum(-1).mean();
+  } else {  // dapo, cispo, vespo: over the round's completion tokens
+    const double n = std::max(1.0, batch.at("round_completion_tokens").item<double>());
+    loss = masked.sum() * (static_cast<double>(rounds_.steps_per_generation) * engine.world_size() / n);
+  }
+  engine::LossOutput out;
+  auto& m = out.metrics;
+  const int64_t ga = config_.gradient_accumulation_steps;
+  const bool last_micro = (++micro_in_step_ % ga) == 0;
+  if (bonus) {
+    const auto effective = entropy_mask.defined() ? mask * entropy_mask.to(mask.scalar_type()) : mask;
+    const auto mean_entropy = (lp.entropy * effective).sum() / effective.sum().clamp_min(1.0);
+    const double apply =
+        grpo_.use_adaptive_entropy ? (last_world_entropy_ <= grpo_.entropy_target ? entropy_coef_ : 0.0) : entropy_coef_;
+    // TRL's policy_loss is the dapo family's loss after its division by
+    // the step's micro-batches, the others' before it.
+    const bool token_sum = type == "dapo" || type == "cispo" || type == "vespo";
+    m.add_per_batch("policy_loss", loss.detach() / (token_sum ? static_cast<double>(ga) : 1.0),
+                    torch::ones({}, loss.options()));
+    loss = loss - apply * mean_entropy;
+    if (grpo_.use_adaptive_entropy) {
+      window_entropy_ += (lp.entropy.detach() * effective).sum().item<double>();
+      window_tokens_ += effective.sum().item<double>();
+      if (last_micro) {
+        std::vector<double> w = {window_entropy_, window_tokens_};
+        engine.sum_across_ranks(w);
+        const double world_entropy = w[0] / std::max(1.0, w[1]);
+        entropy_coef_ = world_entropy <= grpo_.entropy_target
+                            ? std::min(entropy_coef_ + grpo_.entropy_coef_delta, grpo_.entropy_coef_max)
+                            : std::max(entropy_coef_ - grpo_.entropy_coef_delta, grpo_.entropy_coef_min);
+        last_world_entropy_ = world_entropy;
+        window_entropy_ = window_tokens_ = 0;
+      }
+    }
+    if (last_micro) m.add_entry("entropy_coef", entropy_coef_);
+  }
+  out.loss_sum = loss;
+
+  // Metrics: a value over every rank's tokens of this micro-batch, per
+  // micro-batch (TRL reduces each over ranks and averages over the window).
+  auto masked_mean = [&](const std::string& name, const torch::Tensor& x) {
+    if (x.size(1) == 1) m.add_per_batch(name, x.detach().sum(), torch::full({}, b, x.options()));
+    else m.add_per_batch(name, (x.detach() * mask).sum(), mask.sum());
+  };
+  if (grpo_.beta != 0) masked_mean("kl", terms.per_token_kl);
+  masked_mean("entropy", lp.entropy);
+  const auto ratio = terms.ratio.detach();
+  const auto advc = adv.unsqueeze(1);
+  if (type == "cispo") {
+    masked_mean("cispo_clip_ratio", ((ratio > loss_options_.epsilon_high) & (advc > 0)).to(mask.scalar_type()));
+  } else if (type == "vespo") {
+    masked_mean("vespo/phi_seq_mean", terms.phi);
+  } else if (type != "sapo") {
+    const auto low = ((ratio < 1 - loss_options_.epsilon_low) & (advc < 0)).to(mask.scalar_type());
+    const auto high = ((ratio > 1 + loss_options_.epsilon_high) & (advc > 0)).to(mask.scalar_type());
+    masked_mean("clip_ratio/low_mean", low);
+    masked_mean("clip_ratio/high_mean", high);
+    masked_mean("clip_ratio/region_mean", torch::clamp_max(low + high, 1.0));
+    // Per-sequence means (NaN for a sequence without tokens), the smallest
+    // and largest over ranks.
+    auto seq_mean = [&](const torch::Tensor& x) {
+      return x.size(1) == 1 ? x.squeeze(1) : (x * mask).sum(-1) / mask.sum(-1);
+    };
+    const double inf = std::numeric_limits<double>::infinity();
+    const auto lows = seq_mean(low), highs = seq_mean(high);
+    m.add_entry("clip_ratio/low_min", torch::nan_to_num(lows, inf, inf, inf).min(), engine::EntryReduce::Min);
+    m.add_entry("clip_ratio/high_max", torch::nan_to_num(highs, -inf, -inf, -inf).max(), engine::EntryReduce::Max);
+  }
+  return out;
+}
+
+nlohmann::json GRPOTrainer::state() const {
+  if (!grpo_.use_adaptive_entropy) return nullptr;
+  nlohmann::json j = {{"entropy_coef", entropy_coef_}};
+  // JSON has no infinity: null until a step has measured the entropy.
+  j["last_world_entropy"] = std::isfinite(last_world_entropy_) ? nlohmann::json(last_world_entropy_) : nlohmann::json();
+  return j;
+}
+
+void GRPOTrainer::restore_state(const nlohmann::json& state) {
+  if (!grpo_.use_adaptive_entropy || !state.is_object()) return;
+  entropy_coef_ = state.value("entropy_coef", entropy_coef_);
+  const auto& last = state.value("last_world_entropy", nlohmann::json());
+  last_world_entropy_ = last.is_number() ? last.get<double>() : std::numeric_limits<double>::infinity();
+}
+
+int run_grpo(const GRPOConfig& c) {
+  auto r = set_up_online_run(c, "grpo");
+  GRPOTrainer trainer(c, std::move(r.prompts), std::move(r.text.tokenizer), std::move(r.reward_functions), r.pad_id,
+              r.eos_ids, r.engine->world_size());
+  return train_to_exit_code(*r.engine, trainer);
+}
+
+}  // namespace trlx::trainers

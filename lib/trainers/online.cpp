@@ -1,0 +1,451 @@
+#include "trainers/online.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "rewards/builtin.hpp"
+#include "rewards/program.hpp"
+#include "text/data/dataset.hpp"
+#include "trainers/reward_model_function.hpp"
+
+namespace trlx::trainers {
+
+namespace fs = std::filesystem;
+
+OnlineConfig::Rounds OnlineConfig::rounds(int64_t world_size) const {
+  const int64_t global_batch = per_device_train_batch_size * world_size;
+  Rounds r{};
+  if (generation_batch_size) {
+    if (*generation_batch_size % global_batch != 0)
+      fail_input("generation_batch_size ({}) must be a multiple of the global batch, per_device_train_batch_size "
+                 "({}) x {} process(es) = {}",
+                 *generation_batch_size, per_device_train_batch_size, world_size, global_batch);
+    r.generation_batch_size = *generation_batch_size;
+    r.steps_per_generation = *generation_batch_size / global_batch;
+  } else {
+    r.steps_per_generation = steps_per_generation.value_or(gradient_accumulation_steps);
+    r.generation_batch_size = global_batch * r.steps_per_generation;
+  }
+  if (r.generation_batch_size % num_generations != 0)
+    fail_input("a generation round of {} completions (per_device_train_batch_size {} x {} process(es) x "
+               "steps_per_generation {}) does not hold whole groups of num_generations {}: make it a multiple",
+               r.generation_batch_size, per_device_train_batch_size, world_size, r.steps_per_generation,
+               num_generations);
+  return r;
+}
+
+PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, const text::Tokenizer& tok,
+                            const text::ChatTemplate* tmpl, const std::string& split) {
+  const auto read = read_split(data::Task::prompt_only, data_source(c, trainer), split, true);
+  const data::Shaped& shaped = *read;
+  PromptSplit out;
+  out.conversational = is_conversational(shaped, tmpl, trainer, false);
+  for (const auto& row : shaped.rows) {
+    PromptExample ex;
+    ex.prompt = row.value["prompt"];
+    ex.columns = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : row.value.items())
+      if (k != "prompt") ex.columns[k] = v;
+    ex.prompt_ids = out.conversational ? render_conversation_ids(tok, *tmpl, ex.prompt, true)
+                                       : encode_text(tok, ex.prompt.get<std::string>(), true);
+    if (ex.prompt_ids.empty()) fail_input("{}: the prompt tokenizes to nothing", row.where());
+    if (c.max_prompt_length && static_cast<int64_t>(ex.prompt_ids.size()) > *c.max_prompt_length) {
+      ex.prompt_ids.erase(ex.prompt_ids.begin(), ex.prompt_ids.end() - *c.max_prompt_length);
+      ++out.truncated;
+    }
+    out.examples.push_back(std::move(ex));
+  }
+  if (out.truncated)
+    log::info("{} split: {} of {} prompt(s) longer than max_prompt_length {} keep their last {} tokens", split,
+              out.truncated, out.examples.size(), *c.max_prompt_length, *c.max_prompt_length);
+  return out;
+}
+
+std::vector<std::unique_ptr<rewards::RewardFunction>> make_reward_functions(const OnlineConfig& c,
+                                                                            const std::string& trainer,
+                                                                            torch::Device device,
+                                                                            bool conversational) {
+  if (c.reward_funcs.empty())
+    fail_input("{}: reward_funcs is empty; name at least one reward function (a built-in such as "
+               "think_format_reward, a reward model directory, or {{command: \"python3 my_reward.py\"}})",
+               trainer);
+  std::vector<std::unique_ptr<rewards::RewardFunction>> out;
+  for (const auto& entry : c.reward_funcs) {
+    if (!entry.empty() && entry.front() == '{') {
+      const auto spec = nlohmann::json::parse(entry);
+      if (spec.contains("command")) {
+        rewards::ProgramOptions o;
+        for (const auto& [k, v] : spec.items()) {
+          const bool number = v.is_number(), text = v.is_string();
+          if (k == "command" && text) o.command = v.get<std::string>();
+          else if (k == "name" && text) o.name = v.get<std::string>();
+          else if (k == "timeout_seconds" && number && v.get<double>() > 0) o.timeout_seconds = v.get<double>();
+          else if (k == "working_dir" && text) o.working_dir = v.get<std::string>();
+          else if (k == "command" || k == "name" || k == "timeout_seconds" || k == "working_dir")
+            fail_input("reward_funcs: `{}` of a program entry expects {} (in {})", k,
+                       k == "timeout_seconds" ? "a number of seconds > 0" : "a string", entry);
+          else
+            fail_input("reward_funcs: a program entry takes command, name, timeout_seconds and working_dir; `{}` is "
+                       "not one of them (in {})",
+                       k, entry);
+        }
+        out.push_back(rewards::start_reward_program(o));
+      } else if (spec.contains("name")) {
+        auto params = spec;
+        params.erase("name");
+        out.push_back(rewards::make_builtin_reward(spec["name"].get<std::string>(), params));
+      } else {
+        fail_input("reward_funcs: {} names neither a program (command: ...) nor a built-in (name: ...)", entry);
+      }
+    } else if (rewards::is_builtin_reward(entry)) {
+      out.push_back(rewards::make_builtin_reward(entry, nlohmann::json::object()));
+    } else if (fs::is_directory(entry)) {
+      out.push_back(make_reward_model_function(entry, device, c.dtype, conversational));
+    } else {
+      std::string names;
+      for (const auto& n : rewards::builtin_reward_names()) names += (names.empty() ? "" : ", ") + n;
+      fail_input("reward_funcs: `{}` is not a built-in reward ({}) nor a reward model directory; a program is "
+                 "given as {{command: \"...\"}}",
+                 entry, names);
+    }
+  }
+  // Metrics are named after the functions: two of one name would merge.
+  for (size_t i = 0; i < out.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (out[i]->name() == out[j]->name())
+        fail_input("reward_funcs: two reward functions are named `{}` (entries {} and {}); their metrics "
+                   "rewards/{}/mean would merge. Give a program entry its own name: {{command: ..., name: ...}}",
+                   out[i]->name(), j + 1, i + 1, out[i]->name());
+  return out;
+}
+
+config::TrainingConfig engine_config(const OnlineConfig& c) {
+  config::TrainingConfig run = c;
+  if (!c.shuffle_dataset) run.train_sampling_strategy = "sequential";
+  return run;
+}
+
+OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer) {
+  // The table refuses evaluation already; said here too for configs built
+  // in code.
+  if (c.eval_strategy != "no")
+    fail_input("{}: evaluation on the {} split is not built yet for online trainers; set eval_strategy: no", trainer,
+               c.dataset_test_split);
+  OnlineRun r(load_text_inputs(c, trainer));
+  auto policy = engine::load_policy(c, model::HeadKind::CausalLM);
+  check_tokenizer_fits(r.text.tokenizer, policy.tokenizer_dir, policy.model->config().vocab_size, policy.base_dir);
+  r.pad_id = resolve_pad_id(r.text.tokenizer, trainer);
+  if (auto e = r.text.tokenizer.eos_token_id()) r.eos_ids.push_back(*e);
+  for (auto e : policy.model->config().eos_token_ids)
+    if (std::find(r.eos_ids.begin(), r.eos_ids.end(), e) == r.eos_ids.end()) r.eos_ids.push_back(e);
+  r.prompts = prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(), c.dataset_train_split);
+  const config::TrainingConfig run = engine_config(c);
+  std::optional<Reference> reference;
+  if (c.beta != 0) reference = load_reference(run, policy, c.ref_model, false, model::HeadKind::CausalLM);
+  r.engine = std::make_unique<engine::Engine>(run, std::move(policy), trainer);
+  if (reference && reference->separate) r.engine->set_reference(reference->separate);
+  if (c.sync_ref_model) r.engine->sync_reference_every(c.ref_model_sync_steps, c.ref_model_mixup_alpha);
+  r.reward_functions = make_reward_functions(c, trainer, r.engine->device(), r.prompts.conversational);
+  return r;
+}
+
+OnlineTrainer::OnlineTrainer(const OnlineConfig& config, std::string name, PromptSplit prompts,
+                             text::Tokenizer tokenizer,
+                             std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,
+                             std::vector<int64_t> eos_ids, int world_size)
+    : config_(config),
+      name_(std::move(name)),
+      prompts_(std::move(prompts)),
+      tokenizer_(std::move(tokenizer)),
+      reward_functions_(std::move(reward_functions)),
+      pad_id_(pad_id),
+      eos_ids_(std::move(eos_ids)),
+      rounds_(config.rounds(world_size)) {
+  if (config_.reward_weights && config_.reward_weights->size() != reward_functions_.size())
+    fail_input("{}: {} reward_weights for {} reward functions", name_, config_.reward_weights->size(),
+               reward_functions_.size());
+}
+
+size_t OnlineTrainer::num_examples(const std::string& split) const {
+  return split == "train" ? prompts_.examples.size() : 0;
+}
+
+engine::TensorMap OnlineTrainer::collate(const std::string&, const std::vector<size_t>&) const {
+  throw Error(fmt::format("the {} trainer trains on generation rounds, not on collated batches", name_));
+}
+
+losses::TokenLogProbs OnlineTrainer::completion_logprobs(engine::Engine& engine, engine::Role role,
+                                                         const engine::TensorMap& batch, bool entropy,
+                                                         bool entropy_grad) {
+  // Rows are prompt, completion, then padding; hidden state t predicts
+  // token t + 1, so completion token j of row b is predicted at
+  // prompt_length_b - 1 + j.
+  const auto& ids = batch.at("input_ids");
+  const auto hidden = engine.forward(role, {ids, batch.at("attention_mask"), {}, {}});
+  const auto dev = hidden.device();
+  const auto prompt_len = batch.at("prompt_lengths").to(dev);
+  const auto lengths = batch.at("completion_lengths").to(dev);
+  const int64_t b = ids.size(0), t = ids.size(1), c = batch.at("completion_mask").size(1);
+  const auto j = torch::arange(c, torch::TensorOptions().dtype(torch::kInt64).device(dev)).unsqueeze(0);
+  const auto real = j < lengths.unsqueeze(1);
+  const auto index = (prompt_len.unsqueeze(1) - 1 + j).clamp_max(t - 2).clamp_min(0);
+  // The positions that predict a completion token (index holds them, but
+  // clamped past a short row's end, where it repeats).
+  const auto pos = torch::arange(t - 1, j.options()).unsqueeze(0);
+  const auto first = prompt_len.unsqueeze(1) - 1;
+  const auto positions = (pos >= first) & (pos < first + lengths.unsqueeze(1));
+  losses::TokenLogProbs out;
+  if (entropy_grad) {
+    // The hidden states of the completion positions only, then their logits.
+    const auto h = hidden.gather(1, index.unsqueeze(-1).expand({b, c, hidden.size(2)}));
+    const auto logits = engine.head(role, h).to(torch::kFloat32) / config_.temperature;
+    const auto logp = torch::log_softmax(logits, -1);
+    const auto targets = batch.at("completion_ids").to(dev);
+    const auto realf = real.to(torch::kFloat32);
+    out.logps = logp.gather(2, targets.unsqueeze(-1)).squeeze(-1) * realf;
+    out.entropy = -(logp.exp() * logp).sum(-1) * realf;
+    return out;
+  }
+  losses::LogProbOptions o;
+  o.temperature = config_.temperature;
+  o.entropy = entropy;
+  auto lp = engine.logprobs(role, hidden.slice(1, 0, t - 1), ids.to(dev).slice(1, 1, t), positions, o);
+  const auto realf = real.to(lp.logps.scalar_type());
+  out.logps = lp.logps.gather(1, index) * realf;
+  if (entropy) out.entropy = lp.entropy.gather(1, index) * realf;
+  return out;
+}
+
+namespace {
+
+// A [rows, width] int64 tensor of `seqs`, each row padded with `pad` after it.
+torch::Tensor pad_right(const std::vector<std::vector<int64_t>>& seqs, int64_t width, int64_t pad) {
+  auto out = torch::full({static_cast<int64_t>(seqs.size()), width}, pad, torch::kInt64);
+  auto* p = out.data_ptr<int64_t>();
+  for (size_t r = 0; r < seqs.size(); ++r) std::copy(seqs[r].begin(), seqs[r].end(), p + r * width);
+  return out;
+}
+
+double nanmean_of(const torch::Tensor& x) { return torch::nanmean(x.to(torch::kFloat64)).item<double>(); }
+
+}  // namespace
+
+engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const std::vector<size_t>& round_prompts) {
+  const int64_t ng = config_.num_generations;
+  const int64_t g = rounds_.generation_batch_size;
+  const int64_t world = engine.world_size();
+  const int64_t local = g / world;
+  const int64_t first = engine.rank() * local;
+  std::vector<size_t> slots;
+  for (int64_t s = first; s < first + local; ++s) slots.push_back(static_cast<size_t>(s));
+  auto example_of = [&](size_t slot) -> const PromptExample& {
+    return prompts_.examples.at(round_prompts.at(slot / static_cast<size_t>(ng)));
+  };
+
+  // --- generate (this rank's slots) -------------------------------------
+  std::vector<std::vector<int64_t>> completions;
+  if (fixed_) {
+    completions = fixed_(slots);
+  } else {
+    model::GenerationOptions o;
+    o.max_new_tokens = config_.max_completion_length;
+    o.do_sample = true;
+    o.temperature = config_.temperature;
+    o.top_k = config_.top_k;
+    o.top_p = config_.top_p;
+    o.min_p = config_.min_p;
+    o.repetition_penalty = config_.repetition_penalty;
+    o.eos_token_ids = eos_ids_;
+    o.pad_token_id = pad_id_;
+    std::vector<std::vector<int64_t>> prompts;
+    // A rank holding whole groups generates each prompt's samples together
+    // (one shared prefill); otherwise one row per slot.
+    if (local % ng == 0) {
+      o.num_return_sequences = ng;
+      for (size_t i = 0; i < slots.size(); i += static_cast<size_t>(ng)) prompts.push_back(example_of(slots[i]).prompt_ids);
+    } else {
+      for (size_t s : slots) prompts.push_back(example_of(s).prompt_ids);
+    }
+    auto gen = engine.generate(prompts, o,
+                               {config_.ds3_gather_for_generation, config_.ds3_gather_for_generation_budget_mb});
+    completions = std::move(gen.completions);
+  }
+  if (completions.size() != slots.size())
+    throw Error(fmt::format("{}: {} completions for {} slots", name_, completions.size(), slots.size()));
+  for (auto& c : completions)
+    if (c.empty()) c.push_back(eos_ids_.empty() ? pad_id_ : eos_ids_.front());
+
+  // --- score ---------------------------------------------------------------
+  for (auto& f : reward_functions_) f->set_step(engine.global_step());
+  std::vector<rewards::Sample> samples;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const auto& ex = example_of(slots[i]);
+    rewards::Sample s;
+    s.prompt = ex.prompt;
+    const std::vector<int32_t> ids32(completions[i].begin(), completions[i].end());
+    const std::string text = tokenizer_.decode(ids32, true);
+    s.completion = prompts_.conversational
+                       ? nlohmann::ordered_json::array({{{"role", "assistant"}, {"content", text}}})
+                       : nlohmann::ordered_json(text);
+    s.completion_ids = completions[i];
+    s.columns = ex.columns;
+    samples.push_back(std::move(s));
+  }
+  const int64_t f = static_cast<int64_t>(reward_functions_.size());
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // Every rank's slots in one global table: each slot is written by the rank
+  // that holds it and is zero elsewhere, so a sum over ranks gathers it (NaN
+  // survives the sum).
+  std::vector<double> table(static_cast<size_t>(g * (f + 3)), 0.0);
+  auto at = [&](int64_t slot, int64_t col) -> double& { return table[static_cast<size_t>(slot * (f + 3) + col)]; };
+  for (int64_t k = 0; k < f; ++k) {
+    const auto scores = reward_functions_[static_cast<size_t>(k)]->score(samples);
+    if (scores.size() != samples.size())
+      throw Error(fmt::format("reward function {} gave {} scores for {} completions",
+                              reward_functions_[static_cast<size_t>(k)]->name(), scores.size(), samples.size()));
+    for (size_t i = 0; i < samples.size(); ++i)
+      at(first + static_cast<int64_t>(i), k) = scores[i] ? *scores[i] : nan;
+  }
+  auto is_end = [&](int64_t id) {
+    return id == pad_id_ || std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
+  };
+  std::vector<bool> truncated(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const auto slot = first + static_cast<int64_t>(i);
+    truncated[i] = !is_end(completions[i].back());
+    at(slot, f) = static_cast<double>(completions[i].size());
+    at(slot, f + 1) = truncated[i] ? 1.0 : 0.0;
+    at(slot, f + 2) = static_cast<double>(example_of(slots[i]).prompt_ids.size());
+  }
+
+  // --- tensors of this rank's round ---------------------------------------
+  int64_t width = 1, cwidth = 1;
+  std::vector<std::vector<int64_t>> seqs;
+  std::vector<int64_t> prompt_lengths, lengths;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const auto& p = example_of(slots[i]).prompt_ids;
+    std::vector<int64_t> seq = p;
+    seq.insert(seq.end(), completions[i].begin(), completions[i].end());
+    width = std::max<int64_t>(width, static_cast<int64_t>(seq.size()));
+    cwidth = std::max<int64_t>(cwidth, static_cast<int64_t>(completions[i].size()));
+    prompt_lengths.push_back(static_cast<int64_t>(p.size()));
+    lengths.push_back(static_cast<int64_t>(completions[i].size()));
+    seqs.push_back(std::move(seq));
+  }
+  const auto input_ids = pad_right(seqs, width, pad_id_);
+  auto attention = torch::zeros({local, width}, torch::kInt64);
+  auto completion_mask = torch::zeros({local, cwidth}, torch::kFloat32);
+  for (int64_t i = 0; i < local; ++i) {
+    attention[i].slice(0, 0, prompt_lengths[static_cast<size_t>(i)] + lengths[static_cast<size_t>(i)]).fill_(1);
+    if (!(config_.mask_truncated_completions && truncated[static_cast<size_t>(i)]))
+      completion_mask[i].slice(0, 0, lengths[static_cast<size_t>(i)]).fill_(1);
+  }
+  const auto completion_ids = pad_right(completions, cwidth, pad_id_);
+  const auto prompt_len_t = torch::tensor(prompt_lengths, torch::kInt64);
+  const auto lengths_t = torch::tensor(lengths, torch::kInt64);
+  const double mask_sum = completion_mask.sum().item<double>();
+  std::vector<double> sums = {mask_sum};
+
+  // --- log-probs the loss needs later (per micro-batch-sized chunk) -------
+  const int64_t bs = config_.per_device_train_batch_size;
+  auto micro = [&](int64_t m) {
+    engine::TensorMap mb;
+    const int64_t lo = m * bs, hi = std::min(local, lo + bs);
+    mb["input_ids"] = input_ids.slice(0, lo, hi);
+    mb["attention_mask"] = attention.slice(0, lo, hi);
+    mb["completion_mask"] = completion_mask.slice(0, lo, hi);
+    mb["completion_ids"] = completion_ids.slice(0, lo, hi);
+    mb["prompt_lengths"] = prompt_len_t.slice(0, lo, hi);
+    mb["completion_lengths"] = lengths_t.slice(0, lo, hi);
+    return mb;
+  };
+  const int64_t chunks = (local + bs - 1) / bs;
+  std::vector<torch::Tensor> old_logps, ref_logps;
+  const bool want_ref = config_.beta != 0;
+  if (needs_old_logps() || want_ref) {
+    torch::NoGradGuard no_grad;
+    const bool was_training = engine.training();
+    engine.set_training(false);
+    for (int64_t m = 0; m < chunks; ++m) {
+      auto mb = micro(m);
+      for (auto& [k, v] : mb) v = v.to(engine.device());
+      if (needs_old_logps()) old_logps.push_back(completion_logprobs(engine, engine::Role::Policy, mb, false).logps);
+      if (want_ref) ref_logps.push_back(completion_logprobs(engine, engine::Role::Reference, mb, false).logps);
+    }
+    engine.set_training(was_training);
+  }
+  torch::Tensor local_seq_kl;
+  double kl_sum = 0;
+  if (reward_includes_kl()) {
+    const auto old_all = torch::cat(old_logps).cpu().to(torch::kFloat64);
+    const auto per_token = (old_all - torch::cat(ref_logps).cpu().to(torch::kFloat64)) *
+                           completion_mask.to(torch::kFloat64);
+    local_seq_kl = per_token.sum(1);
+    kl_sum = per_token.sum().item<double>();
+  }
+  sums.push_back(kl_sum);
+  engine.sum_across_ranks(table);
+  engine.sum_across_ranks(sums);
+  std::optional<torch::Tensor> seq_kl;
+  if (reward_includes_kl()) {
+    std::vector<double> all(static_cast<size_t>(g), 0.0);
+    for (int64_t i = 0; i < local; ++i) all[static_cast<size_t>(first + i)] = local_seq_kl[i].item<double>();
+    engine.sum_across_ranks(all);
+    seq_kl = torch::tensor(all, torch::kFloat64).to(torch::kFloat32);
+  }
+
+  // --- advantages over the whole round ------------------------------------
+  const auto full = torch::tensor(table, torch::kFloat64).view({g, f + 3});
+  const auto rewards_per_func = full.slice(1, 0, f).to(torch::kFloat32);
+  std::vector<double> w = config_.reward_weights.value_or(std::vector<double>(static_cast<size_t>(f), 1.0));
+  const auto weights = torch::tensor(w, torch::kFloat64).to(torch::kFloat32);
+  const auto adv = advantages(rewards_per_func, weights, seq_kl);
+
+  // --- the round's metrics (the same on every rank) -----------------------
+  Rollout out;
+  auto& m = out.metrics;
+  const auto comp_len = full.select(1, f), trunc = full.select(1, f + 1) > 0.5;
+  m.add_entry("completions/mean_length", comp_len.mean().item<double>());
+  m.add_entry("completions/min_length", comp_len.min().item<double>());
+  m.add_entry("completions/max_length", comp_len.max().item<double>());
+  m.add_entry("completions/clipped_ratio", trunc.to(torch::kFloat64).mean().item<double>());
+  auto term = comp_len.masked_select(~trunc);
+  if (term.numel() == 0) term = torch::zeros({1}, torch::kFloat64);
+  m.add_entry("completions/mean_terminated_length", term.mean().item<double>());
+  m.add_entry("completions/min_terminated_length", term.min().item<double>());
+  m.add_entry("completions/max_terminated_length", term.max().item<double>());
+  if (reward_includes_kl()) m.add_entry("kl", sums[1] / std::max(1.0, sums[0]));
+  for (int64_t k = 0; k < f; ++k) {
+    const auto col = rewards_per_func.select(1, k);
+    const auto& n = reward_functions_[static_cast<size_t>(k)]->name();
+    m.add_entry("rewards/" + n + "/mean", nanmean_of(col));
+    m.add_entry("rewards/" + n + "/std", losses::nanstd(col.to(torch::kFloat64)).item<double>());
+  }
+  m.add_entry("reward", nanmean_of(adv.rewards));
+  m.add_entry("reward_std", losses::nanstd(adv.rewards.to(torch::kFloat64)).item<double>());
+  m.add_entry("frac_reward_zero_std", adv.std_is_zero.to(torch::kFloat64).mean().item<double>());
+  double tokens = 0;
+  for (int64_t i = 0; i < local; ++i)
+    tokens += static_cast<double>(prompt_lengths[static_cast<size_t>(i)] + lengths[static_cast<size_t>(i)]);
+  out.tokens = tokens;
+
+  // --- micro-batches --------------------------------------------------------
+  const auto local_adv = adv.advantages.slice(0, first, first + local).to(torch::kFloat32);
+  const auto items = torch::full({}, sums[0], torch::kFloat64);
+  for (int64_t mi = 0; mi < rounds_.steps_per_generation; ++mi) {
+    auto mb = micro(mi);
+    const int64_t lo = mi * bs, hi = std::min(local, lo + bs);
+    mb["advantages"] = local_adv.slice(0, lo, hi);
+    mb["round_completion_tokens"] = items;
+    if (needs_old_logps()) mb["old_logps"] = old_logps[static_cast<size_t>(mi)].cpu();
+    if (want_ref) mb["ref_logps"] = ref_logps[static_cast<size_t>(mi)].cpu();
+    out.micro_batches.push_back(std::move(mb));
+  }
+  return out;
+}
+
+}  // namespace trlx::trainers

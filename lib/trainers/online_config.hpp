@@ -1,0 +1,137 @@
+#pragma once
+// The fields every online trainer (grpo, rloo) shares: how completions are
+// generated and scored, how often, and the trust region around the policy
+// that generated them. One table, so that the trainers cannot drift apart.
+#include <fmt/format.h>
+
+#include "config/loader.hpp"
+#include "config/training.hpp"
+
+namespace trlx::trainers {
+
+struct OnlineConfig : config::TrainingConfig {
+  // Scoring: built-in names, reward model directories, or programs
+  // ({command: ...}; JSON text, see rewards/reward_spec.hpp).
+  std::vector<std::string> reward_funcs;
+  std::optional<std::vector<double>> reward_weights;
+  // Generation.
+  int64_t num_generations = 0;
+  std::optional<int64_t> generation_batch_size;
+  std::optional<int64_t> steps_per_generation;
+  int64_t max_completion_length = 0;
+  std::optional<int64_t> max_prompt_length;
+  double temperature = 0, top_p = 0;
+  int64_t top_k = 0;
+  std::optional<double> min_p;
+  double repetition_penalty = 0;
+  bool shuffle_dataset = true;
+  bool use_vllm = false;
+  bool ds3_gather_for_generation = true;
+  double ds3_gather_for_generation_budget_mb = 0;
+  // The update.
+  double beta = 0;
+  double epsilon = 0;
+  std::optional<double> epsilon_high;
+  int64_t num_iterations = 0;
+  bool mask_truncated_completions = false;
+  bool sync_ref_model = false;
+  double ref_model_mixup_alpha = 0;
+  int64_t ref_model_sync_steps = 0;
+  std::optional<std::string> ref_model;
+  bool log_completions = false;
+
+  // TRL's resolution of generation_batch_size and steps_per_generation for
+  // `world_size` processes (InputError when they do not fit together);
+  // defined with the online trainers (trainers/online.cpp).
+  struct Rounds {
+    int64_t generation_batch_size;  // completions per round, all processes
+    int64_t steps_per_generation;   // micro-batches per round on each process
+  };
+  Rounds rounds(int64_t world_size) const;
+};
+
+struct OnlineDefaults {
+  int64_t num_generations;
+  double beta;
+};
+
+// The shared fields, under the trainer's training fields.
+template <class C>
+void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
+  using O = OnlineConfig;
+  b.group("rewards");
+  b.field(&O::reward_funcs, "reward_funcs", std::vector<std::string>{},
+          "What scores completions, one entry per function: a built-in by name (think_format_reward, "
+          "accuracy_reward, ...; with parameters as {name: get_soft_overlong_punishment, max_completion_len: 512}), "
+          "a reward model directory, or a program ({command: \"python3 my_reward.py\"}) speaking JSON lines.")
+      .items_may_be_mappings();
+  b.field(&O::reward_weights, "reward_weights", std::nullopt, "Weight of each reward function (default 1 each).");
+  b.group("generation");
+  b.field(&O::num_generations, "num_generations", d.num_generations, "Completions sampled per prompt.").min(2);
+  b.field(&O::generation_batch_size, "generation_batch_size", std::nullopt,
+          "Completions generated per generation round, over all processes (default: per-device batch x "
+          "processes x steps_per_generation).")
+      .min(1);
+  b.field(&O::steps_per_generation, "steps_per_generation", std::nullopt,
+          "Micro-batches each generation round feeds (default gradient_accumulation_steps).")
+      .min(1);
+  b.field(&O::max_completion_length, "max_completion_length", 512, "Most tokens generated per completion.").min(1);
+  b.field(&O::max_prompt_length, "max_prompt_length", std::nullopt,
+          "Longer prompts keep their last max_prompt_length tokens; null keeps them whole.")
+      .min(1);
+  b.field(&O::temperature, "temperature", 1.0, "Sampling temperature.").min(0, true);
+  b.field(&O::top_p, "top_p", 1.0, "Nucleus sampling mass.").min(0, true).max(1);
+  b.field(&O::top_k, "top_k", 0, "Sample among the k most likely tokens; 0 disables.").min(0);
+  b.field(&O::min_p, "min_p", std::nullopt, "Drop tokens below min_p times the top probability.").min(0).max(1);
+  b.field(&O::repetition_penalty, "repetition_penalty", 1.0, "Penalty on tokens already present.").min(0, true);
+  b.field(&O::shuffle_dataset, "shuffle_dataset", true, "Visit prompts in a seeded random order (else file order).");
+  b.field(&O::use_vllm, "use_vllm", false, "Generate with vLLM.")
+      .not_built("trlx generates with its own batched generator (KV cache, continuous batching); there is no vLLM");
+  b.field(&O::ds3_gather_for_generation, "ds3_gather_for_generation", true,
+          "Under ZeRO-3/FSDP: gather all weights once per generation round (fast, needs the whole model per "
+          "process) or each layer for each forward (fits anything, slow).");
+  b.field(&O::ds3_gather_for_generation_budget_mb, "ds3_gather_for_generation_budget_mb", 0.0,
+          "With ds3_gather_for_generation false: MiB of weights kept gathered for the whole generation round "
+          "(the first layers that fit); the rest are gathered per forward. 0: none.")
+      .min(0);
+  b.field(&O::log_completions, "log_completions", false, "Print a table of sampled completions at logging steps.")
+      .not_built("completions are not printed yet");
+  b.group("update");
+  b.field(&O::beta, "beta", d.beta, "KL coefficient towards the reference model; 0 loads no reference.").min(0);
+  b.field(&O::epsilon, "epsilon", 0.2, "Clipping range of the importance ratio.").min(0);
+  b.field(&O::epsilon_high, "epsilon_high", std::nullopt, "Upper clipping range (defaults to epsilon).").min(0);
+  b.field(&O::num_iterations, "num_iterations", 1, "Optimisation passes over each generation round.").min(1);
+  b.field(&O::mask_truncated_completions, "mask_truncated_completions", false,
+          "Exclude completions cut at max_completion_length from the loss.");
+  b.field(&O::ref_model, "ref_model", std::nullopt,
+          "Reference model directory (beta > 0); null uses a copy of the starting policy, or the base with adapters "
+          "off under use_peft.");
+  b.field(&O::sync_ref_model, "sync_ref_model", false, "Mix the policy into the reference every ref_model_sync_steps.");
+  b.field(&O::ref_model_mixup_alpha, "ref_model_mixup_alpha", 0.6, "Mixing weight of the policy.").min(0).max(1);
+  b.field(&O::ref_model_sync_steps, "ref_model_sync_steps", 512, "Steps between reference updates.").min(1);
+  b.rule([](const C& c, config::Conflicts& out) {
+    if (c.reward_weights && c.reward_weights->size() != c.reward_funcs.size())
+      out.conflict({"reward_funcs", "reward_weights"},
+                   fmt::format("give one weight per reward function ({} functions, {} weights)",
+                               c.reward_funcs.size(), c.reward_weights->size()));
+    if (c.generation_batch_size && c.steps_per_generation)
+      out.conflict({"generation_batch_size", "steps_per_generation"},
+                   "set one of them: each is derived from the other and the batch size");
+    if (c.generation_batch_size && *c.generation_batch_size % c.num_generations != 0)
+      out.conflict({"generation_batch_size", "num_generations"},
+                   fmt::format("a round holds whole groups: generation_batch_size ({}) must be a multiple of "
+                               "num_generations ({})",
+                               *c.generation_batch_size, c.num_generations));
+    if (c.sync_ref_model && c.beta == 0)
+      out.conflict({"sync_ref_model", "beta"}, "with beta 0 there is no reference to sync; set beta > 0");
+    if (c.sync_ref_model && c.use_peft && !c.ref_model)
+      out.conflict({"sync_ref_model", "use_peft"},
+                   "with use_peft and no ref_model the reference is the base model with adapters off, which cannot "
+                   "be synced; set ref_model or turn sync_ref_model off");
+    if (c.eval_strategy != "no")
+      out.invalid("eval_strategy", "evaluation of online trainers (generating on the test split) is not built yet; "
+                                   "set eval_strategy: no");
+  });
+}
+
+}  // namespace trlx::trainers

@@ -1,0 +1,92 @@
+#include "trainers/reward_model_function.hpp"
+
+#include "core/error.hpp"
+#include "model/decoder.hpp"
+#include "model/loading.hpp"
+#include "trainers/common.hpp"
+
+namespace trlx::trainers {
+
+namespace {
+
+class RewardModelFunction final : public rewards::RewardFunction {
+ public:
+  RewardModelFunction(const std::filesystem::path& dir, torch::Device device, const std::string& dtype,
+                      bool conversational)
+      : dir_(dir), device_(device), text_(load_tokenizer_and_template(dir, std::nullopt)) {
+    if (conversational && !text_.chat_template) no_chat_template();
+    model_ = model::load_language_model(dir, model::HeadKind::SequenceClassification, dtype);
+    if (model_->config().num_labels != 1)
+      fail_input("reward_funcs: {} has num_labels {}; a reward model gives one score (num_labels 1)", dir.string(),
+                 model_->config().num_labels);
+    check_tokenizer_fits(text_.tokenizer, dir, model_->config().vocab_size, dir);
+    model_->to(device_);
+    model_->eval();
+    pad_ = resolve_pad_id(text_.tokenizer, "reward_funcs");
+    // As TRL names it: the directory's last component.
+    auto p = dir;
+    if (p.filename().empty()) p = p.parent_path();
+    name_ = p.filename().string();
+  }
+
+  const std::string& name() const override { return name_; }
+
+  rewards::Scores score(const std::vector<rewards::Sample>& batch) override {
+    std::vector<std::vector<int64_t>> seqs;
+    for (const auto& s : batch) {
+      if (s.prompt.is_array()) {
+        if (!text_.chat_template) no_chat_template();
+        // The conversation rendered whole, tokenized without special tokens
+        // (the template writes them), as TRL scores conversations.
+        seqs.push_back(encode_text(text_.tokenizer,
+                                   render_conversation(text_.tokenizer, *text_.chat_template,
+                                                       prompt_then(s.prompt, s.completion), false),
+                                   false));
+      } else {
+        seqs.push_back(encode_text(text_.tokenizer, s.prompt.get<std::string>() + rewards::completion_text(s), false));
+      }
+      if (seqs.back().empty()) seqs.back().push_back(pad_);
+    }
+    size_t width = 1;
+    for (const auto& q : seqs) width = std::max(width, q.size());
+    auto ids = torch::full({static_cast<int64_t>(seqs.size()), static_cast<int64_t>(width)}, pad_, torch::kInt64);
+    auto mask = torch::zeros_like(ids);
+    for (size_t r = 0; r < seqs.size(); ++r)
+      for (size_t j = 0; j < seqs[r].size(); ++j) {
+        ids[static_cast<int64_t>(r)][static_cast<int64_t>(j)] = seqs[r][j];
+        mask[static_cast<int64_t>(r)][static_cast<int64_t>(j)] = 1;
+      }
+    torch::NoGradGuard no_grad;
+    ids = ids.to(device_);
+    auto hidden = model_->hidden_states({ids, mask.to(device_), {}, {}});
+    auto scores = model::pool_last_non_pad(model_->head(hidden), ids, pad_).select(-1, 0).to(torch::kFloat64).cpu();
+    rewards::Scores out;
+    for (int64_t i = 0; i < scores.size(0); ++i) out.push_back(scores[i].item<double>());
+    return out;
+  }
+
+ private:
+  [[noreturn]] void no_chat_template() const {
+    fail_input("reward_funcs: the reward model {} has no chat template, so it cannot score the conversations of "
+               "this dataset (its tokenizer is its own, so the policy's template would not fit it); give it one "
+               "(chat_template in its tokenizer_config.json) or use plain-text prompts",
+               dir_.string());
+  }
+
+  std::filesystem::path dir_;
+  torch::Device device_;
+  TextInputs text_;
+  model::LanguageModel model_{nullptr};
+  int64_t pad_ = 0;
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<rewards::RewardFunction> make_reward_model_function(const std::filesystem::path& dir,
+                                                                   torch::Device device, const std::string& dtype,
+                                                                   bool conversational) {
+  return std::make_unique<RewardModelFunction>(dir, device, dtype, conversational);
+}
+
+}  // namespace trlx::trainers

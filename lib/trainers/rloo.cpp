@@ -1,0 +1,61 @@
+#include "trainers/rloo.hpp"
+
+#include "core/error.hpp"
+
+namespace trlx::trainers {
+
+RLOOTrainer::RLOOTrainer(const RLOOConfig& config, PromptSplit prompts, text::Tokenizer tokenizer,
+                         std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,
+                         std::vector<int64_t> eos_ids, int world_size)
+    : OnlineTrainer(config, "rloo", std::move(prompts), std::move(tokenizer), std::move(reward_functions), pad_id,
+                    std::move(eos_ids), world_size),
+      rloo_(config) {}
+
+losses::Advantages RLOOTrainer::advantages(const torch::Tensor& rewards_per_func, const torch::Tensor& weights,
+                                           const std::optional<torch::Tensor>& sequence_kl) {
+  std::optional<std::pair<double, double>> clip;
+  if (rloo_.reward_clip_range) clip = std::make_pair((*rloo_.reward_clip_range)[0], (*rloo_.reward_clip_range)[1]);
+  return losses::rloo_advantages(rewards_per_func, weights, config_.num_generations, clip, sequence_kl, config_.beta,
+                                 rloo_.normalize_advantages);
+}
+
+double RLOOTrainer::num_items(const engine::TensorMap& batch) const {
+  return static_cast<double>(batch.at("advantages").size(0));
+}
+
+engine::LossOutput RLOOTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
+  const auto lp = completion_logprobs(engine, engine::Role::Policy, batch, true);
+  const auto dev = lp.logps.device();
+  const auto mask = batch.at("completion_mask").to(dev, lp.logps.scalar_type());
+  const auto adv = batch.at("advantages").to(dev, lp.logps.scalar_type());
+  // The whole completion's log-prob against the generating policy's.
+  const auto logps = (lp.logps * mask).sum(1);
+  const auto old = (batch.at("old_logps").to(dev) * mask).sum(1);
+  const auto ratio = torch::exp(logps - old);
+  const double lo = config_.epsilon, hi = config_.epsilon_high.value_or(config_.epsilon);
+  const auto clipped = torch::clamp(ratio, 1 - lo, 1 + hi);
+  engine::LossOutput out;
+  out.loss_sum = (-torch::min(ratio * adv, clipped * adv)).sum();
+  auto& m = out.metrics;
+  const double b = static_cast<double>(adv.size(0));
+  m.add_per_batch("entropy", (lp.entropy.detach() * mask).sum(), mask.sum());
+  const auto r = ratio.detach();
+  const auto low = ((r < 1 - lo) & (adv < 0)).to(torch::kFloat32);
+  const auto high = ((r > 1 + hi) & (adv > 0)).to(torch::kFloat32);
+  const auto count = torch::full({}, b, low.options());
+  m.add_per_batch("clip_ratio/low_mean", low.sum(), count);
+  m.add_entry("clip_ratio/low_min", low.min(), engine::EntryReduce::Min);
+  m.add_per_batch("clip_ratio/high_mean", high.sum(), count);
+  m.add_entry("clip_ratio/high_max", high.max(), engine::EntryReduce::Max);
+  m.add_per_batch("clip_ratio/region_mean", torch::clamp_max(low + high, 1.0).sum(), count);
+  return out;
+}
+
+int run_rloo(const RLOOConfig& c) {
+  auto r = set_up_online_run(c, "rloo");
+  RLOOTrainer trainer(c, std::move(r.prompts), std::move(r.text.tokenizer), std::move(r.reward_functions), r.pad_id,
+              r.eos_ids, r.engine->world_size());
+  return train_to_exit_code(*r.engine, trainer);
+}
+
+}  // namespace trlx::trainers

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# trlx grpo / rloo end to end on the tiny model: short runs rewarded by a
+# program, built-ins and a reward model; an exact resume; bad input refused
+# before training (exit 2, saying what is wrong).
+# Usage: grpo.sh <path to trlx> <source dir>
+source "$(dirname "$0")/lib.sh"
+
+# Common settings: the tiny model, 4 completions (2 prompts x 2) per step.
+common=(--model_name_or_path examples/tiny-model --bf16 false
+        --gradient_checkpointing false --per_device_train_batch_size 4 --num_generations 2
+        --max_completion_length 8 --learning_rate 1e-3 --logging_steps 1 --report_to none)
+text=(--dataset_name tests/data/grpo/text)
+program='{"command": "bash examples/rewards/length_reward.sh", "name": "length"}'
+
+# GRPO with a program and a built-in: every step logs the rewards under their names.
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 4 --save_steps 2 --output_dir "$TMP/g" \
+  --reward_funcs "$program" '{"name": "get_soft_overlong_punishment", "max_completion_len": 8, "soft_punish_cache": 4}' \
+  >"$TMP/o" 2>&1
+check "[ $? = 0 ]" || cat "$TMP/o"
+check "[ -f '$TMP/g/model.safetensors' ] && [ -d '$TMP/g/checkpoint-2' ]"
+check "steps_hold '$TMP/g' \"'rewards/length/mean' in m and 'rewards/soft_overlong_punishment_reward/mean' in m and 'reward' in m and 'completions/mean_length' in m and 'clip_ratio/region_mean' in m\""
+# Resumed from step 2, the last two steps log what the uninterrupted run logged.
+values loss "$TMP/g/metrics.jsonl" >"$TMP/loss_full"
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 4 --save_steps 2 --output_dir "$TMP/g" --resume_from_checkpoint "$TMP/g/checkpoint-2" \
+  --reward_funcs "$program" '{"name": "get_soft_overlong_punishment", "max_completion_len": 8, "soft_punish_cache": 4}' \
+  >"$TMP/o" 2>&1
+check "[ $? = 0 ]" || cat "$TMP/o"
+values loss "$TMP/g/metrics.jsonl" >"$TMP/loss_resumed"
+check "[ \"\$(largest_difference '$TMP/loss_resumed' '$TMP/loss_full')\" = 0 ]"
+
+# RLOO with a reward model (a score head on the tiny model's tokenizer), beta > 0: kl is logged.
+"$TRLX" init-model --arch qwen2 --hidden_size 32 --num_layers 1 --num_heads 2 --head score \
+  --tokenizer examples/tiny-model --out "$TMP/rm" >/dev/null 2>&1
+"$TRLX" rloo "${common[@]}" "${text[@]}" --max_steps 2 --save_strategy no --output_dir "$TMP/r" --beta 0.05 \
+  --reward_funcs "$TMP/rm" >"$TMP/o" 2>&1
+check "[ $? = 0 ]" || cat "$TMP/o"
+check "steps_hold '$TMP/r' \"'rewards/rm/mean' in m and 'kl' in m\""
+# The older RLOO names still work (with a warning naming the new one).
+"$TRLX" rloo "${common[@]}" "${text[@]}" --max_steps 1 --save_strategy no --output_dir "$TMP/r2" --rloo_k 2 --kl_coef 0 \
+  --reward_funcs "$TMP/rm" >"$TMP/o" 2>&1
+check "[ $? = 0 ] && grep -q 'old name of --num_generations' '$TMP/o'"
+
+# Bad input: exit 2 before training, saying what is wrong.
+bad_run() {  # bad_run <grep pattern> <args...>
+  local want=$1
+  shift
+  "$TRLX" grpo "${common[@]}" --max_steps 1 --save_strategy no --output_dir "$TMP/bad" "$@" >"$TMP/o" 2>&1
+  local rc=$?
+  check "[ $rc = 2 ] && grep -q '$want' '$TMP/o' && ! grep -q 'step 1/' '$TMP/o'" || cat "$TMP/o"
+}
+echo '{"question": "What is 1 plus 2?"}' >"$TMP/noprompt.jsonl"
+bad_run "prompt" --dataset_name "$TMP/noprompt.jsonl" --reward_funcs "$program"
+bad_run "multiple of num_generations" "${text[@]}" --generation_batch_size 5 --reward_funcs "$program"
+bad_run "no_such_reward.py" "${text[@]}" --reward_funcs '{"command": "python3 /nonexistent/no_such_reward.py"}'
+bad_run "not a built-in reward" "${text[@]}" --reward_funcs no_such_function
+bad_run "reward_funcs is empty" "${text[@]}"
+bad_run "named .length." "${text[@]}" --reward_funcs "$program" "$program"
+# A reward model with its own tokenizer and no chat template cannot score conversations.
+cp -r "$TMP/rm" "$TMP/rm_plain"
+python3 - "$TMP/rm_plain/tokenizer_config.json" <<'PY'
+import json, sys
+p = sys.argv[1]
+c = json.load(open(p))
+c.pop("chat_template", None)
+json.dump(c, open(p, "w"))
+PY
+rm -f "$TMP/rm_plain/chat_template.jinja"
+bad_run "no chat template" --dataset_name tests/data/grpo/chat --reward_funcs "$TMP/rm_plain"
+
+# The shipped configs validate.
+for c in grpo rloo; do
+  "$TRLX" validate --config configs/$c.yaml >"$TMP/o" 2>&1
+  check "[ $? = 0 ]" || cat "$TMP/o"
+done
+
+finish

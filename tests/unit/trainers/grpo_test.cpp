@@ -1,0 +1,35 @@
+#include "catch_torch.hpp"
+
+#include "online_fixture.hpp"
+#include "support.hpp"
+
+namespace trlx {
+
+namespace {
+
+void check_cases(const std::string& file, const std::string& trainer) {
+  const auto cases = test::read_json(test::data_dir() / "grpo" / file);
+  REQUIRE(cases.size() >= 4);
+  for (const auto& cs : cases) {
+    const std::string name = trainer + " " + cs.at("name").get<std::string>();
+    DYNAMIC_SECTION(name) {
+      auto cmp = test::online_comparison(cs);
+      const auto got = test::online_steps(cs, trainer, {});
+      test::compare_steps(got, cs.at("steps"), name, cmp);
+      CHECK(cmp.checked > 40);
+      std::printf("parity %-32s largest |trlx - TRL| %.3g over %zu values\n", name.c_str(), cmp.worst, cmp.checked);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("GRPO: the first 3 steps equal TRL's GRPOTrainer on the same completions, every case", "[grpo][golden]") {
+  check_cases("steps.json", "grpo");
+}
+
+TEST_CASE("RLOO: the first 3 steps equal TRL's RLOOTrainer on the same completions, every case", "[rloo][golden]") {
+  check_cases("rloo_steps.json", "rloo");
+}
+
+}  // namespace trlx

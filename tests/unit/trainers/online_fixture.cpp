@@ -1,0 +1,154 @@
+#include "support/engine_probe.hpp"
+#include "catch_torch.hpp"
+
+#include "online_fixture.hpp"
+
+#include <map>
+
+#include "config/loader.hpp"
+#include "model/loading.hpp"
+#include "support.hpp"
+#include "text/template/chat_template.hpp"
+#include "text/tokenizer/tokenizer.hpp"
+#include "trainers/grpo.hpp"
+#include "trainers/rloo.hpp"
+
+namespace trlx::test {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Scores completions by looking them up in the fixture's table.
+class LookupReward final : public rewards::RewardFunction {
+ public:
+  LookupReward(std::string name, std::map<std::vector<int64_t>, std::optional<double>> table)
+      : name_(std::move(name)), table_(std::move(table)) {}
+  const std::string& name() const override { return name_; }
+  rewards::Scores score(const std::vector<rewards::Sample>& batch) override {
+    rewards::Scores out;
+    for (const auto& s : batch) {
+      auto it = table_.find(s.completion_ids);
+      INFO("a completion the fixture does not score");
+      REQUIRE(it != table_.end());
+      out.push_back(it->second);
+    }
+    return out;
+  }
+
+ private:
+  std::string name_;
+  std::map<std::vector<int64_t>, std::optional<double>> table_;
+};
+
+template <class C>
+C online_config(const config::Schema& schema, const nlohmann::json& cs, const Run& run, const fs::path& out) {
+  const auto& args = cs.at("args");
+  config::ConfigLoader loader(schema);
+  auto set = [&](const std::string& k, const std::string& v) { loader.apply_flag(k, {v}); };
+  set("model_name_or_path", tiny_model().string());
+  set("dataset_name", (data_dir() / "grpo" / cs.at("data").get<std::string>()).string());
+  set("bf16", "false");
+  set("gradient_checkpointing", "false");
+  set("logging_steps", "1");
+  set("save_strategy", "no");
+  set("output_dir", out.string());
+  for (const auto& [k, v] : args.items()) {
+    if (k == "per_device_train_batch_size") continue;
+    if (v.is_array()) {
+      std::vector<std::string> vals;
+      for (const auto& x : v) vals.push_back(x.is_string() ? x.template get<std::string>() : x.dump());
+      loader.apply_flag(k, vals);
+    } else {
+      set(k, v.is_string() ? v.template get<std::string>() : v.dump());
+    }
+  }
+  // The fixture's global batch, split over this run's ranks.
+  const int64_t global = args.at("per_device_train_batch_size").get<int64_t>() * cs.value("num_processes", 1);
+  REQUIRE(global % run.world_size() == 0);
+  set("per_device_train_batch_size", std::to_string(global / run.world_size()));
+  // The fixture's reward functions are built by the test, one per name.
+  loader.apply_flag("reward_funcs", cs.at("reward_names").get<std::vector<std::string>>());
+  for (const auto& [k, v] : run.flags) set(k, v);
+  C c;
+  loader.resolve(&c);
+  return c;
+}
+
+template <class C, class T>
+StepValues replay(const config::Schema& schema, const std::string& name, const nlohmann::json& cs, const Run& run) {
+  TempDir out("trlx_online");
+  // Every rank writes into its own directory (rank 0's is the one used).
+  const C c = online_config<C>(schema, cs, run, out.path);
+  auto tok = text::Tokenizer::from_dir(tiny_model());
+  text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
+  auto prompts = trainers::prepare_prompts(c, name, tok, &tmpl, "train");
+  // trlx tokenizes every prompt as TRL did.
+  for (const auto& round : cs.at("rounds"))
+    for (const auto& slot : round.at("slots")) {
+      INFO("row " << slot.at("row"));
+      REQUIRE(prompts.examples.at(slot.at("row").get<size_t>()).prompt_ids ==
+              slot.at("prompt_ids").get<std::vector<int64_t>>());
+    }
+  // The rewards of every completion the fixture has.
+  const auto names = cs.at("reward_names").get<std::vector<std::string>>();
+  std::vector<std::map<std::vector<int64_t>, std::optional<double>>> tables(names.size());
+  for (const auto& round : cs.at("rounds"))
+    for (const auto& slot : round.at("slots"))
+      for (size_t k = 0; k < names.size(); ++k) {
+        const auto& r = slot.at("rewards").at(k);
+        tables[k][slot.at("completion_ids").get<std::vector<int64_t>>()] =
+            r.is_null() ? std::nullopt : std::optional<double>(r.get<double>());
+      }
+  std::vector<std::unique_ptr<rewards::RewardFunction>> funcs;
+  for (size_t k = 0; k < names.size(); ++k) funcs.push_back(std::make_unique<LookupReward>(names[k], tables[k]));
+
+  auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  engine::Engine engine(trainers::engine_config(c), policy, name, tiny_model(), std::nullopt, run.comm);
+  if (c.beta != 0) engine.set_reference(model::load_language_model(tiny_model(), model::HeadKind::CausalLM));
+  std::vector<int64_t> eos = {*tok.eos_token_id()};
+  const int64_t pad = trainers::resolve_pad_id(tok, name);
+  T trainer(c, std::move(prompts), std::move(tok), std::move(funcs), pad, eos, engine.world_size());
+  // Round r's completions, by global slot.
+  const auto& rounds = cs.at("rounds");
+  size_t round = 0;
+  trainer.set_fixed_completions([&](const std::vector<size_t>& slots) {
+    REQUIRE(round < rounds.size());
+    std::vector<std::vector<int64_t>> out;
+    for (size_t s : slots) out.push_back(rounds[round].at("slots").at(s).at("completion_ids").get<std::vector<int64_t>>());
+    ++round;
+    return out;
+  });
+  engine.train(trainer);
+  StepValues got;
+  for (const auto& line : engine::EngineProbe::log_history(engine)) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;  // the run's closing row (runtime)
+    std::map<std::string, double> step;
+    for (const auto& [k, v] : j.items())
+      if (k != "step") step[k] = v.template get<double>();
+    // TRL logs num_tokens only at steps that generate; trlx at every step.
+    const auto& want = cs.at("steps").at(got.size());
+    if (!want.contains("num_tokens")) step.erase("num_tokens");
+    got.push_back(std::move(step));
+  }
+  return got;
+}
+
+}  // namespace
+
+StepValues online_steps(const nlohmann::json& cs, const std::string& trainer, const Run& run) {
+  if (trainer == "grpo") return replay<trainers::GRPOConfig, trainers::GRPOTrainer>(trainers::grpo_schema(), trainer, cs, run);
+  return replay<trainers::RLOOConfig, trainers::RLOOTrainer>(trainers::rloo_schema(), trainer, cs, run);
+}
+
+Comparison online_comparison(const nlohmann::json& cs) {
+  Comparison cmp;
+  cmp.ignored = {"epoch", "step_time"};
+  for (const auto& step : cs.at("steps"))
+    for (const auto& [k, v] : step.items())
+      if (v.is_null()) cmp.ignored.insert(k);
+  return cmp;
+}
+
+}  // namespace trlx::test

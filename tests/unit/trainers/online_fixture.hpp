@@ -1,0 +1,24 @@
+#pragma once
+// TRL's GRPOTrainer and RLOOTrainer replayed through trlx's real training
+// loop: the fixture's completions stand in for sampling (each rank gets its
+// slots of each round, in TRL's order), and rewards come from the fixture's
+// table of completion -> reward, so loss, grad norm and every logged metric
+// can be compared. Shared by the single-process and the 2-rank tests.
+// Include Catch before this header.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "trainer_fixture.hpp"
+
+namespace trlx::test {
+
+// Runs one case of tests/data/grpo/steps*.json (trainer "grpo") or
+// rloo_steps*.json ("rloo") for its 3 steps; the rows each step logged.
+StepValues online_steps(const nlohmann::json& fixture_case, const std::string& trainer, const Run& run);
+
+// What TRL logs that trlx does not compare: its timing, the epoch (TRL's
+// counts repeated sampler batches), and values TRL logged as null.
+Comparison online_comparison(const nlohmann::json& fixture_case);
+
+}  // namespace trlx::test
