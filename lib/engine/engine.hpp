@@ -82,6 +82,10 @@ class Trainer {
   virtual int64_t passes_per_round() const { return 1; }
   virtual Rollout rollout(Engine& engine, const std::vector<size_t>& round_prompts);
 
+  // Totals a trainer adds to the run's closing metrics row (e.g. seconds
+  // spent generating and scoring).
+  virtual std::map<std::string, double> run_totals() const { return {}; }
+
   // A trainer's own state that a checkpoint carries for an exact resume
   // (e.g. an adaptive coefficient); null when it has none.
   virtual nlohmann::json state() const;

@@ -424,6 +424,7 @@ RunSummary Engine::train(Trainer& trainer) {
         {"train_steps_per_second", static_cast<double>(step_ - start_step) / std::max(1e-9, runtime)},
         {"train_tokens_per_second", (tokens_seen_ - start_tokens) / std::max(1e-9, runtime)},
         {"first_step_seconds", first_step_seconds}};
+    for (const auto& [k, v] : trainer.run_totals()) end[k] = v;
     if (device_.is_cuda()) {
       // The largest peak over ranks (every rank joins the reduction).
       std::vector<double> peak = {static_cast<double>(peak_device_bytes(device_).value_or(0))};

@@ -1,6 +1,7 @@
 #include "trainers/online.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -247,6 +248,9 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
   };
 
   // --- generate (this rank's slots) -------------------------------------
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto t0 = Clock::now();
   std::vector<std::vector<int64_t>> completions;
   if (fixed_) {
     completions = fixed_(slots);
@@ -278,6 +282,8 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
     throw Error(fmt::format("{}: {} completions for {} slots", name_, completions.size(), slots.size()));
   for (auto& c : completions)
     if (c.empty()) c.push_back(eos_ids_.empty() ? pad_id_ : eos_ids_.front());
+  generation_seconds_ += since(t0);
+  t0 = Clock::now();
 
   // --- score ---------------------------------------------------------------
   for (auto& f : reward_functions_) f->set_step(engine.global_step());
@@ -310,6 +316,7 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
     for (size_t i = 0; i < samples.size(); ++i)
       at(first + static_cast<int64_t>(i), k) = scores[i] ? *scores[i] : nan;
   }
+  scoring_seconds_ += since(t0);
   auto is_end = [&](int64_t id) {
     return id == pad_id_ || std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
   };
@@ -366,6 +373,7 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
   const int64_t chunks = (local + bs - 1) / bs;
   std::vector<torch::Tensor> old_logps, ref_logps;
   const bool want_ref = config_.beta != 0;
+  t0 = Clock::now();
   if (needs_old_logps() || want_ref) {
     torch::NoGradGuard no_grad;
     const bool was_training = engine.training();
@@ -378,6 +386,7 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
     }
     engine.set_training(was_training);
   }
+  logprob_seconds_ += since(t0);
   torch::Tensor local_seq_kl;
   double kl_sum = 0;
   if (reward_includes_kl()) {
@@ -446,6 +455,12 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
     out.micro_batches.push_back(std::move(mb));
   }
   return out;
+}
+
+std::map<std::string, double> OnlineTrainer::run_totals() const {
+  return {{"generation_seconds", generation_seconds_},
+          {"scoring_seconds", scoring_seconds_},
+          {"round_logprob_seconds", logprob_seconds_}};
 }
 
 }  // namespace trlx::trainers

@@ -6,6 +6,7 @@
 // metrics under TRL's names, and the round cut into micro-batches with the
 // log-probs the loss needs later. A trainer adds its advantages and its loss.
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,6 +86,11 @@ class OnlineTrainer : public engine::Trainer {
   int64_t passes_per_round() const override { return config_.num_iterations; }
   Rollout rollout(engine::Engine& engine, const std::vector<size_t>& round_prompts) override;
 
+  // Seconds this rank spent generating, scoring and computing the round's
+  // reference and old log-probs (generation_seconds, scoring_seconds,
+  // round_logprob_seconds); the rest of train_runtime is training.
+  std::map<std::string, double> run_totals() const override;
+
   void set_fixed_completions(FixedCompletions f) { fixed_ = std::move(f); }
   const OnlineConfig::Rounds& rounds() const { return rounds_; }
 
@@ -118,6 +124,7 @@ class OnlineTrainer : public engine::Trainer {
   std::vector<int64_t> eos_ids_;
   OnlineConfig::Rounds rounds_;
   FixedCompletions fixed_;
+  double generation_seconds_ = 0, scoring_seconds_ = 0, logprob_seconds_ = 0;
 };
 
 }  // namespace trlx::trainers

@@ -28,6 +28,19 @@ check "[ $? = 0 ]" || cat "$TMP/o"
 values loss "$TMP/g/metrics.jsonl" >"$TMP/loss_resumed"
 check "[ \"\$(largest_difference '$TMP/loss_resumed' '$TMP/loss_full')\" = 0 ]"
 
+# num_iterations 2: a round spans two steps, so checkpoint-1 is saved in the
+# middle of one; resumed there, the run trains on the same completions.
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 3 --save_steps 1 --num_iterations 2 --output_dir "$TMP/i" \
+  --reward_funcs "$program" >"$TMP/o" 2>&1
+check "[ $? = 0 ]" || cat "$TMP/o"
+check "[ -f '$TMP/i/checkpoint-1/round_rank0.pt' ]"
+values loss "$TMP/i/metrics.jsonl" >"$TMP/iloss_full"
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 3 --save_steps 1 --num_iterations 2 --output_dir "$TMP/i" \
+  --resume_from_checkpoint "$TMP/i/checkpoint-1" --reward_funcs "$program" >"$TMP/o" 2>&1
+check "[ $? = 0 ]" || cat "$TMP/o"
+values loss "$TMP/i/metrics.jsonl" >"$TMP/iloss_resumed"
+check "[ \"\$(largest_difference '$TMP/iloss_resumed' '$TMP/iloss_full')\" = 0 ]"
+
 # RLOO with a reward model (a score head on the tiny model's tokenizer), beta > 0: kl is logged.
 "$TRLX" init-model --arch qwen2 --hidden_size 32 --num_layers 1 --num_heads 2 --head score \
   --tokenizer examples/tiny-model --out "$TMP/rm" >/dev/null 2>&1
