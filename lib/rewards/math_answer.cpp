@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/utf8.hpp"
+
 namespace trlx::rewards::math {
 namespace {
 
@@ -70,23 +72,7 @@ U32 from_utf8(std::string_view s) {
 std::string to_utf8(const U32& s) {
   std::string out;
   out.reserve(s.size());
-  for (char32_t c : s) {
-    if (c < 0x80) {
-      out.push_back(static_cast<char>(c));
-    } else if (c < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-      out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
-    } else if (c < 0x10000) {
-      out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-      out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
-    } else {
-      out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3f)));
-      out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-      out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
-    }
-  }
+  for (char32_t c : s) append_utf8(out, c);
   return out;
 }
 

@@ -186,11 +186,6 @@ void GRPOTrainer::restore_state(const nlohmann::json& state) {
   last_world_entropy_ = last.is_number() ? last.get<double>() : std::numeric_limits<double>::infinity();
 }
 
-int run_grpo(const GRPOConfig& c) {
-  auto r = set_up_online_run(c, "grpo");
-  GRPOTrainer trainer(c, std::move(r.prompts), std::move(r.text.tokenizer), std::move(r.reward_functions), r.pad_id,
-              r.eos_ids, r.engine->world_size());
-  return train_to_exit_code(*r.engine, trainer);
-}
+int run_grpo(const GRPOConfig& c) { return run_online<GRPOTrainer>(c, "grpo"); }
 
 }  // namespace trlx::trainers

@@ -127,4 +127,14 @@ class OnlineTrainer : public engine::Trainer {
   double generation_seconds_ = 0, scoring_seconds_ = 0, logprob_seconds_ = 0;
 };
 
+// A whole run of the online trainer T on config c: set up, train, the
+// process exit code.
+template <class T, class C>
+int run_online(const C& c, const std::string& trainer) {
+  auto r = set_up_online_run(c, trainer);
+  T t(c, std::move(r.prompts), std::move(r.text.tokenizer), std::move(r.reward_functions), r.pad_id, r.eos_ids,
+      r.engine->world_size());
+  return train_to_exit_code(*r.engine, t);
+}
+
 }  // namespace trlx::trainers

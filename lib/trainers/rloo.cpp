@@ -51,11 +51,6 @@ engine::LossOutput RLOOTrainer::loss(engine::Engine& engine, const engine::Tenso
   return out;
 }
 
-int run_rloo(const RLOOConfig& c) {
-  auto r = set_up_online_run(c, "rloo");
-  RLOOTrainer trainer(c, std::move(r.prompts), std::move(r.text.tokenizer), std::move(r.reward_functions), r.pad_id,
-              r.eos_ids, r.engine->world_size());
-  return train_to_exit_code(*r.engine, trainer);
-}
+int run_rloo(const RLOOConfig& c) { return run_online<RLOOTrainer>(c, "rloo"); }
 
 }  // namespace trlx::trainers

@@ -7,6 +7,7 @@
 #include <cwctype>
 #include <locale.h>
 
+#include "core/utf8.hpp"
 #include "text/template/engine.hpp"
 
 namespace trlx::text::tpl {
@@ -42,22 +43,7 @@ std::u32string utf8_decode(std::string_view s) {
   return out;
 }
 
-void utf8_append(std::string& out, char32_t c) {
-  if (c < 0x80) out.push_back(static_cast<char>(c));
-  else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3f)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
-  }
-}
+void utf8_append(std::string& out, char32_t c) { append_utf8(out, c); }
 
 std::string utf8_encode(std::u32string_view s) {
   std::string out;
