@@ -105,7 +105,9 @@ StepValues replay(const config::Schema& schema, const std::string& name, const n
 
   auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
   engine::Engine engine(trainers::engine_config(c), policy, name, tiny_model(), std::nullopt, run.comm);
-  if (c.beta != 0) engine.set_reference(model::load_language_model(tiny_model(), model::HeadKind::CausalLM));
+  // With LoRA the reference is the policy with its adapters off (no copy).
+  if (c.beta != 0 && !c.use_peft)
+    engine.set_reference(model::load_language_model(tiny_model(), model::HeadKind::CausalLM));
   std::vector<int64_t> eos = {*tok.eos_token_id()};
   const int64_t pad = trainers::resolve_pad_id(tok, name);
   T trainer(c, std::move(prompts), std::move(tok), std::move(funcs), pad, eos, engine.world_size());

@@ -18,6 +18,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "dist/comm/make_communicator.hpp"
@@ -214,4 +215,14 @@ TEST_CASE("dist LoRA with gradient checkpointing, every trainer: 2 ranks under e
   check("kto LoRA+ckpt (vs trlx DDP)", [&](const test::Run& run) { return test::kto_steps(kto, run); }, false);
   const auto reward = test::read_json(test::data_dir() / "reward" / "parity.json");
   check("reward LoRA+ckpt (vs trlx)", [&](const test::Run& run) { return test::reward_steps(reward, run); }, true);
+  // GRPO and RLOO with beta > 0: the reference is the policy with adapters
+  // off, run in every generation round.
+  for (const auto& [file, trainer, name] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"steps.json", "grpo", "grpo_beta"}, {"rloo_steps.json", "rloo", "default"}}) {
+    for (const auto& cs : test::read_json(test::data_dir() / "grpo" / file)) {
+      if (cs.at("name") != name) continue;
+      check(trainer + " " + name + " LoRA+ckpt (vs trlx)",
+            [&, trainer = trainer](const test::Run& run) { return test::online_steps(cs, trainer, run); }, true);
+    }
+  }
 }
