@@ -457,6 +457,22 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
   return out;
 }
 
+std::vector<std::string> OnlineTrainer::reward_names() const {
+  std::vector<std::string> out;
+  for (const auto& f : reward_functions_) out.push_back(f->name());
+  return out;
+}
+
+void log_rounds(const std::string& trainer, const OnlineConfig& c, const OnlineTrainer& t) {
+  std::string names;
+  for (const auto& n : t.reward_names()) names += (names.empty() ? "" : ", ") + n;
+  log::info("{}: rounds of {} completions ({} prompts x {}), {} micro-batch(es) each, {} pass(es); max {} new tokens, "
+            "temperature {}; beta {}{}; rewards: {}",
+            trainer, t.rounds().generation_batch_size, t.rounds().generation_batch_size / c.num_generations,
+            c.num_generations, t.rounds().steps_per_generation, c.num_iterations, c.max_completion_length,
+            c.temperature, c.beta, c.beta == 0 ? " (no reference)" : "", names);
+}
+
 std::map<std::string, double> OnlineTrainer::run_totals() const {
   return {{"generation_seconds", generation_seconds_},
           {"scoring_seconds", scoring_seconds_},

@@ -93,6 +93,7 @@ class OnlineTrainer : public engine::Trainer {
 
   void set_fixed_completions(FixedCompletions f) { fixed_ = std::move(f); }
   const OnlineConfig::Rounds& rounds() const { return rounds_; }
+  std::vector<std::string> reward_names() const;
 
  protected:
   // The round's rewards, gathered: [G, F] (NaN: a function skipped the
@@ -127,6 +128,9 @@ class OnlineTrainer : public engine::Trainer {
   double generation_seconds_ = 0, scoring_seconds_ = 0, logprob_seconds_ = 0;
 };
 
+// One line on how the run generates: rounds, groups, passes, rewards.
+void log_rounds(const std::string& trainer, const OnlineConfig& config, const OnlineTrainer& t);
+
 // A whole run of the online trainer T on config c: set up, train, the
 // process exit code.
 template <class T, class C>
@@ -134,6 +138,7 @@ int run_online(const C& c, const std::string& trainer) {
   auto r = set_up_online_run(c, trainer);
   T t(c, std::move(r.prompts), std::move(r.text.tokenizer), std::move(r.reward_functions), r.pad_id, r.eos_ids,
       r.engine->world_size());
+  log_rounds(trainer, c, t);
   return train_to_exit_code(*r.engine, t);
 }
 
