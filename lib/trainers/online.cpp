@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "core/error.hpp"
@@ -141,8 +142,25 @@ OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer) {
   check_tokenizer_fits(r.text.tokenizer, policy.tokenizer_dir, policy.model->config().vocab_size, policy.base_dir);
   r.pad_id = resolve_pad_id(r.text.tokenizer, trainer);
   if (auto e = r.text.tokenizer.eos_token_id()) r.eos_ids.push_back(*e);
-  for (auto e : policy.model->config().eos_token_ids)
+  // Every eos id the model declares ends a completion too (an end-of-turn
+  // token): config.json's and generation_config.json's, as TRL takes them.
+  auto add_eos = [&](int64_t e) {
     if (std::find(r.eos_ids.begin(), r.eos_ids.end(), e) == r.eos_ids.end()) r.eos_ids.push_back(e);
+  };
+  for (auto e : policy.model->config().eos_token_ids) add_eos(e);
+  const fs::path gen_config = policy.base_dir / "generation_config.json";
+  if (std::ifstream in(gen_config); in) {
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    const auto e = j.is_object() ? j.value("eos_token_id", nlohmann::json()) : nlohmann::json();
+    if (j.is_discarded() || !(e.is_null() || e.is_number_integer() || e.is_array()))
+      fail_input("{}: not valid JSON, or eos_token_id is neither an id nor a list of ids", gen_config.string());
+    if (e.is_number_integer()) add_eos(e.get<int64_t>());
+    if (e.is_array())
+      for (const auto& x : e) {
+        if (!x.is_number_integer()) fail_input("{}: eos_token_id holds `{}`, not a token id", gen_config.string(), x.dump());
+        add_eos(x.get<int64_t>());
+      }
+  }
   r.prompts = prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(), c.dataset_train_split);
   const config::TrainingConfig run = engine_config(c);
   std::optional<Reference> reference;

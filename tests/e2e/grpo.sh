@@ -80,6 +80,14 @@ PY
 rm -f "$TMP/rm_plain/chat_template.jinja"
 bad_run "no chat template" --dataset_name tests/data/grpo/chat --reward_funcs "$TMP/rm_plain"
 
+# A model whose generation_config.json is broken is named, not guessed around.
+cp -r examples/tiny-model "$TMP/badgen"
+echo '{"eos_token_id": "two"}' >"$TMP/badgen/generation_config.json"
+"$TRLX" grpo --model_name_or_path "$TMP/badgen" --bf16 false --per_device_train_batch_size 4 --num_generations 2 \
+  --max_completion_length 8 --max_steps 1 --save_strategy no --output_dir "$TMP/bg" "${text[@]}" \
+  --reward_funcs think_format_reward >"$TMP/o" 2>&1
+check "[ $? = 2 ] && grep -q 'badgen/generation_config.json' '$TMP/o'" || cat "$TMP/o"
+
 # The shipped configs validate.
 for c in grpo rloo; do
   "$TRLX" validate --config configs/$c.yaml >"$TMP/o" 2>&1
