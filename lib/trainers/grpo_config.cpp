@@ -11,7 +11,10 @@ const config::Schema& grpo_schema() {
   static const config::Schema schema = [] {
     config::Schema s("grpo", "Group relative policy optimisation: completions sampled online, scored by rewards");
     config::SchemaBuilder<GRPOConfig> b(s);
-    add_training_fields(b, {.learning_rate = 1e-6, .gradient_checkpointing = true, .disable_dropout = false});
+    add_training_fields(b, {.learning_rate = 1e-6,
+                            .gradient_checkpointing = true,
+                            .disable_dropout = false,
+                            .max_length = std::nullopt});
     add_online_fields(b, {.num_generations = 8, .beta = 0.0});
     using C = GRPOConfig;
     b.group("grpo");

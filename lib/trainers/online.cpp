@@ -322,10 +322,14 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
   const int64_t f = static_cast<int64_t>(reward_functions_.size());
   const double nan = std::numeric_limits<double>::quiet_NaN();
   // Every rank's slots in one global table: each slot is written by the rank
-  // that holds it and is zero elsewhere, so a sum over ranks gathers it (NaN
-  // survives the sum).
-  std::vector<double> table(static_cast<size_t>(g * (f + 3)), 0.0);
-  auto at = [&](int64_t slot, int64_t col) -> double& { return table[static_cast<size_t>(slot * (f + 3) + col)]; };
+  // that holds it and is zero elsewhere, so one sum over ranks gathers it
+  // (NaN survives the sum). Columns: the f rewards, then the completion's
+  // length, whether it was truncated, its loss tokens and its summed KL from
+  // the reference (when the reward includes it).
+  const int64_t cols = f + 4;
+  const int64_t c_len = f, c_trunc = f + 1, c_loss_tokens = f + 2, c_kl = f + 3;
+  std::vector<double> table(static_cast<size_t>(g * cols), 0.0);
+  auto at = [&](int64_t slot, int64_t col) -> double& { return table[static_cast<size_t>(slot * cols + col)]; };
   for (int64_t k = 0; k < f; ++k) {
     const auto scores = reward_functions_[static_cast<size_t>(k)]->score(samples);
     if (scores.size() != samples.size())
@@ -342,9 +346,9 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
   for (size_t i = 0; i < slots.size(); ++i) {
     const auto slot = first + static_cast<int64_t>(i);
     truncated[i] = !is_end(completions[i].back());
-    at(slot, f) = static_cast<double>(completions[i].size());
-    at(slot, f + 1) = truncated[i] ? 1.0 : 0.0;
-    at(slot, f + 2) = static_cast<double>(example_of(slots[i]).prompt_ids.size());
+    at(slot, c_len) = static_cast<double>(completions[i].size());
+    at(slot, c_trunc) = truncated[i] ? 1.0 : 0.0;
+    at(slot, c_loss_tokens) = config_.mask_truncated_completions && truncated[i] ? 0.0 : at(slot, c_len);
   }
 
   // --- tensors of this rank's round ---------------------------------------
@@ -372,8 +376,6 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
   const auto completion_ids = pad_right(completions, cwidth, pad_id_);
   const auto prompt_len_t = torch::tensor(prompt_lengths, torch::kInt64);
   const auto lengths_t = torch::tensor(lengths, torch::kInt64);
-  const double mask_sum = completion_mask.sum().item<double>();
-  std::vector<double> sums = {mask_sum};
 
   // --- log-probs the loss needs later (per micro-batch-sized chunk) -------
   const int64_t bs = config_.per_device_train_batch_size;
@@ -405,28 +407,20 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
     engine.set_training(was_training);
   }
   logprob_seconds_ += since(t0);
-  torch::Tensor local_seq_kl;
-  double kl_sum = 0;
   if (reward_includes_kl()) {
-    const auto old_all = torch::cat(old_logps).cpu().to(torch::kFloat64);
-    const auto per_token = (old_all - torch::cat(ref_logps).cpu().to(torch::kFloat64)) *
+    const auto per_token = (torch::cat(old_logps).cpu().to(torch::kFloat64) -
+                            torch::cat(ref_logps).cpu().to(torch::kFloat64)) *
                            completion_mask.to(torch::kFloat64);
-    local_seq_kl = per_token.sum(1);
-    kl_sum = per_token.sum().item<double>();
+    const auto seq = per_token.sum(1).contiguous();
+    for (int64_t i = 0; i < local; ++i) at(first + i, c_kl) = seq.data_ptr<double>()[i];
   }
-  sums.push_back(kl_sum);
   engine.sum_across_ranks(table);
-  engine.sum_across_ranks(sums);
+  const auto full = torch::tensor(table, torch::kFloat64).view({g, cols});
+  const double loss_tokens = full.select(1, c_loss_tokens).sum().item<double>();
   std::optional<torch::Tensor> seq_kl;
-  if (reward_includes_kl()) {
-    std::vector<double> all(static_cast<size_t>(g), 0.0);
-    for (int64_t i = 0; i < local; ++i) all[static_cast<size_t>(first + i)] = local_seq_kl[i].item<double>();
-    engine.sum_across_ranks(all);
-    seq_kl = torch::tensor(all, torch::kFloat64).to(torch::kFloat32);
-  }
+  if (reward_includes_kl()) seq_kl = full.select(1, c_kl).to(torch::kFloat32);
 
   // --- advantages over the whole round ------------------------------------
-  const auto full = torch::tensor(table, torch::kFloat64).view({g, f + 3});
   const auto rewards_per_func = full.slice(1, 0, f).to(torch::kFloat32);
   std::vector<double> w = config_.reward_weights.value_or(std::vector<double>(static_cast<size_t>(f), 1.0));
   const auto weights = torch::tensor(w, torch::kFloat64).to(torch::kFloat32);
@@ -435,7 +429,7 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
   // --- the round's metrics (the same on every rank) -----------------------
   Rollout out;
   auto& m = out.metrics;
-  const auto comp_len = full.select(1, f), trunc = full.select(1, f + 1) > 0.5;
+  const auto comp_len = full.select(1, c_len), trunc = full.select(1, c_trunc) > 0.5;
   m.add_entry("completions/mean_length", comp_len.mean().item<double>());
   m.add_entry("completions/min_length", comp_len.min().item<double>());
   m.add_entry("completions/max_length", comp_len.max().item<double>());
@@ -445,7 +439,7 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
   m.add_entry("completions/mean_terminated_length", term.mean().item<double>());
   m.add_entry("completions/min_terminated_length", term.min().item<double>());
   m.add_entry("completions/max_terminated_length", term.max().item<double>());
-  if (reward_includes_kl()) m.add_entry("kl", sums[1] / std::max(1.0, sums[0]));
+  if (reward_includes_kl()) m.add_entry("kl", full.select(1, c_kl).sum().item<double>() / std::max(1.0, loss_tokens));
   for (int64_t k = 0; k < f; ++k) {
     const auto col = rewards_per_func.select(1, k);
     const auto& n = reward_functions_[static_cast<size_t>(k)]->name();
@@ -462,7 +456,7 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
 
   // --- micro-batches --------------------------------------------------------
   const auto local_adv = adv.advantages.slice(0, first, first + local).to(torch::kFloat32);
-  const auto items = torch::full({}, sums[0], torch::kFloat64);
+  const auto items = torch::full({}, loss_tokens, torch::kFloat64);
   for (int64_t mi = 0; mi < rounds_.steps_per_generation; ++mi) {
     auto mb = micro(mi);
     const int64_t lo = mi * bs, hi = std::min(local, lo + bs);

@@ -128,6 +128,11 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
       out.conflict({"sync_ref_model", "use_peft"},
                    "with use_peft and no ref_model the reference is the base model with adapters off, which cannot "
                    "be synced; set ref_model or turn sync_ref_model off");
+    // TRL's online configs have no max_length: a sequence is bounded by its
+    // prompt and its completion lengths.
+    if (c.max_length)
+      out.invalid("max_length", "online trainers do not use it: a sequence is bounded by max_prompt_length and "
+                                "max_completion_length; remove max_length");
     if (c.eval_strategy != "no")
       out.invalid("eval_strategy", "evaluation of online trainers (generating on the test split) is not built yet; "
                                    "set eval_strategy: no");

@@ -6,7 +6,10 @@ const config::Schema& rloo_schema() {
   static const config::Schema schema = [] {
     config::Schema s("rloo", "REINFORCE leave-one-out on prompts, rewarded online");
     config::SchemaBuilder<RLOOConfig> b(s);
-    add_training_fields(b, {.learning_rate = 1e-6, .gradient_checkpointing = true, .disable_dropout = false});
+    add_training_fields(b, {.learning_rate = 1e-6,
+                            .gradient_checkpointing = true,
+                            .disable_dropout = false,
+                            .max_length = std::nullopt});
     add_online_fields(b, {.num_generations = 2, .beta = 0.05});
     using C = RLOOConfig;
     b.group("rloo");

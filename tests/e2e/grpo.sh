@@ -67,6 +67,7 @@ bad_run "multiple of num_generations" "${text[@]}" --generation_batch_size 5 --r
 bad_run "no_such_reward.py" "${text[@]}" --reward_funcs '{"command": "python3 /nonexistent/no_such_reward.py"}'
 bad_run "not a built-in reward" "${text[@]}" --reward_funcs no_such_function
 bad_run "reward_funcs is empty" "${text[@]}"
+bad_run "online trainers do not use it" "${text[@]}" --max_length 64 --reward_funcs "$program"
 bad_run "named .length." "${text[@]}" --reward_funcs "$program" "$program"
 # A reward model with its own tokenizer and no chat template cannot score conversations.
 cp -r "$TMP/rm" "$TMP/rm_plain"
