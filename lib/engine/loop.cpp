@@ -374,7 +374,9 @@ RunSummary Engine::train(Trainer& trainer) {
       for (const auto& [k, v] : window.means()) m[k] = v;
       log_metrics(m);
       std::string line;
-      for (const auto& k : {"loss", "grad_norm", "learning_rate", "reward", "mean_token_accuracy", "entropy"})
+      // The headline of each trainer's metrics, where it has one.
+      for (const auto& k : {"loss", "grad_norm", "learning_rate", "reward", "mean_token_accuracy", "entropy",
+                            "objective/scores", "objective/kl"})
         if (m.count(k)) line += fmt::format("{}={:.4g}  ", k, m[k]);
       if (tty) std::cerr << "\r\033[K";
       log::info("step {}/{}  {}epoch={:.2f}  {:.2f} it/s  ETA {}", step_, schedule_.total_steps, line, epoch_f, rate,

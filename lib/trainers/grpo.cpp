@@ -10,7 +10,7 @@ namespace trlx::trainers {
 GRPOTrainer::GRPOTrainer(const GRPOConfig& config, PromptSplit prompts, text::Tokenizer tokenizer,
                          std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,
                          std::vector<int64_t> eos_ids, int world_size)
-    : OnlineTrainer(config, "grpo", std::move(prompts), std::move(tokenizer), std::move(reward_functions), pad_id,
+    : GroupTrainer(config, "grpo", std::move(prompts), std::move(tokenizer), std::move(reward_functions), pad_id,
                     std::move(eos_ids), world_size),
       grpo_(config),
       entropy_coef_(config.entropy_coef) {

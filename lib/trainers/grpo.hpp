@@ -9,7 +9,7 @@
 
 namespace trlx::trainers {
 
-class GRPOTrainer : public OnlineTrainer {
+class GRPOTrainer : public GroupTrainer {
  public:
   GRPOTrainer(const GRPOConfig& config, PromptSplit prompts, text::Tokenizer tokenizer,
               std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,

@@ -53,7 +53,7 @@ PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, c
     for (const auto& [k, v] : row.value.items())
       if (k != "prompt") ex.columns[k] = v;
     ex.prompt_ids = out.conversational ? render_conversation_ids(tok, *tmpl, ex.prompt, true)
-                                       : encode_text(tok, ex.prompt.get<std::string>(), true);
+                                       : encode_text(tok, ex.prompt.get<std::string>(), c.prompt_special_tokens);
     if (ex.prompt_ids.empty()) fail_input("{}: the prompt tokenizes to nothing", row.where());
     if (c.max_prompt_length && static_cast<int64_t>(ex.prompt_ids.size()) > *c.max_prompt_length) {
       ex.prompt_ids.erase(ex.prompt_ids.begin(), ex.prompt_ids.end() - *c.max_prompt_length);
@@ -71,11 +71,18 @@ std::vector<std::unique_ptr<rewards::RewardFunction>> make_reward_functions(cons
                                                                             const std::string& trainer,
                                                                             torch::Device device,
                                                                             bool conversational) {
-  if (c.reward_funcs.empty())
+  if (c.reward_funcs.empty() && !c.reward_model_path)
     fail_input("{}: reward_funcs is empty; name at least one reward function (a built-in such as "
                "think_format_reward, a reward model directory, or {{command: \"python3 my_reward.py\"}})",
                trainer);
   std::vector<std::unique_ptr<rewards::RewardFunction>> out;
+  if (c.reward_model_path) {
+    if (!fs::is_directory(*c.reward_model_path))
+      fail_input("reward_model_path: {} is not a directory; give a reward model directory (one `trlx reward` saved, "
+                 "or a Hugging Face ...ForSequenceClassification model)",
+                 *c.reward_model_path);
+    out.push_back(make_reward_model_function(*c.reward_model_path, device, c.dtype, conversational));
+  }
   for (const auto& entry : c.reward_funcs) {
     if (!entry.empty() && entry.front() == '{') {
       const auto spec = nlohmann::json::parse(entry);
@@ -175,7 +182,7 @@ OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer) {
 OnlineTrainer::OnlineTrainer(const OnlineConfig& config, std::string name, PromptSplit prompts,
                              text::Tokenizer tokenizer,
                              std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,
-                             std::vector<int64_t> eos_ids, int world_size)
+                             std::vector<int64_t> eos_ids)
     : config_(config),
       name_(std::move(name)),
       prompts_(std::move(prompts)),
@@ -183,11 +190,19 @@ OnlineTrainer::OnlineTrainer(const OnlineConfig& config, std::string name, Promp
       reward_functions_(std::move(reward_functions)),
       pad_id_(pad_id),
       eos_ids_(std::move(eos_ids)),
-      rounds_(config.rounds(world_size)) {
+      logprob_temperature_(config.temperature) {
   if (config_.reward_weights && config_.reward_weights->size() != reward_functions_.size())
     fail_input("{}: {} reward_weights for {} reward functions", name_, config_.reward_weights->size(),
                reward_functions_.size());
 }
+
+GroupTrainer::GroupTrainer(const OnlineConfig& config, std::string name, PromptSplit prompts,
+                           text::Tokenizer tokenizer,
+                           std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,
+                           std::vector<int64_t> eos_ids, int world_size)
+    : OnlineTrainer(config, std::move(name), std::move(prompts), std::move(tokenizer), std::move(reward_functions),
+                    pad_id, std::move(eos_ids)),
+      rounds_(config.rounds(world_size)) {}
 
 size_t OnlineTrainer::num_examples(const std::string& split) const {
   return split == "train" ? prompts_.examples.size() : 0;
@@ -221,7 +236,7 @@ losses::TokenLogProbs OnlineTrainer::completion_logprobs(engine::Engine& engine,
   if (entropy_grad) {
     // The hidden states of the completion positions only, then their logits.
     const auto h = hidden.gather(1, index.unsqueeze(-1).expand({b, c, hidden.size(2)}));
-    const auto logits = engine.head(role, h).to(torch::kFloat32) / config_.temperature;
+    const auto logits = engine.head(role, h).to(torch::kFloat32) / logprob_temperature_;
     const auto logp = torch::log_softmax(logits, -1);
     const auto targets = batch.at("completion_ids").to(dev);
     const auto realf = real.to(torch::kFloat32);
@@ -230,7 +245,7 @@ losses::TokenLogProbs OnlineTrainer::completion_logprobs(engine::Engine& engine,
     return out;
   }
   losses::LogProbOptions o;
-  o.temperature = config_.temperature;
+  o.temperature = logprob_temperature_;
   o.entropy = entropy;
   auto lp = engine.logprobs(role, hidden.slice(1, 0, t - 1), ids.to(dev).slice(1, 1, t), positions, o);
   const auto realf = real.to(lp.logps.scalar_type());
@@ -253,23 +268,14 @@ double nanmean_of(const torch::Tensor& x) { return torch::nanmean(x.to(torch::kF
 
 }  // namespace
 
-engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const std::vector<size_t>& round_prompts) {
-  const int64_t ng = config_.num_generations;
-  const int64_t g = rounds_.generation_batch_size;
-  const int64_t world = engine.world_size();
-  const int64_t local = g / world;
-  const int64_t first = engine.rank() * local;
-  std::vector<size_t> slots;
-  for (int64_t s = first; s < first + local; ++s) slots.push_back(static_cast<size_t>(s));
-  auto example_of = [&](size_t slot) -> const PromptExample& {
-    return prompts_.examples.at(round_prompts.at(slot / static_cast<size_t>(ng)));
-  };
-
-  // --- generate (this rank's slots) -------------------------------------
+OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
+                                                        const std::vector<const PromptExample*>& rows,
+                                                        const std::vector<size_t>& slots, int64_t group) {
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   auto t0 = Clock::now();
-  std::vector<std::vector<int64_t>> completions;
+  Scored out;
+  auto& completions = out.completions;
   if (fixed_) {
     completions = fixed_(slots);
   } else {
@@ -284,43 +290,109 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
     o.eos_token_ids = eos_ids_;
     o.pad_token_id = pad_id_;
     std::vector<std::vector<int64_t>> prompts;
-    // A rank holding whole groups generates each prompt's samples together
-    // (one shared prefill); otherwise one row per slot.
-    if (local % ng == 0) {
-      o.num_return_sequences = ng;
-      for (size_t i = 0; i < slots.size(); i += static_cast<size_t>(ng)) prompts.push_back(example_of(slots[i]).prompt_ids);
-    } else {
-      for (size_t s : slots) prompts.push_back(example_of(s).prompt_ids);
-    }
+    // Rows sharing a prompt are sampled together (one shared prefill).
+    o.num_return_sequences = group;
+    for (size_t i = 0; i < rows.size(); i += static_cast<size_t>(group)) prompts.push_back(rows[i]->prompt_ids);
     auto gen = engine.generate(prompts, o,
                                {config_.ds3_gather_for_generation, config_.ds3_gather_for_generation_budget_mb});
     completions = std::move(gen.completions);
   }
-  if (completions.size() != slots.size())
-    throw Error(fmt::format("{}: {} completions for {} slots", name_, completions.size(), slots.size()));
+  if (completions.size() != rows.size())
+    throw Error(fmt::format("{}: {} completions for {} rows", name_, completions.size(), rows.size()));
   for (auto& c : completions)
     if (c.empty()) c.push_back(eos_ids_.empty() ? pad_id_ : eos_ids_.front());
   generation_seconds_ += since(t0);
   t0 = Clock::now();
 
-  // --- score ---------------------------------------------------------------
   for (auto& f : reward_functions_) f->set_step(engine.global_step());
   std::vector<rewards::Sample> samples;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const auto& ex = example_of(slots[i]);
+  for (size_t i = 0; i < rows.size(); ++i) {
     rewards::Sample s;
-    s.prompt = ex.prompt;
+    s.prompt = rows[i]->prompt;
     const std::vector<int32_t> ids32(completions[i].begin(), completions[i].end());
     const std::string text = tokenizer_.decode(ids32, true);
     s.completion = prompts_.conversational
                        ? nlohmann::ordered_json::array({{{"role", "assistant"}, {"content", text}}})
                        : nlohmann::ordered_json(text);
     s.completion_ids = completions[i];
-    s.columns = ex.columns;
+    s.columns = rows[i]->columns;
     samples.push_back(std::move(s));
   }
   const int64_t f = static_cast<int64_t>(reward_functions_.size());
-  const double nan = std::numeric_limits<double>::quiet_NaN();
+  out.rewards = torch::full({static_cast<int64_t>(rows.size()), f}, std::numeric_limits<double>::quiet_NaN(),
+                            torch::kFloat64);
+  auto* r = out.rewards.data_ptr<double>();
+  for (int64_t k = 0; k < f; ++k) {
+    const auto scores = reward_functions_[static_cast<size_t>(k)]->score(samples);
+    if (scores.size() != samples.size())
+      throw Error(fmt::format("reward function {} gave {} scores for {} completions",
+                              reward_functions_[static_cast<size_t>(k)]->name(), scores.size(), samples.size()));
+    for (size_t i = 0; i < samples.size(); ++i)
+      if (scores[i]) r[static_cast<int64_t>(i) * f + k] = *scores[i];
+  }
+  scoring_seconds_ += since(t0);
+  return out;
+}
+
+bool OnlineTrainer::ends(int64_t id) const {
+  return id == pad_id_ || std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
+}
+
+engine::TensorMap OnlineTrainer::pack_rows(const std::vector<std::vector<int64_t>>& prompts,
+                                           const std::vector<std::vector<int64_t>>& completions,
+                                           const std::vector<bool>& masked) const {
+  const auto n = static_cast<int64_t>(prompts.size());
+  int64_t width = 1, cwidth = 1;
+  std::vector<std::vector<int64_t>> seqs;
+  std::vector<int64_t> prompt_lengths, lengths;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int64_t> seq = prompts[i];
+    seq.insert(seq.end(), completions[i].begin(), completions[i].end());
+    width = std::max<int64_t>(width, static_cast<int64_t>(seq.size()));
+    cwidth = std::max<int64_t>(cwidth, static_cast<int64_t>(completions[i].size()));
+    prompt_lengths.push_back(static_cast<int64_t>(prompts[i].size()));
+    lengths.push_back(static_cast<int64_t>(completions[i].size()));
+    seqs.push_back(std::move(seq));
+  }
+  auto attention = torch::zeros({n, width}, torch::kInt64);
+  auto completion_mask = torch::zeros({n, cwidth}, torch::kFloat32);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto u = static_cast<size_t>(i);
+    attention[i].slice(0, 0, prompt_lengths[u] + lengths[u]).fill_(1);
+    if (!masked[u]) completion_mask[i].slice(0, 0, lengths[u]).fill_(1);
+  }
+  engine::TensorMap out;
+  out["input_ids"] = pad_right(seqs, width, pad_id_);
+  out["attention_mask"] = attention;
+  out["completion_mask"] = completion_mask;
+  out["completion_ids"] = pad_right(completions, cwidth, pad_id_);
+  out["prompt_lengths"] = torch::tensor(prompt_lengths, torch::kInt64);
+  out["completion_lengths"] = torch::tensor(lengths, torch::kInt64);
+  return out;
+}
+
+engine::Trainer::Rollout GroupTrainer::rollout(engine::Engine& engine, const std::vector<size_t>& round_prompts) {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const int64_t ng = config_.num_generations;
+  const int64_t g = rounds_.generation_batch_size;
+  const int64_t world = engine.world_size();
+  const int64_t local = g / world;
+  const int64_t first = engine.rank() * local;
+  std::vector<size_t> slots;
+  std::vector<const PromptExample*> rows;
+  for (int64_t s = first; s < first + local; ++s) {
+    slots.push_back(static_cast<size_t>(s));
+    rows.push_back(&prompts_.examples.at(round_prompts.at(static_cast<size_t>(s / ng))));
+  }
+
+  // --- generate and score this rank's slots ------------------------------
+  // A rank holding whole groups samples each prompt's completions together;
+  // otherwise one row per slot.
+  auto scored = generate_and_score(engine, rows, slots, local % ng == 0 ? ng : 1);
+  const auto& completions = scored.completions;
+
+  const int64_t f = static_cast<int64_t>(reward_functions_.size());
   // Every rank's slots in one global table: each slot is written by the rank
   // that holds it and is zero elsewhere, so one sum over ranks gathers it
   // (NaN survives the sum). Columns: the f rewards, then the completion's
@@ -330,70 +402,34 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
   const int64_t c_len = f, c_trunc = f + 1, c_loss_tokens = f + 2, c_kl = f + 3;
   std::vector<double> table(static_cast<size_t>(g * cols), 0.0);
   auto at = [&](int64_t slot, int64_t col) -> double& { return table[static_cast<size_t>(slot * cols + col)]; };
-  for (int64_t k = 0; k < f; ++k) {
-    const auto scores = reward_functions_[static_cast<size_t>(k)]->score(samples);
-    if (scores.size() != samples.size())
-      throw Error(fmt::format("reward function {} gave {} scores for {} completions",
-                              reward_functions_[static_cast<size_t>(k)]->name(), scores.size(), samples.size()));
-    for (size_t i = 0; i < samples.size(); ++i)
-      at(first + static_cast<int64_t>(i), k) = scores[i] ? *scores[i] : nan;
-  }
-  scoring_seconds_ += since(t0);
-  auto is_end = [&](int64_t id) {
-    return id == pad_id_ || std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
-  };
+  const auto* r = scored.rewards.data_ptr<double>();
   std::vector<bool> truncated(slots.size());
+  std::vector<std::vector<int64_t>> prompt_ids;
   for (size_t i = 0; i < slots.size(); ++i) {
     const auto slot = first + static_cast<int64_t>(i);
-    truncated[i] = !is_end(completions[i].back());
+    for (int64_t k = 0; k < f; ++k) at(slot, k) = r[static_cast<int64_t>(i) * f + k];
+    truncated[i] = !ends(completions[i].back());
     at(slot, c_len) = static_cast<double>(completions[i].size());
     at(slot, c_trunc) = truncated[i] ? 1.0 : 0.0;
     at(slot, c_loss_tokens) = config_.mask_truncated_completions && truncated[i] ? 0.0 : at(slot, c_len);
+    prompt_ids.push_back(rows[i]->prompt_ids);
   }
-
-  // --- tensors of this rank's round ---------------------------------------
-  int64_t width = 1, cwidth = 1;
-  std::vector<std::vector<int64_t>> seqs;
-  std::vector<int64_t> prompt_lengths, lengths;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const auto& p = example_of(slots[i]).prompt_ids;
-    std::vector<int64_t> seq = p;
-    seq.insert(seq.end(), completions[i].begin(), completions[i].end());
-    width = std::max<int64_t>(width, static_cast<int64_t>(seq.size()));
-    cwidth = std::max<int64_t>(cwidth, static_cast<int64_t>(completions[i].size()));
-    prompt_lengths.push_back(static_cast<int64_t>(p.size()));
-    lengths.push_back(static_cast<int64_t>(completions[i].size()));
-    seqs.push_back(std::move(seq));
-  }
-  const auto input_ids = pad_right(seqs, width, pad_id_);
-  auto attention = torch::zeros({local, width}, torch::kInt64);
-  auto completion_mask = torch::zeros({local, cwidth}, torch::kFloat32);
-  for (int64_t i = 0; i < local; ++i) {
-    attention[i].slice(0, 0, prompt_lengths[static_cast<size_t>(i)] + lengths[static_cast<size_t>(i)]).fill_(1);
-    if (!(config_.mask_truncated_completions && truncated[static_cast<size_t>(i)]))
-      completion_mask[i].slice(0, 0, lengths[static_cast<size_t>(i)]).fill_(1);
-  }
-  const auto completion_ids = pad_right(completions, cwidth, pad_id_);
-  const auto prompt_len_t = torch::tensor(prompt_lengths, torch::kInt64);
-  const auto lengths_t = torch::tensor(lengths, torch::kInt64);
+  std::vector<bool> masked(slots.size(), false);
+  if (config_.mask_truncated_completions) masked = truncated;
+  const auto packed = pack_rows(prompt_ids, completions, masked);
 
   // --- log-probs the loss needs later (per micro-batch-sized chunk) -------
   const int64_t bs = config_.per_device_train_batch_size;
   auto micro = [&](int64_t m) {
     engine::TensorMap mb;
     const int64_t lo = m * bs, hi = std::min(local, lo + bs);
-    mb["input_ids"] = input_ids.slice(0, lo, hi);
-    mb["attention_mask"] = attention.slice(0, lo, hi);
-    mb["completion_mask"] = completion_mask.slice(0, lo, hi);
-    mb["completion_ids"] = completion_ids.slice(0, lo, hi);
-    mb["prompt_lengths"] = prompt_len_t.slice(0, lo, hi);
-    mb["completion_lengths"] = lengths_t.slice(0, lo, hi);
+    for (const auto& [k, v] : packed) mb[k] = v.slice(0, lo, hi);
     return mb;
   };
   const int64_t chunks = (local + bs - 1) / bs;
   std::vector<torch::Tensor> old_logps, ref_logps;
   const bool want_ref = config_.beta != 0;
-  t0 = Clock::now();
+  auto t0 = Clock::now();
   if (needs_old_logps() || want_ref) {
     torch::NoGradGuard no_grad;
     const bool was_training = engine.training();
@@ -410,7 +446,7 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
   if (reward_includes_kl()) {
     const auto per_token = (torch::cat(old_logps).cpu().to(torch::kFloat64) -
                             torch::cat(ref_logps).cpu().to(torch::kFloat64)) *
-                           completion_mask.to(torch::kFloat64);
+                           packed.at("completion_mask").to(torch::kFloat64);
     const auto seq = per_token.sum(1).contiguous();
     for (int64_t i = 0; i < local; ++i) at(first + i, c_kl) = seq.data_ptr<double>()[i];
   }
@@ -449,10 +485,7 @@ engine::Trainer::Rollout OnlineTrainer::rollout(engine::Engine& engine, const st
   m.add_entry("reward", nanmean_of(adv.rewards));
   m.add_entry("reward_std", losses::nanstd(adv.rewards.to(torch::kFloat64)).item<double>());
   m.add_entry("frac_reward_zero_std", adv.std_is_zero.to(torch::kFloat64).mean().item<double>());
-  double tokens = 0;
-  for (int64_t i = 0; i < local; ++i)
-    tokens += static_cast<double>(prompt_lengths[static_cast<size_t>(i)] + lengths[static_cast<size_t>(i)]);
-  out.tokens = tokens;
+  out.tokens = packed.at("attention_mask").sum().item<double>();
 
   // --- micro-batches --------------------------------------------------------
   const auto local_adv = adv.advantages.slice(0, first, first + local).to(torch::kFloat32);
@@ -475,14 +508,19 @@ std::vector<std::string> OnlineTrainer::reward_names() const {
   return out;
 }
 
-void log_rounds(const std::string& trainer, const OnlineConfig& c, const OnlineTrainer& t) {
+std::string OnlineTrainer::describe_rewards() const {
   std::string names;
-  for (const auto& n : t.reward_names()) names += (names.empty() ? "" : ", ") + n;
-  log::info("{}: rounds of {} completions ({} prompts x {}), {} micro-batch(es) each, {} pass(es); max {} new tokens, "
-            "temperature {}; beta {}{}; rewards: {}",
-            trainer, t.rounds().generation_batch_size, t.rounds().generation_batch_size / c.num_generations,
-            c.num_generations, t.rounds().steps_per_generation, c.num_iterations, c.max_completion_length,
-            c.temperature, c.beta, c.beta == 0 ? " (no reference)" : "", names);
+  for (const auto& n : reward_names()) names += (names.empty() ? "" : ", ") + n;
+  return names;
+}
+
+std::string GroupTrainer::describe() const {
+  const auto& c = config_;
+  return fmt::format("rounds of {} completions ({} prompts x {}), {} micro-batch(es) each, {} pass(es); max {} new "
+                     "tokens, temperature {}; beta {}{}; rewards: {}",
+                     rounds_.generation_batch_size, rounds_.generation_batch_size / c.num_generations,
+                     c.num_generations, rounds_.steps_per_generation, c.num_iterations, c.max_completion_length,
+                     c.temperature, c.beta, c.beta == 0 ? " (no reference)" : "", describe_rewards());
 }
 
 std::map<std::string, double> OnlineTrainer::run_totals() const {

@@ -1,10 +1,9 @@
 #pragma once
-// What the online trainers (grpo, rloo) share: prompts read and tokenized as
-// TRL does, generation rounds (this rank's share of the round's completion
-// slots, generated through the engine), scoring by every reward function,
-// rewards gathered over ranks so that each group is seen whole, the round's
-// metrics under TRL's names, and the round cut into micro-batches with the
-// log-probs the loss needs later. A trainer adds its advantages and its loss.
+// What the online trainers (grpo, rloo, online-dpo) share: prompts read and
+// tokenized as TRL does, completions generated through the engine for this
+// rank's slots of each round, scoring by every reward function, and the
+// log-probs of completions. The group trainers (grpo, rloo) add rounds of
+// num_generations per prompt with group advantages.
 #include <functional>
 #include <map>
 #include <memory>
@@ -14,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/log.hpp"
 #include "engine/engine.hpp"
 #include "losses/policy_gradient.hpp"
 #include "rewards/reward_function.hpp"
@@ -34,8 +34,8 @@ struct PromptSplit {
   size_t truncated = 0;  // prompts cut to max_prompt_length
 };
 
-// The prompts of one split: plain text tokenized with the tokenizer's special
-// tokens, conversations rendered through the chat template with the
+// The prompts of one split: plain text tokenized (with the tokenizer's
+// special tokens when config.prompt_special_tokens), conversations rendered through the chat template with the
 // generation prompt; longer than max_prompt_length: the last tokens kept.
 PromptSplit prepare_prompts(const OnlineConfig& config, const std::string& trainer, const text::Tokenizer& tokenizer,
                             const text::ChatTemplate* chat_template, const std::string& split);
@@ -67,6 +67,9 @@ OnlineRun set_up_online_run(const OnlineConfig& config, const std::string& train
 // shuffle_dataset is off.
 config::TrainingConfig engine_config(const OnlineConfig& config);
 
+// What every online trainer does around its loss: prompts, reward
+// functions, sampling (or a fixed replay of completions), scoring, and the
+// per-token log-probs of completions under the policy or the reference.
 class OnlineTrainer : public engine::Trainer {
  public:
   // Completions for this rank's slots of a round, instead of sampling them
@@ -76,15 +79,11 @@ class OnlineTrainer : public engine::Trainer {
 
   OnlineTrainer(const OnlineConfig& config, std::string name, PromptSplit prompts, text::Tokenizer tokenizer,
                 std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,
-                std::vector<int64_t> eos_ids, int world_size);
+                std::vector<int64_t> eos_ids);
 
   std::string name() const override { return name_; }
   size_t num_examples(const std::string& split) const override;
   engine::TensorMap collate(const std::string& split, const std::vector<size_t>& indices) const override;
-  int64_t prompts_per_round() const override { return rounds_.generation_batch_size / config_.num_generations; }
-  int64_t micro_batches_per_round() const override { return rounds_.steps_per_generation; }
-  int64_t passes_per_round() const override { return config_.num_iterations; }
-  Rollout rollout(engine::Engine& engine, const std::vector<size_t>& round_prompts) override;
 
   // Seconds this rank spent generating, scoring and computing the round's
   // reference and old log-probs (generation_seconds, scoring_seconds,
@@ -92,8 +91,76 @@ class OnlineTrainer : public engine::Trainer {
   std::map<std::string, double> run_totals() const override;
 
   void set_fixed_completions(FixedCompletions f) { fixed_ = std::move(f); }
-  const OnlineConfig::Rounds& rounds() const { return rounds_; }
   std::vector<std::string> reward_names() const;
+  // One line for the log on how the run generates and what scores it.
+  virtual std::string describe() const = 0;
+
+ protected:
+  // This rank's rows of a round: rows[i] is the prompt of global slot
+  // slots[i], and each run of `group` consecutive rows shares its prompt
+  // (sampled with one shared prefill). Each gets a completion, sampled or
+  // replayed (an empty one becomes an eos), and every reward function's
+  // score: rewards [rows, F] float64, NaN where a function skipped one.
+  struct Scored {
+    std::vector<std::vector<int64_t>> completions;
+    torch::Tensor rewards;
+  };
+  Scored generate_and_score(engine::Engine& engine, const std::vector<const PromptExample*>& rows,
+                            const std::vector<size_t>& slots, int64_t group);
+
+  // The reward functions' names, comma-separated.
+  std::string describe_rewards() const;
+
+  // Whether a completion's last token ends it (an eos, or padding).
+  bool ends(int64_t id) const;
+
+  // Rows of prompt then completion, padded on the right, as
+  // completion_logprobs reads them: input_ids, attention_mask,
+  // completion_ids, completion_mask (all 0 on rows with masked[i]),
+  // prompt_lengths, completion_lengths.
+  engine::TensorMap pack_rows(const std::vector<std::vector<int64_t>>& prompts,
+                              const std::vector<std::vector<int64_t>>& completions,
+                              const std::vector<bool>& masked) const;
+
+  // Per-token log-probs (and entropy) of a micro-batch's completion tokens
+  // under the model in `role`: [B, C], 0 past each completion. The entropy
+  // has no gradient unless `entropy_grad` (an entropy bonus in the loss),
+  // which builds the completion positions' logits. Logits are divided by
+  // logprob_temperature_ (the sampling temperature where the trainer's
+  // reference does so).
+  losses::TokenLogProbs completion_logprobs(engine::Engine& engine, engine::Role role, const engine::TensorMap& batch,
+                                            bool entropy, bool entropy_grad = false);
+
+  OnlineConfig config_;
+  std::string name_;
+  PromptSplit prompts_;
+  text::Tokenizer tokenizer_;
+  std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions_;
+  int64_t pad_id_;
+  std::vector<int64_t> eos_ids_;
+  double logprob_temperature_;
+  FixedCompletions fixed_;
+  double generation_seconds_ = 0, scoring_seconds_ = 0, logprob_seconds_ = 0;
+};
+
+// The group trainers (grpo, rloo): num_generations completions per prompt,
+// rewards gathered over ranks so that each group is seen whole, advantages
+// over the round, the round's metrics under TRL's names, and the round cut
+// into micro-batches with the log-probs the loss needs later. A trainer adds
+// its advantages and its loss.
+class GroupTrainer : public OnlineTrainer {
+ public:
+  GroupTrainer(const OnlineConfig& config, std::string name, PromptSplit prompts, text::Tokenizer tokenizer,
+               std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,
+               std::vector<int64_t> eos_ids, int world_size);
+
+  int64_t prompts_per_round() const override { return rounds_.generation_batch_size / config_.num_generations; }
+  int64_t micro_batches_per_round() const override { return rounds_.steps_per_generation; }
+  int64_t passes_per_round() const override { return config_.num_iterations; }
+  Rollout rollout(engine::Engine& engine, const std::vector<size_t>& round_prompts) override;
+
+  const OnlineConfig::Rounds& rounds() const { return rounds_; }
+  std::string describe() const override;
 
  protected:
   // The round's rewards, gathered: [G, F] (NaN: a function skipped the
@@ -109,27 +176,8 @@ class OnlineTrainer : public engine::Trainer {
   // reference (RLOO), logged then as the round's `kl`.
   virtual bool reward_includes_kl() const { return false; }
 
-  // Per-token log-probs (and entropy) of a micro-batch's completion tokens
-  // under the model in `role`: [B, C], 0 past each completion. The entropy
-  // has no gradient unless `entropy_grad` (an entropy bonus in the loss),
-  // which builds the completion positions' logits.
-  losses::TokenLogProbs completion_logprobs(engine::Engine& engine, engine::Role role, const engine::TensorMap& batch,
-                                            bool entropy, bool entropy_grad = false);
-
-  OnlineConfig config_;
-  std::string name_;
-  PromptSplit prompts_;
-  text::Tokenizer tokenizer_;
-  std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions_;
-  int64_t pad_id_;
-  std::vector<int64_t> eos_ids_;
   OnlineConfig::Rounds rounds_;
-  FixedCompletions fixed_;
-  double generation_seconds_ = 0, scoring_seconds_ = 0, logprob_seconds_ = 0;
 };
-
-// One line on how the run generates: rounds, groups, passes, rewards.
-void log_rounds(const std::string& trainer, const OnlineConfig& config, const OnlineTrainer& t);
 
 // A whole run of the online trainer T on config c: set up, train, the
 // process exit code.
@@ -138,7 +186,7 @@ int run_online(const C& c, const std::string& trainer) {
   auto r = set_up_online_run(c, trainer);
   T t(c, std::move(r.prompts), std::move(r.text.tokenizer), std::move(r.reward_functions), r.pad_id, r.eos_ids,
       r.engine->world_size());
-  log_rounds(trainer, c, t);
+  log::info("{}: {}", trainer, t.describe());
   return train_to_exit_code(*r.engine, t);
 }
 

@@ -13,6 +13,9 @@ struct OnlineConfig : config::TrainingConfig {
   // Scoring: built-in names, reward model directories, or programs
   // ({command: ...}; JSON text, see rewards/reward_spec.hpp).
   std::vector<std::string> reward_funcs;
+  // A reward model directory scored before reward_funcs (online-dpo's
+  // field; the group trainers name theirs in reward_funcs).
+  std::optional<std::string> reward_model_path;
   std::optional<std::vector<double>> reward_weights;
   // Generation.
   int64_t num_generations = 0;
@@ -39,6 +42,9 @@ struct OnlineConfig : config::TrainingConfig {
   int64_t ref_model_sync_steps = 0;
   std::optional<std::string> ref_model;
   bool log_completions = false;
+  // Not a field: whether plain-text prompts get the tokenizer's special
+  // tokens (a BOS), as each trainer's reference tokenizes them.
+  bool prompt_special_tokens = true;
 
   // TRL's resolution of generation_batch_size and steps_per_generation for
   // `world_size` processes (InputError when they do not fit together);
@@ -55,9 +61,11 @@ struct OnlineDefaults {
   double beta;
 };
 
-// The shared fields, under the trainer's training fields.
+// The fields of every online trainer: what scores completions, how they are
+// sampled, and the reference (beta > 0). `temperature` is the trainer's
+// default.
 template <class C>
-void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
+void add_sampling_fields(config::SchemaBuilder<C>& b, double temperature) {
   using O = OnlineConfig;
   b.group("rewards");
   b.field(&O::reward_funcs, "reward_funcs", std::vector<std::string>{},
@@ -66,6 +74,43 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
           "a reward model directory, or a program ({command: \"python3 my_reward.py\"}) speaking JSON lines.")
       .items_may_be_mappings();
   b.field(&O::reward_weights, "reward_weights", std::nullopt, "Weight of each reward function (default 1 each).");
+  b.group("generation");
+  b.field(&O::temperature, "temperature", temperature, "Sampling temperature.").min(0, true);
+  b.field(&O::top_p, "top_p", 1.0, "Nucleus sampling mass.").min(0, true).max(1);
+  b.field(&O::top_k, "top_k", 0, "Sample among the k most likely tokens; 0 disables.").min(0);
+  b.field(&O::min_p, "min_p", std::nullopt, "Drop tokens below min_p times the top probability.").min(0).max(1);
+  b.field(&O::repetition_penalty, "repetition_penalty", 1.0, "Penalty on tokens already present.").min(0, true);
+  b.field(&O::use_vllm, "use_vllm", false, "Generate with vLLM.")
+      .not_built("trlx generates with its own batched generator (KV cache, continuous batching); there is no vLLM");
+  b.field(&O::ds3_gather_for_generation, "ds3_gather_for_generation", true,
+          "Under ZeRO-3/FSDP: gather all weights once per generation round (fast, needs the whole model per "
+          "process) or each layer for each forward (fits anything, slow).");
+  b.field(&O::ds3_gather_for_generation_budget_mb, "ds3_gather_for_generation_budget_mb", 0.0,
+          "With ds3_gather_for_generation false: MiB of weights kept gathered for the whole generation round "
+          "(the first layers that fit); the rest are gathered per forward. 0: none.")
+      .min(0);
+  b.group("update");
+  b.field(&O::ref_model, "ref_model", std::nullopt,
+          "Reference model directory (beta > 0); null uses a copy of the starting policy, or the base with adapters "
+          "off under use_peft.");
+  b.rule([](const C& c, config::Conflicts& out) {
+    const size_t functions = c.reward_funcs.size() + (c.reward_model_path ? 1 : 0);
+    if (c.reward_weights && c.reward_weights->size() != functions)
+      out.conflict({"reward_funcs", "reward_weights"},
+                   fmt::format("give one weight per reward function ({} functions{}, {} weights)", functions,
+                               c.reward_model_path ? ", reward_model_path first" : "", c.reward_weights->size()));
+    if (c.eval_strategy != "no")
+      out.invalid("eval_strategy", "evaluation of online trainers (generating on the test split) is not built yet; "
+                                   "set eval_strategy: no");
+  });
+}
+
+// The group trainers' fields (grpo, rloo), under the trainer's training
+// fields.
+template <class C>
+void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
+  using O = OnlineConfig;
+  add_sampling_fields(b, 1.0);
   b.group("generation");
   b.field(&O::num_generations, "num_generations", d.num_generations, "Completions sampled per prompt.").min(2);
   b.field(&O::generation_batch_size, "generation_batch_size", std::nullopt,
@@ -79,21 +124,7 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
   b.field(&O::max_prompt_length, "max_prompt_length", std::nullopt,
           "Longer prompts keep their last max_prompt_length tokens; null keeps them whole.")
       .min(1);
-  b.field(&O::temperature, "temperature", 1.0, "Sampling temperature.").min(0, true);
-  b.field(&O::top_p, "top_p", 1.0, "Nucleus sampling mass.").min(0, true).max(1);
-  b.field(&O::top_k, "top_k", 0, "Sample among the k most likely tokens; 0 disables.").min(0);
-  b.field(&O::min_p, "min_p", std::nullopt, "Drop tokens below min_p times the top probability.").min(0).max(1);
-  b.field(&O::repetition_penalty, "repetition_penalty", 1.0, "Penalty on tokens already present.").min(0, true);
   b.field(&O::shuffle_dataset, "shuffle_dataset", true, "Visit prompts in a seeded random order (else file order).");
-  b.field(&O::use_vllm, "use_vllm", false, "Generate with vLLM.")
-      .not_built("trlx generates with its own batched generator (KV cache, continuous batching); there is no vLLM");
-  b.field(&O::ds3_gather_for_generation, "ds3_gather_for_generation", true,
-          "Under ZeRO-3/FSDP: gather all weights once per generation round (fast, needs the whole model per "
-          "process) or each layer for each forward (fits anything, slow).");
-  b.field(&O::ds3_gather_for_generation_budget_mb, "ds3_gather_for_generation_budget_mb", 0.0,
-          "With ds3_gather_for_generation false: MiB of weights kept gathered for the whole generation round "
-          "(the first layers that fit); the rest are gathered per forward. 0: none.")
-      .min(0);
   b.field(&O::log_completions, "log_completions", false, "Print a table of sampled completions at logging steps.")
       .not_built("completions are not printed yet");
   b.group("update");
@@ -103,17 +134,10 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
   b.field(&O::num_iterations, "num_iterations", 1, "Optimisation passes over each generation round.").min(1);
   b.field(&O::mask_truncated_completions, "mask_truncated_completions", false,
           "Exclude completions cut at max_completion_length from the loss.");
-  b.field(&O::ref_model, "ref_model", std::nullopt,
-          "Reference model directory (beta > 0); null uses a copy of the starting policy, or the base with adapters "
-          "off under use_peft.");
   b.field(&O::sync_ref_model, "sync_ref_model", false, "Mix the policy into the reference every ref_model_sync_steps.");
   b.field(&O::ref_model_mixup_alpha, "ref_model_mixup_alpha", 0.6, "Mixing weight of the policy.").min(0).max(1);
   b.field(&O::ref_model_sync_steps, "ref_model_sync_steps", 512, "Steps between reference updates.").min(1);
   b.rule([](const C& c, config::Conflicts& out) {
-    if (c.reward_weights && c.reward_weights->size() != c.reward_funcs.size())
-      out.conflict({"reward_funcs", "reward_weights"},
-                   fmt::format("give one weight per reward function ({} functions, {} weights)",
-                               c.reward_funcs.size(), c.reward_weights->size()));
     if (c.generation_batch_size && c.steps_per_generation)
       out.conflict({"generation_batch_size", "steps_per_generation"},
                    "set one of them: each is derived from the other and the batch size");
@@ -128,14 +152,11 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
       out.conflict({"sync_ref_model", "use_peft"},
                    "with use_peft and no ref_model the reference is the base model with adapters off, which cannot "
                    "be synced; set ref_model or turn sync_ref_model off");
-    // TRL's online configs have no max_length: a sequence is bounded by its
+    // TRL's group configs have no max_length: a sequence is bounded by its
     // prompt and its completion lengths.
     if (c.max_length)
       out.invalid("max_length", "online trainers do not use it: a sequence is bounded by max_prompt_length and "
                                 "max_completion_length; remove max_length");
-    if (c.eval_strategy != "no")
-      out.invalid("eval_strategy", "evaluation of online trainers (generating on the test split) is not built yet; "
-                                   "set eval_strategy: no");
   });
 }
 

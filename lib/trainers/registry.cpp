@@ -12,6 +12,8 @@
 #include "trainers/reward_config.hpp"
 #include "trainers/grpo.hpp"
 #include "trainers/grpo_config.hpp"
+#include "trainers/online_dpo.hpp"
+#include "trainers/online_dpo_config.hpp"
 #include "trainers/rloo.hpp"
 #include "trainers/rloo_config.hpp"
 #include "trainers/sft.hpp"
@@ -31,6 +33,7 @@ const std::vector<TrainerEntry>& trainer_table() {
       entry<ORPOConfig>("orpo", &orpo_schema, &run_orpo),
       entry<GRPOConfig>("grpo", &grpo_schema, &run_grpo),
       entry<RLOOConfig>("rloo", &rloo_schema, &run_rloo),
+      entry<OnlineDPOConfig>("online-dpo", &online_dpo_schema, &run_online_dpo),
   };
   return table;
 }

@@ -7,7 +7,7 @@ namespace trlx::trainers {
 RLOOTrainer::RLOOTrainer(const RLOOConfig& config, PromptSplit prompts, text::Tokenizer tokenizer,
                          std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,
                          std::vector<int64_t> eos_ids, int world_size)
-    : OnlineTrainer(config, "rloo", std::move(prompts), std::move(tokenizer), std::move(reward_functions), pad_id,
+    : GroupTrainer(config, "rloo", std::move(prompts), std::move(tokenizer), std::move(reward_functions), pad_id,
                     std::move(eos_ids), world_size),
       rloo_(config) {}
 

@@ -8,7 +8,7 @@
 
 namespace trlx::trainers {
 
-class RLOOTrainer : public OnlineTrainer {
+class RLOOTrainer : public GroupTrainer {
  public:
   RLOOTrainer(const RLOOConfig& config, PromptSplit prompts, text::Tokenizer tokenizer,
               std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,

@@ -124,7 +124,7 @@ has "optimizer offload cpu"
 has "4 warnings"
 
 # Planned trainers without a config table yet: a clear input error, not "unknown command".
-for t in ppo online-dpo; do
+for t in ppo; do
   run 2 "$t" --config configs/sft.yaml
   has "the $t trainer is not built yet"
   has "the trainers built are: sft, dpo"

@@ -9,6 +9,7 @@
 #include "trainers/cpo_config.hpp"
 #include "trainers/dpo_config.hpp"
 #include "trainers/kto_config.hpp"
+#include "trainers/online_dpo_config.hpp"
 #include "trainers/orpo_config.hpp"
 #include "trainers/reward_config.hpp"
 #include "trainers/grpo_config.hpp"
@@ -92,5 +93,6 @@ TEST_CASE("defaults equal TRL's for every field trlx shares with it", "[config][
   each(trainers::reward_schema(), "reward");
   each(trainers::cpo_schema(), "cpo");
   each(trainers::orpo_schema(), "orpo");
+  each(trainers::online_dpo_schema(), "online_dpo");
   CHECK(compared > 250);  // most fields exist in TRL under the same name
 }

@@ -11,6 +11,7 @@
 #include "text/template/chat_template.hpp"
 #include "text/tokenizer/tokenizer.hpp"
 #include "trainers/grpo.hpp"
+#include "trainers/online_dpo.hpp"
 #include "trainers/rloo.hpp"
 
 namespace trlx::test {
@@ -141,12 +142,30 @@ StepValues replay(const config::Schema& schema, const std::string& name, const n
 
 StepValues online_steps(const nlohmann::json& cs, const std::string& trainer, const Run& run) {
   if (trainer == "grpo") return replay<trainers::GRPOConfig, trainers::GRPOTrainer>(trainers::grpo_schema(), trainer, cs, run);
+  if (trainer == "online-dpo")
+    return replay<trainers::OnlineDPOConfig, trainers::OnlineDPOTrainer>(trainers::online_dpo_schema(), trainer, cs, run);
   return replay<trainers::RLOOConfig, trainers::RLOOTrainer>(trainers::rloo_schema(), trainer, cs, run);
+}
+
+nlohmann::json online_expected_steps(const nlohmann::json& cs) {
+  auto steps = cs.at("steps");
+  const auto ga = cs.at("args").value("gradient_accumulation_steps", 1);
+  if (cs.contains("nopad") && ga > 1)
+    for (auto& s : steps) s["grad_norm"] = s.at("grad_norm").get<double>() / ga;
+  return steps;
 }
 
 Comparison online_comparison(const nlohmann::json& cs) {
   Comparison cmp;
   cmp.ignored = {"epoch", "step_time"};
+  if (cs.contains("nopad")) {  // online-dpo
+    // TRL sums these over padding positions too, trlx over completion tokens
+    // only: equal where no completion is padded.
+    if (!cs.at("nopad").get<bool>())
+      cmp.ignored.insert({"objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward"});
+    // TRL logs process 0's own value, not gathered.
+    if (cs.value("num_processes", 1) > 1) cmp.ignored.insert("val/contain_eos_token");
+  }
   for (const auto& step : cs.at("steps"))
     for (const auto& [k, v] : step.items())
       if (v.is_null()) cmp.ignored.insert(k);

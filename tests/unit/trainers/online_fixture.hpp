@@ -1,5 +1,5 @@
 #pragma once
-// TRL's GRPOTrainer and RLOOTrainer replayed through trlx's real training
+// TRL's GRPOTrainer, RLOOTrainer and OnlineDPOTrainer replayed through trlx's real training
 // loop: the fixture's completions stand in for sampling (each rank gets its
 // slots of each round, in TRL's order), and rewards come from the fixture's
 // table of completion -> reward, so loss, grad norm and every logged metric
@@ -13,9 +13,16 @@
 
 namespace trlx::test {
 
-// Runs one case of tests/data/grpo/steps*.json (trainer "grpo") or
-// rloo_steps*.json ("rloo") for its 3 steps; the rows each step logged.
+// Runs one case of tests/data/grpo/steps*.json (trainer "grpo"),
+// rloo_steps*.json ("rloo") or tests/data/online_dpo/steps*.json
+// ("online-dpo") for its 3 steps; the rows each step logged.
 StepValues online_steps(const nlohmann::json& fixture_case, const std::string& trainer, const Run& run);
+
+// The steps of a fixture case as trlx must log them: TRL's, except that
+// TRL's OnlineDPOTrainer sums the gradients of a step's micro-batches where
+// trlx (and TRL's other trainers) average them, so its grad_norm is
+// gradient_accumulation_steps times trlx's (the clipped update is the same).
+nlohmann::json online_expected_steps(const nlohmann::json& fixture_case);
 
 // What TRL logs that trlx does not compare: its timing, the epoch (TRL's
 // counts repeated sampler batches), and values TRL logged as null.

@@ -161,6 +161,20 @@ TEST_CASE("dist GRPO and RLOO: 2 ranks equal TRL's trainers on 2 processes, ever
   }
 }
 
+TEST_CASE("dist online DPO: 2 ranks equal TRL's OnlineDPOTrainer on 2 processes, every case, under each strategy",
+          "[dist][online-dpo][golden]") {
+  require_two_ranks();
+  // Each rank samples and ranks its own prompts' pairs; the loss and the
+  // metrics are means over every rank's pairs.
+  const auto cases = two_process_fixture(test::data_dir() / "online_dpo" / "steps_np2.json");
+  if (!cases) return;
+  for (const auto& cs : *cases) {
+    const std::string name = "online-dpo " + cs.at("name").get<std::string>();
+    on_each_strategy(name, [&](const test::Run& run) { return test::online_steps(cs, "online-dpo", run); },
+                     test::online_expected_steps(cs), test::online_comparison(cs));
+  }
+}
+
 TEST_CASE("dist KTO: 2 ranks equal TRL's KTOTrainer on 2 processes", "[dist][kto][golden]") {
   require_two_ranks();
   const auto want = two_process_fixture(test::data_dir() / "kto" / "parity_np2.json");
@@ -215,11 +229,13 @@ TEST_CASE("dist LoRA with gradient checkpointing, every trainer: 2 ranks under e
   check("kto LoRA+ckpt (vs trlx DDP)", [&](const test::Run& run) { return test::kto_steps(kto, run); }, false);
   const auto reward = test::read_json(test::data_dir() / "reward" / "parity.json");
   check("reward LoRA+ckpt (vs trlx)", [&](const test::Run& run) { return test::reward_steps(reward, run); }, true);
-  // GRPO and RLOO with beta > 0: the reference is the policy with adapters
-  // off, run in every generation round.
+  // GRPO and RLOO with beta > 0, and online DPO: the reference is the
+  // policy with adapters off, run in every generation round.
   for (const auto& [file, trainer, name] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"steps.json", "grpo", "grpo_beta"}, {"rloo_steps.json", "rloo", "default"}}) {
-    for (const auto& cs : test::read_json(test::data_dir() / "grpo" / file)) {
+           {"grpo/steps.json", "grpo", "grpo_beta"},
+           {"grpo/rloo_steps.json", "rloo", "default"},
+           {"online_dpo/steps.json", "online-dpo", "sigmoid"}}) {
+    for (const auto& cs : test::read_json(test::data_dir() / file)) {
       if (cs.at("name") != name) continue;
       check(trainer + " " + name + " LoRA+ckpt (vs trlx)",
             [&, trainer = trainer](const test::Run& run) { return test::online_steps(cs, trainer, run); }, true);

@@ -1,0 +1,59 @@
+#include "trainers/online_dpo_config.hpp"
+
+#include <cmath>
+
+namespace trlx::trainers {
+
+const config::Schema& online_dpo_schema() {
+  static const config::Schema schema = [] {
+    config::Schema s("online-dpo", "Online DPO: two completions per prompt, ranked by rewards, trained with the DPO loss");
+    config::SchemaBuilder<OnlineDPOConfig> b(s);
+    add_training_fields(b, {.learning_rate = 5e-7,
+                            .gradient_checkpointing = true,
+                            .disable_dropout = true,
+                            .max_length = 512});
+    add_sampling_fields(b, 0.9);
+    using C = OnlineDPOConfig;
+    b.group("rewards");
+    b.field(&C::reward_model_path, "reward_model_path", std::nullopt,
+            "A reward model directory (one `trlx reward` saved, or any ...ForSequenceClassification); scored before "
+            "the reward_funcs entries.");
+    b.field(&C::missing_eos_penalty, "missing_eos_penalty", std::nullopt,
+            "Subtracted from the score of a completion that ends without an eos token.")
+        .min(0);
+    b.group("generation");
+    b.field(&C::max_completion_length, "max_new_tokens", 64, "Most tokens generated per completion.").min(1);
+    b.group("online-dpo");
+    auto& beta = b.field(&C::betas, "beta", std::vector<double>{0.1},
+                         "Strength of the pull towards the reference: one value, or a list with one per epoch (the "
+                         "last for later epochs). For ipo, the regularisation tau.");
+    // OnlineConfig::beta (whether a reference is loaded, the first round's
+    // value) follows the list.
+    beta.assign = [](void* obj, const config::Value& v) {
+      auto* c = static_cast<C*>(obj);
+      c->betas = std::get<std::vector<double>>(v);
+      c->beta = c->betas.empty() ? 0.0 : c->betas.front();
+    };
+    b.field(&C::loss_type, "loss_type", "sigmoid", "sigmoid (DPO) or ipo.").one_of({"sigmoid", "ipo"});
+    b.rule([](const C& c, config::Conflicts& out) {
+      if (c.betas.empty()) out.invalid("beta", "give a value > 0, or a list of them (one per epoch)");
+      for (double v : c.betas)
+        if (!(v > 0) || !std::isfinite(v))
+          out.invalid("beta", fmt::format("{} is not a finite value > 0 (the loss divides by it or scales by it)", v));
+      if (c.reward_funcs.empty() && !c.reward_model_path)
+        out.conflict({"reward_model_path", "reward_funcs"},
+                     "nothing ranks the completions: set reward_model_path (a reward model directory, such as one "
+                     "`trlx reward --config configs/reward.yaml` saved) or reward_funcs");
+      if (c.max_length && c.max_completion_length >= *c.max_length)
+        out.conflict({"max_new_tokens", "max_length"},
+                     fmt::format("max_new_tokens ({}) must be below max_length ({}): a sequence longer than max_length "
+                                 "loses prompt tokens from the left, and the completion would leave none",
+                                 c.max_completion_length, *c.max_length));
+      if (!c.max_length) out.invalid("max_length", "give the longest prompt + completion in tokens (TRL's default: 512)");
+    });
+    return s;
+  }();
+  return schema;
+}
+
+}  // namespace trlx::trainers
