@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-"""A trlx reward program: partial credit for sums ("What is 12 plus 30?").
+"""A trlx reward program: is the sum right? ("What is 12 plus 30?")
 
 Reads one JSON request per line on stdin and answers one JSON line on stdout
 (docs/reward_programs.md). The dataset needs a column `answer` (the correct
 integer); without it, columns `a` and `b` are added up instead.
 
-  reward = 1.0                                   the last integer in the completion is the answer
-         = max(0, 1 - |x - answer| / max(1, |answer|))   otherwise (x: that integer)
-         = null                                  no integer in the completion, or no answer for the row
+  reward = 1.0      the last integer in the completion is the answer
+         = 0.0      another integer (with --partial: max(0, 1 - |x - answer| / max(1, |answer|)),
+                    x being that integer: credit for coming close)
+         = null     no integer in the completion, or no answer for the row
 
 Use it in a trainer config:
 
   reward_funcs:
-    - command: python3 examples/rewards/addition_reward.py
+    - command: python3 examples/rewards/addition_reward.py            # or: ... addition_reward.py --partial
 
 Try it by hand:
 
@@ -52,23 +53,24 @@ def expected(columns, i):
     return int(str(value).strip().replace(",", ""))
 
 
-def reward(text, answer):
+def reward(text, answer, partial):
     x = final_integer(text)
     if x is None or answer is None:
         return None
     if x == answer:
         return 1.0
-    return max(0.0, 1.0 - abs(x - answer) / max(1, abs(answer)))
+    return max(0.0, 1.0 - abs(x - answer) / max(1, abs(answer))) if partial else 0.0
 
 
 def main():
+    partial = "--partial" in sys.argv[1:]
     for line in sys.stdin:
         if not line.strip():
             continue
         request = json.loads(line)
         columns = request.get("columns", {})
         rewards = [
-            reward(completion_text(c), expected(columns, i)) for i, c in enumerate(request["completions"])
+            reward(completion_text(c), expected(columns, i), partial) for i, c in enumerate(request["completions"])
         ]
         # One line per request, flushed: trlx waits for it.
         print(json.dumps({"rewards": rewards}, allow_nan=False), flush=True)

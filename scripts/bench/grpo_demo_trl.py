@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """TRL's GRPOTrainer (or RLOOTrainer) on the GRPO demo, for the README's
 side-by-side curve: the settings of configs/grpo.yaml (the quickstart SFT
-model in runs/sft, the adding prompts, 8 completions per prompt, 32 per step,
-16 tokens, lr 3e-4, 150 steps), rewarded by the same partial credit as
-examples/rewards/addition_reward.py, imported from it. Dev time only (needs
+model in runs/sft, the adding prompts, 8 completions per prompt, 128 per step,
+16 tokens, lr 3e-5, 600 steps), rewarded by the same function as
+examples/rewards/addition_reward.py (1 for the right sum), imported from it. Dev time only (needs
 trl). Writes the trained model and TRL's log_history (JSON lines) to OUT:
 
   python3 scripts/bench/grpo_demo_trl.py OUT [grpo|rloo]
@@ -27,16 +27,16 @@ spec.loader.exec_module(addition)
 
 
 def addition_reward(completions, answer, **kwargs):
-    return [addition.reward(addition.completion_text(c), a) for c, a in zip(completions, answer)]
+    return [addition.reward(addition.completion_text(c), a, False) for c, a in zip(completions, answer)]
 
 
 torch.set_num_threads(2)
 tok = AutoTokenizer.from_pretrained(ROOT / "runs/sft")
 model = AutoModelForCausalLM.from_pretrained(ROOT / "runs/sft", dtype=torch.float32)
 ds = load_dataset("json", data_files=str(ROOT / "examples/data/grpo/train.jsonl"), split="train")
-common = dict(output_dir=str(out), per_device_train_batch_size=32, num_generations=8, max_completion_length=16,
-              learning_rate=3e-4, lr_scheduler_type="constant", max_steps=150, bf16=False, use_cpu=True,
-              gradient_checkpointing=False, report_to="none", save_strategy="no", logging_steps=10, seed=42,
+common = dict(output_dir=str(out), per_device_train_batch_size=128, num_generations=8, max_completion_length=16,
+              learning_rate=3e-5, lr_scheduler_type="constant", max_steps=600, temperature=1.0, bf16=False, use_cpu=True,
+              gradient_checkpointing=False, report_to="none", save_strategy="no", logging_steps=50, seed=42,
               beta=0.0, max_grad_norm=1.0, dataloader_num_workers=0)
 if trainer == "grpo":
     from trl import GRPOConfig, GRPOTrainer

@@ -409,9 +409,21 @@ TEST_CASE("reward program: the default name is the script's stem", "[rewards_pro
   CHECK(program_name_from_command("python3 -c 'import sys; print(1)'") == "reward_program");
 }
 
-TEST_CASE("example addition_reward.py: partial credit for sums", "[rewards_program][examples]") {
+TEST_CASE("example addition_reward.py: 1 for the right sum, 0 for another, null for none", "[rewards_program][examples]") {
   auto program = start_reward_program(
       options_for("python3 '" + (examples_dir() / "addition_reward.py").string() + "'"));
+  const Scores s = program->score({sample("2 plus 3 is 5", {1}, {{"answer", 5}}),
+                                   sample("2 plus 3 is 4", {1}, {{"answer", 5}}),
+                                   sample("no idea", {1}, {{"answer", 5}})});
+  REQUIRE(s.size() == 3);
+  CHECK(s[0] == std::optional<double>(1.0));
+  CHECK(s[1] == std::optional<double>(0.0));
+  CHECK_FALSE(s[2].has_value());
+}
+
+TEST_CASE("example addition_reward.py --partial: partial credit for sums", "[rewards_program][examples]") {
+  auto program = start_reward_program(
+      options_for("python3 '" + (examples_dir() / "addition_reward.py").string() + "' --partial"));
   CHECK(program->name() == "addition_reward");
   Sample chat = sample("", {1}, {{"answer", 5}});
   chat.completion = Json::array({{{"role", "assistant"}, {"content", "2 plus 3 is 4"}}});
