@@ -394,6 +394,9 @@ void ConfigLoader::set_from_yaml(const FieldSpec& f, const YAML::Node& node, Ori
     if (f.kind == Kind::String) return set_value(f, std::string(), origin);
     return bad("null");
   }
+  // One mapping where a list of mappings is taken: that list of one.
+  if (node.IsMap() && f.kind == Kind::StringList && f.mapping_items)
+    return set_value(f, std::vector<std::string>{yaml_to_json(node).dump()}, origin);
   if (node.IsMap()) return bad("a mapping");
   const bool is_list = f.kind == Kind::StringList || f.kind == Kind::FloatList;
   if (node.IsSequence()) {

@@ -163,8 +163,13 @@ std::string shorten(const std::string& s, size_t max = 200) {
 
 }  // namespace
 
-struct RewardProgram::Process {
+struct ProgramProcess {
   ProgramOptions options;  // name resolved
+  // What the program is ("reward program", "judge program") and what each
+  // request holds ("completion", "pair"), for messages.
+  std::string kind = "reward program";
+  std::string item = "completion";
+  std::string doing = "scoring";
   pid_t pid = -1;
   bool exited = false;  // reaped; `status` holds its wait status
   int status = 0;
@@ -178,10 +183,10 @@ struct RewardProgram::Process {
   int64_t requests = 0;  // requests sent
   std::optional<std::string> failure;
 
-  ~Process() { shut_down(); }
+  ~ProgramProcess() { shut_down(); }
 
   std::string who() const {
-    return fmt::format("reward program '{}' (command: {})", options.name, options.command);
+    return fmt::format("{} '{}' (command: {})", kind, options.name, options.command);
   }
 
   std::string stderr_section() const {
@@ -325,11 +330,11 @@ struct RewardProgram::Process {
     }
     if (in_fd >= 0) ::close(in_fd), in_fd = -1;
     if (!exited && !wait_exit(kExitGraceSeconds)) {
-      log::debug("reward program '{}' did not exit within {}s of its stdin closing; killing it",
+      log::debug("{} '{}' did not exit within {}s of its stdin closing; killing it", kind,
                  options.name, kExitGraceSeconds);
       kill_now();
     }
-    log::debug("reward program '{}' {}", options.name, exit_description());
+    log::debug("{} '{}' {}", kind, options.name, exit_description());
     close_fds();
     pid = -1;
   }
@@ -353,24 +358,32 @@ struct RewardProgram::Process {
   [[noreturn]] void fail_exited(const std::string& when) {
     const bool clean = status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     fail_now(fmt::format("{} {}.{}", exit_description(), when,
-                         clean ? " A reward program keeps running and answers one JSON line per "
-                                 "request line on stdin until its stdin closes."
-                               : ""),
+                         clean ? fmt::format(" A {} keeps running and answers one JSON line per request "
+                                             "line on stdin until its stdin closes.",
+                                             kind)
+                               : std::string()),
              requests == 0);
   }
 
-  void check_alive() {
+  void check_failed() const {
     if (failure) throw Error("stopped after an earlier failure: " + *failure);
+  }
+
+  void check_alive() {
+    check_failed();
     if (check_exited())
       fail_exited(requests == 0 ? std::string("before its first request")
                                 : fmt::format("after request {}, before the next one", requests));
   }
 
   std::string request_label(size_t count) const {
-    return fmt::format("request {} ({} completion{})", requests, count, count == 1 ? "" : "s");
+    return fmt::format("request {} ({} {}{})", requests, count, item, count == 1 ? "" : "s");
   }
 
-  Scores parse_answer(const std::string& line, size_t count) {
+  // The list `key` of an answer line, `count` long; `each` says what an
+  // entry is, for messages.
+  nlohmann::json answer_list(const std::string& line, size_t count, const char* key, const char* noun,
+                             const char* each) {
     const auto answer = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     const std::string label = request_label(count);
     if (answer.is_discarded()) {
@@ -382,19 +395,21 @@ struct RewardProgram::Process {
       fail_now(fmt::format("printed a line that is not JSON in answer to {}: '{}'.{}", label,
                            shorten(line), hint));
     }
-    if (!answer.is_object() || !answer.contains("rewards"))
-      fail_now(
-          fmt::format("answered {} with '{}', which has no \"rewards\"; expected {{\"rewards\": "
-                      "[...]}} with one number or null per completion.",
-                      label, shorten(line)));
-    const auto& rewards = answer["rewards"];
-    if (!rewards.is_array())
-      fail_now(fmt::format("answered {} with \"rewards\": {}, not a list.", label,
-                           shorten(rewards.dump())));
-    if (rewards.size() != count)
-      fail_now(
-          fmt::format("answered {} with {} reward{}; expected exactly one per completion ({}).",
-                      label, rewards.size(), rewards.size() == 1 ? "" : "s", count));
+    if (!answer.is_object() || !answer.contains(key))
+      fail_now(fmt::format("answered {} with '{}', which has no \"{}\"; expected {{\"{}\": [...]}} with {} per {}.",
+                           label, shorten(line), key, key, each, item));
+    const auto& list = answer[key];
+    if (!list.is_array())
+      fail_now(fmt::format("answered {} with \"{}\": {}, not a list.", label, key, shorten(list.dump())));
+    if (list.size() != count)
+      fail_now(fmt::format("answered {} with {} {}{}; expected exactly one per {} ({}).", label, list.size(), noun,
+                           list.size() == 1 ? "" : "s", item, count));
+    return list;
+  }
+
+  Scores parse_rewards(const std::string& line, size_t count) {
+    const auto rewards = answer_list(line, count, "rewards", "reward", "one number or null");
+    const std::string label = request_label(count);
     Scores scores;
     scores.reserve(count);
     for (size_t i = 0; i < count; ++i) {
@@ -428,9 +443,10 @@ struct RewardProgram::Process {
     }
   }
 
-  Scores score(const std::vector<Sample>& batch) {
+  // Sends one request line (with its newline) about `count` items and waits
+  // for the answer line.
+  std::string exchange(const std::string& request, size_t count) {
     if (failure) throw Error("stopped after an earlier failure: " + *failure);
-    if (batch.empty()) return {};
     // What came since the last answer: stderr to keep, and stdout that must
     // be empty (anything there would be taken as the next answer, shifting
     // every later one by a request).
@@ -443,8 +459,7 @@ struct RewardProgram::Process {
     check_alive();
 
     ++requests;
-    const std::string request = reward_request_line(batch, step) + "\n";
-    const std::string label = request_label(batch.size());
+    const std::string label = request_label(count);
     const auto deadline = after(options.timeout_seconds);
     size_t written = 0;
     for (;;) {
@@ -452,22 +467,22 @@ struct RewardProgram::Process {
         if (written < request.size())
           fail_now(
               fmt::format("answered {} before reading all of it: '{}'.", label, shorten(*line)));
-        return parse_answer(*line, batch.size());
+        return *line;
       }
       if (out_buf.size() > kMaxAnswerBytes)
         fail_now(fmt::format("printed {} bytes to stdout without a newline in answer to {}.",
                              out_buf.size(), label));
       if (out_eof) {
         // Closing stdout is how a dying program looks from here.
-        if (wait_exit(kDyingGraceSeconds)) fail_exited("while scoring " + label);
-        fail_now(fmt::format("closed its stdout while scoring {}.", label));
+        if (wait_exit(kDyingGraceSeconds)) fail_exited("while " + doing + " " + label);
+        fail_now(fmt::format("closed its stdout while {} {}.", doing, label));
       }
       if (check_exited()) {
         drain();
         if (auto line = next_line()) {
-          if (written == request.size()) return parse_answer(*line, batch.size());
+          if (written == request.size()) return *line;
         }
-        fail_exited("while scoring " + label);
+        fail_exited("while " + doing + " " + label);
       }
       if (seconds_left(deadline) <= 0) {
         std::string partial;
@@ -573,7 +588,7 @@ struct RewardProgram::Process {
     set_nonblocking(in_fd);
     set_nonblocking(out_fd);
     set_nonblocking(err_fd);
-    log::debug("started reward program '{}' (pid {}): {}", options.name, pid, options.command);
+    log::debug("started {} '{}' (pid {}): {}", kind, options.name, pid, options.command);
 
     // The start-up check: a missing script, a typo'd interpreter or an import
     // error ends the program within moments, and trlx says so before any
@@ -589,29 +604,72 @@ struct RewardProgram::Process {
   }
 };
 
-RewardProgram::RewardProgram(std::unique_ptr<Process> process) : process_(std::move(process)) {}
+RewardProgram::RewardProgram(std::unique_ptr<ProgramProcess> process) : process_(std::move(process)) {}
 RewardProgram::~RewardProgram() = default;
 const std::string& RewardProgram::name() const { return process_->options.name; }
-Scores RewardProgram::score(const std::vector<Sample>& batch) { return process_->score(batch); }
+Scores RewardProgram::score(const std::vector<Sample>& batch) {
+  process_->check_failed();
+  if (batch.empty()) return {};
+  return process_->parse_rewards(process_->exchange(reward_request_line(batch, process_->step) + "\n", batch.size()),
+                                 batch.size());
+}
 void RewardProgram::set_step(int64_t step) { process_->step = step; }
 void RewardProgram::check_alive() { process_->check_alive(); }
 int RewardProgram::pid() const { return process_->pid; }
 
-std::unique_ptr<RewardProgram> start_reward_program(const ProgramOptions& options) {
-  if (is_blank(options.command))
-    fail_input("a reward program needs a command (e.g. {{command: \"python3 my_reward.py\"}}).");
+namespace {
+
+std::unique_ptr<ProgramProcess> start_program(const ProgramOptions& options, const std::string& kind,
+                                              const std::string& item, const std::string& doing, const char* example) {
+  if (is_blank(options.command)) fail_input("a {} needs a command (e.g. {{command: \"{}\"}}).", kind, example);
   if (!(options.timeout_seconds > 0))
-    fail_input("reward program ({}): timeout_seconds must be positive, got {}.", options.command,
-               options.timeout_seconds);
+    fail_input("{} ({}): timeout_seconds must be positive, got {}.", kind, options.command, options.timeout_seconds);
   if (!(options.startup_check_seconds >= 0))
-    fail_input("reward program ({}): startup_check_seconds must be >= 0, got {}.", options.command,
+    fail_input("{} ({}): startup_check_seconds must be >= 0, got {}.", kind, options.command,
                options.startup_check_seconds);
-  auto process = std::make_unique<RewardProgram::Process>();
+  auto process = std::make_unique<ProgramProcess>();
   process->options = options;
-  if (process->options.name.empty())
-    process->options.name = program_name_from_command(options.command);
+  process->kind = kind;
+  process->item = item;
+  process->doing = doing;
+  if (process->options.name.empty()) process->options.name = program_name_from_command(options.command);
   process->start();
-  return std::unique_ptr<RewardProgram>(new RewardProgram(std::move(process)));
+  return process;
+}
+
+}  // namespace
+
+std::unique_ptr<RewardProgram> start_reward_program(const ProgramOptions& options) {
+  return std::unique_ptr<RewardProgram>(
+      new RewardProgram(start_program(options, "reward program", "completion", "scoring", "python3 my_reward.py")));
+}
+
+JudgeProgram::JudgeProgram(std::unique_ptr<ProgramProcess> process) : process_(std::move(process)) {}
+JudgeProgram::~JudgeProgram() = default;
+const std::string& JudgeProgram::name() const { return process_->options.name; }
+void JudgeProgram::set_step(int64_t step) { process_->step = step; }
+
+std::vector<std::optional<int>> JudgeProgram::judge(const std::vector<std::pair<Sample, Sample>>& pairs) {
+  process_->check_failed();
+  if (pairs.empty()) return {};
+  const auto line = process_->exchange(judge_request_line(pairs, process_->step) + "\n", pairs.size());
+  const auto list = process_->answer_list(line, pairs.size(), "preferences", "preference", "0 (the first), 1 (the second) or null");
+  std::vector<std::optional<int>> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto& p = list[i];
+    if (p.is_null()) out.emplace_back(std::nullopt);
+    else if (p.is_number_integer() && (p.get<int64_t>() == 0 || p.get<int64_t>() == 1)) out.emplace_back(p.get<int>());
+    else
+      process_->fail_now(fmt::format("answered {} with preference {} = {}; each must be 0 (the first completion is "
+                                     "better), 1 (the second) or null (no preference).",
+                                     process_->request_label(pairs.size()), i, shorten(p.dump())));
+  }
+  return out;
+}
+
+std::unique_ptr<JudgeProgram> start_judge_program(const ProgramOptions& options) {
+  return std::unique_ptr<JudgeProgram>(
+      new JudgeProgram(start_program(options, "judge program", "pair", "judging", "python3 my_judge.py")));
 }
 
 std::string program_name_from_command(const std::string& command) {
@@ -674,33 +732,67 @@ std::string program_name_from_command(const std::string& command) {
   return name.empty() ? "reward_program" : name;
 }
 
+namespace {
+
+// The rows' columns, one list each in the order they first appear; a row
+// without one gets null, so that every list stays aligned with the rows.
+nlohmann::ordered_json aligned_columns(const std::vector<const Sample*>& rows) {
+  using J = nlohmann::ordered_json;
+  J columns = J::object();
+  for (const auto* s : rows)
+    if (s->columns.is_object())
+      for (auto it = s->columns.begin(); it != s->columns.end(); ++it)
+        if (!columns.contains(it.key())) columns[it.key()] = J::array();
+  for (const auto* s : rows)
+    for (auto it = columns.begin(); it != columns.end(); ++it) {
+      const bool has = s->columns.is_object() && s->columns.contains(it.key());
+      it.value().push_back(has ? s->columns[it.key()] : J(nullptr));
+    }
+  return columns;
+}
+
+std::string request_text(const nlohmann::ordered_json& request) {
+  return request.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+}  // namespace
+
 std::string reward_request_line(const std::vector<Sample>& batch, std::optional<int64_t> step) {
   using J = nlohmann::ordered_json;
   J prompts = J::array(), completions = J::array(), ids = J::array();
-  // Columns in the order they first appear; a row without one gets null, so
-  // that every list stays aligned with the completions.
-  J columns = J::object();
-  for (const auto& s : batch)
-    if (s.columns.is_object())
-      for (auto it = s.columns.begin(); it != s.columns.end(); ++it)
-        if (!columns.contains(it.key())) columns[it.key()] = J::array();
+  std::vector<const Sample*> rows;
   for (const auto& s : batch) {
     prompts.push_back(s.prompt);
     completions.push_back(s.completion);
     ids.push_back(s.completion_ids);
-    for (auto it = columns.begin(); it != columns.end(); ++it) {
-      const bool has = s.columns.is_object() && s.columns.contains(it.key());
-      it.value().push_back(has ? s.columns[it.key()] : J(nullptr));
-    }
+    rows.push_back(&s);
   }
   J request = J::object();
   request["prompts"] = std::move(prompts);
   request["completions"] = std::move(completions);
   request["completion_ids"] = std::move(ids);
-  request["columns"] = std::move(columns);
+  request["columns"] = aligned_columns(rows);
   if (step) request["step"] = *step;
-  return request.dump(-1, ' ', /*ensure_ascii=*/true,
-                      nlohmann::ordered_json::error_handler_t::replace);
+  return request_text(request);
+}
+
+std::string judge_request_line(const std::vector<std::pair<Sample, Sample>>& pairs, std::optional<int64_t> step) {
+  using J = nlohmann::ordered_json;
+  J prompts = J::array(), completions = J::array(), ids = J::array();
+  std::vector<const Sample*> rows;
+  for (const auto& [first, second] : pairs) {
+    prompts.push_back(first.prompt);
+    completions.push_back(J::array({first.completion, second.completion}));
+    ids.push_back(J::array({first.completion_ids, second.completion_ids}));
+    rows.push_back(&first);
+  }
+  J request = J::object();
+  request["prompts"] = std::move(prompts);
+  request["completions"] = std::move(completions);
+  request["completion_ids"] = std::move(ids);
+  request["columns"] = aligned_columns(rows);
+  if (step) request["step"] = *step;
+  return request_text(request);
 }
 
 }  // namespace trlx::rewards

@@ -15,11 +15,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rewards/reward_function.hpp"
 
 namespace trlx::rewards {
+
+// A running program and its pipes (program.cpp).
+struct ProgramProcess;
 
 struct ProgramOptions {
   // Run with /bin/sh -c, so pipes, `cd x && ...` and environment assignments
@@ -60,12 +64,10 @@ class RewardProgram : public RewardFunction {
   // stopped. For tests and diagnostics.
   int pid() const;
 
-  struct Process;
-
  private:
   friend std::unique_ptr<RewardProgram> start_reward_program(const ProgramOptions& options);
-  explicit RewardProgram(std::unique_ptr<Process> process);
-  std::unique_ptr<Process> process_;
+  explicit RewardProgram(std::unique_ptr<ProgramProcess> process);
+  std::unique_ptr<ProgramProcess> process_;
 };
 
 // Starts the program now, so that a command that cannot run is caught before
@@ -74,6 +76,37 @@ class RewardProgram : public RewardFunction {
 // exits within options.startup_check_seconds. The returned object converts
 // to std::unique_ptr<RewardFunction>.
 std::unique_ptr<RewardProgram> start_reward_program(const ProgramOptions& options);
+
+// A judge: a program asked which of two completions of a prompt is better
+// (online DPO's ranking, instead of scores). Same process rules as a reward
+// program (started once, kept running, one line in and one out, the same
+// failures); docs/reward_programs.md has the protocol.
+//
+// Request:  {"prompts": [...], "completions": [[first, second], ...],
+//            "completion_ids": [[[...], [...]], ...], "columns": {...}, "step": <int>}
+// Answer:   {"preferences": [0, 1, null, ...]}   (one per pair: 0 the first is
+//            better, 1 the second, null no preference)
+class JudgeProgram {
+ public:
+  ~JudgeProgram();
+  const std::string& name() const;
+  // One preference per pair (the first of each is what the request's prompt
+  // and columns come from). trlx::Error as RewardProgram::score.
+  std::vector<std::optional<int>> judge(const std::vector<std::pair<Sample, Sample>>& pairs);
+  void set_step(int64_t step);
+
+ private:
+  friend std::unique_ptr<JudgeProgram> start_judge_program(const ProgramOptions& options);
+  explicit JudgeProgram(std::unique_ptr<ProgramProcess> process);
+  std::unique_ptr<ProgramProcess> process_;
+};
+
+// Starts a judge now (InputError, exit 2, when it cannot start), as
+// start_reward_program does.
+std::unique_ptr<JudgeProgram> start_judge_program(const ProgramOptions& options);
+
+// The judge's request line for `pairs`, as reward_request_line.
+std::string judge_request_line(const std::vector<std::pair<Sample, Sample>>& pairs, std::optional<int64_t> step);
 
 // The default metric name for a command: the file stem of its first word that
 // is not an environment assignment, an option or a known interpreter/launcher

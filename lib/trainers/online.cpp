@@ -67,11 +67,51 @@ PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, c
   return out;
 }
 
+namespace {
+
+// A program entry of `field`: command, and optionally name, timeout_seconds
+// and working_dir.
+rewards::ProgramOptions program_entry(const nlohmann::json& spec, const std::string& field, const std::string& entry) {
+  rewards::ProgramOptions o;
+  for (const auto& [k, v] : spec.items()) {
+    const bool number = v.is_number(), text = v.is_string();
+    if (k == "command" && text) o.command = v.get<std::string>();
+    else if (k == "name" && text) o.name = v.get<std::string>();
+    else if (k == "timeout_seconds" && number && v.get<double>() > 0) o.timeout_seconds = v.get<double>();
+    else if (k == "working_dir" && text) o.working_dir = v.get<std::string>();
+    else if (k == "command" || k == "name" || k == "timeout_seconds" || k == "working_dir")
+      fail_input("{}: `{}` of a program entry expects {} (in {})", field, k,
+                 k == "timeout_seconds" ? "a number of seconds > 0" : "a string", entry);
+    else
+      fail_input("{}: a program entry takes command, name, timeout_seconds and working_dir; `{}` is not one of them "
+                 "(in {})",
+                 field, k, entry);
+  }
+  return o;
+}
+
+}  // namespace
+
+std::unique_ptr<rewards::JudgeProgram> make_judge(const OnlineConfig& c) {
+  if (c.judge.empty()) return nullptr;
+  const auto& entry = c.judge.front();
+  rewards::ProgramOptions o;
+  if (!entry.empty() && entry.front() == '{') {
+    const auto spec = nlohmann::json::parse(entry);
+    if (!spec.contains("command"))
+      fail_input("judge: {} has no command; give {{command: \"python3 my_judge.py\"}}", entry);
+    o = program_entry(spec, "judge", entry);
+  } else {
+    o.command = entry;
+  }
+  return rewards::start_judge_program(o);
+}
+
 std::vector<std::unique_ptr<rewards::RewardFunction>> make_reward_functions(const OnlineConfig& c,
                                                                             const std::string& trainer,
                                                                             torch::Device device,
                                                                             bool conversational) {
-  if (c.reward_funcs.empty() && !c.reward_model_path)
+  if (c.reward_funcs.empty() && !c.reward_model_path && c.judge.empty())
     fail_input("{}: reward_funcs is empty; name at least one reward function (a built-in such as "
                "think_format_reward, a reward model directory, or {{command: \"python3 my_reward.py\"}})",
                trainer);
@@ -87,21 +127,7 @@ std::vector<std::unique_ptr<rewards::RewardFunction>> make_reward_functions(cons
     if (!entry.empty() && entry.front() == '{') {
       const auto spec = nlohmann::json::parse(entry);
       if (spec.contains("command")) {
-        rewards::ProgramOptions o;
-        for (const auto& [k, v] : spec.items()) {
-          const bool number = v.is_number(), text = v.is_string();
-          if (k == "command" && text) o.command = v.get<std::string>();
-          else if (k == "name" && text) o.name = v.get<std::string>();
-          else if (k == "timeout_seconds" && number && v.get<double>() > 0) o.timeout_seconds = v.get<double>();
-          else if (k == "working_dir" && text) o.working_dir = v.get<std::string>();
-          else if (k == "command" || k == "name" || k == "timeout_seconds" || k == "working_dir")
-            fail_input("reward_funcs: `{}` of a program entry expects {} (in {})", k,
-                       k == "timeout_seconds" ? "a number of seconds > 0" : "a string", entry);
-          else
-            fail_input("reward_funcs: a program entry takes command, name, timeout_seconds and working_dir; `{}` is "
-                       "not one of them (in {})",
-                       k, entry);
-        }
+        const auto o = program_entry(spec, "reward_funcs", entry);
         out.push_back(rewards::start_reward_program(o));
       } else if (spec.contains("name")) {
         auto params = spec;
@@ -176,6 +202,7 @@ OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer) {
   if (reference && reference->separate) r.engine->set_reference(reference->separate);
   if (c.sync_ref_model) r.engine->sync_reference_every(c.ref_model_sync_steps, c.ref_model_mixup_alpha);
   r.reward_functions = make_reward_functions(c, trainer, r.engine->device(), r.prompts.conversational);
+  r.judge = make_judge(c);
   return r;
 }
 
@@ -318,6 +345,7 @@ OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
     s.columns = rows[i]->columns;
     samples.push_back(std::move(s));
   }
+  out.samples = samples;
   const int64_t f = static_cast<int64_t>(reward_functions_.size());
   out.rewards = torch::full({static_cast<int64_t>(rows.size()), f}, std::numeric_limits<double>::quiet_NaN(),
                             torch::kFloat64);
@@ -511,6 +539,7 @@ std::vector<std::string> OnlineTrainer::reward_names() const {
 std::string OnlineTrainer::describe_rewards() const {
   std::string names;
   for (const auto& n : reward_names()) names += (names.empty() ? "" : ", ") + n;
+  if (judge_) names += (names.empty() ? "judge " : ", judge ") + judge_->name();
   return names;
 }
 

@@ -16,6 +16,7 @@
 #include "core/log.hpp"
 #include "engine/engine.hpp"
 #include "losses/policy_gradient.hpp"
+#include "rewards/program.hpp"
 #include "rewards/reward_function.hpp"
 #include "trainers/common.hpp"
 #include "trainers/online_config.hpp"
@@ -60,8 +61,12 @@ struct OnlineRun {
   int64_t pad_id = 0;
   std::vector<int64_t> eos_ids;  // the tokenizer's, then the model's
   std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions;
+  std::unique_ptr<rewards::JudgeProgram> judge;
 };
 OnlineRun set_up_online_run(const OnlineConfig& config, const std::string& trainer);
+
+// The judge program config.judge names, started now; null without one.
+std::unique_ptr<rewards::JudgeProgram> make_judge(const OnlineConfig& config);
 
 // The engine's view of an online config: prompts in file order when
 // shuffle_dataset is off.
@@ -91,6 +96,8 @@ class OnlineTrainer : public engine::Trainer {
   std::map<std::string, double> run_totals() const override;
 
   void set_fixed_completions(FixedCompletions f) { fixed_ = std::move(f); }
+  // A judge program that ranks pairs (online-dpo), instead of scores.
+  void set_judge(std::unique_ptr<rewards::JudgeProgram> judge) { judge_ = std::move(judge); }
   std::vector<std::string> reward_names() const;
   // One line for the log on how the run generates and what scores it.
   virtual std::string describe() const = 0;
@@ -103,6 +110,7 @@ class OnlineTrainer : public engine::Trainer {
   // score: rewards [rows, F] float64, NaN where a function skipped one.
   struct Scored {
     std::vector<std::vector<int64_t>> completions;
+    std::vector<rewards::Sample> samples;  // what the reward functions saw
     torch::Tensor rewards;
   };
   Scored generate_and_score(engine::Engine& engine, const std::vector<const PromptExample*>& rows,
@@ -140,6 +148,7 @@ class OnlineTrainer : public engine::Trainer {
   std::vector<int64_t> eos_ids_;
   double logprob_temperature_;
   FixedCompletions fixed_;
+  std::unique_ptr<rewards::JudgeProgram> judge_;
   double generation_seconds_ = 0, scoring_seconds_ = 0, logprob_seconds_ = 0;
 };
 
@@ -186,6 +195,7 @@ int run_online(const C& c, const std::string& trainer) {
   auto r = set_up_online_run(c, trainer);
   T t(c, std::move(r.prompts), std::move(r.text.tokenizer), std::move(r.reward_functions), r.pad_id, r.eos_ids,
       r.engine->world_size());
+  if (r.judge) t.set_judge(std::move(r.judge));
   log::info("{}: {}", trainer, t.describe());
   return train_to_exit_code(*r.engine, t);
 }

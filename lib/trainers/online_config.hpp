@@ -16,6 +16,9 @@ struct OnlineConfig : config::TrainingConfig {
   // A reward model directory scored before reward_funcs (online-dpo's
   // field; the group trainers name theirs in reward_funcs).
   std::optional<std::string> reward_model_path;
+  // A judge program ranking pairs instead of scores (online-dpo's field;
+  // empty or one program entry, JSON text).
+  std::vector<std::string> judge;
   std::optional<std::vector<double>> reward_weights;
   // Generation.
   int64_t num_generations = 0;

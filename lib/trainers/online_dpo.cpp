@@ -67,6 +67,18 @@ engine::Trainer::Rollout OnlineDPOTrainer::rollout(engine::Engine& engine, const
   const auto eos_t = torch::tensor(has_eos, torch::kFloat32);
   if (dpo_.missing_eos_penalty) total = total - (1.0f - eos_t) * static_cast<float>(*dpo_.missing_eos_penalty);
 
+  // A judge ranks each pair itself (no scores): chosen is the first unless
+  // it prefers the second.
+  std::vector<float> judged_first;
+  if (judge_) {
+    const auto t0 = Clock::now();
+    judge_->set_step(engine.global_step());
+    std::vector<std::pair<rewards::Sample, rewards::Sample>> pairs;
+    for (size_t i = 0; i < rows.size(); i += 2) pairs.emplace_back(scored.samples[i], scored.samples[i + 1]);
+    for (const auto& p : judge_->judge(pairs)) judged_first.push_back(p == 1 ? 0.0f : 1.0f);
+    scoring_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
   // The epoch this step belongs to picks beta (each round is one step).
   const int64_t rounds_per_epoch =
       std::max<int64_t>(1, static_cast<int64_t>(prompts_.examples.size()) / prompts_per_round());
@@ -105,9 +117,14 @@ engine::Trainer::Rollout OnlineDPOTrainer::rollout(engine::Engine& engine, const
     const auto r = total.slice(0, static_cast<int64_t>(lo), static_cast<int64_t>(hi));
     mb["scores"] = r;
     mb["contain_eos"] = eos_t.slice(0, static_cast<int64_t>(lo), static_cast<int64_t>(hi));
-    // Pair i is rows 2i and 2i + 1; the first is chosen unless it scores less.
-    const auto pairs = r.view({b, 2});
-    mb["chosen_first"] = (pairs.select(1, 0) >= pairs.select(1, 1)).to(torch::kFloat32);
+    // Pair i is rows 2i and 2i + 1; the first is chosen unless it scores less
+    // (or the judge prefers the second).
+    if (judge_) {
+      mb["chosen_first"] = torch::tensor(std::vector<float>(judged_first.begin() + m * b, judged_first.begin() + (m + 1) * b));
+    } else {
+      const auto pairs = r.view({b, 2});
+      mb["chosen_first"] = (pairs.select(1, 0) >= pairs.select(1, 1)).to(torch::kFloat32);
+    }
     mb["beta"] = torch::full({}, beta, torch::kFloat64);
     out.micro_batches.push_back(std::move(mb));
   }
@@ -152,9 +169,13 @@ engine::LossOutput OnlineDPOTrainer::loss(engine::Engine& engine, const engine::
   auto per_pair = [&](const std::string& name, const torch::Tensor& x) {
     m.add_per_batch(name, x.detach().sum(), npairs);
   };
+  // Scores exist unless a judge ranked the pairs.
+  const bool scored = !judge_;
   const auto scores = batch.at("scores").to(f32).view({b, 2});
-  per_pair("objective/scores_margin", pick(scores, true) - pick(scores, false));
-  per_row("objective/scores", scores);
+  if (scored) {
+    per_pair("objective/scores_margin", pick(scores, true) - pick(scores, false));
+    per_row("objective/scores", scores);
+  }
   per_row("val/contain_eos_token", batch.at("contain_eos").to(f32));
   per_pair("logps/chosen", chosen);
   per_pair("logps/rejected", rejected);
@@ -163,7 +184,7 @@ engine::LossOutput OnlineDPOTrainer::loss(engine::Engine& engine, const engine::
   const auto non_score = -beta * kl;
   per_row("objective/kl", kl);
   per_row("objective/non_score_reward", non_score);
-  per_row("objective/rlhf_reward", scores.view({2 * b}) + non_score);
+  if (scored) per_row("objective/rlhf_reward", scores.view({2 * b}) + non_score);
   per_row("objective/entropy", -(logps * mask).sum(1));
   const auto chosen_rewards = beta * (chosen - ref_chosen), rejected_rewards = beta * (rejected - ref_rejected);
   per_pair("rewards/chosen", chosen_rewards);

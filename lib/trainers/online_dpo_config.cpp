@@ -18,6 +18,10 @@ const config::Schema& online_dpo_schema() {
     b.field(&C::reward_model_path, "reward_model_path", std::nullopt,
             "A reward model directory (one `trlx reward` saved, or any ...ForSequenceClassification); scored before "
             "the reward_funcs entries.");
+    b.field(&C::judge, "judge", std::vector<std::string>{},
+            "A program that says which of two completions is better ({command: \"python3 my_judge.py\"}; "
+            "docs/reward_programs.md), instead of reward_model_path / reward_funcs.")
+        .items_may_be_mappings();
     b.field(&C::missing_eos_penalty, "missing_eos_penalty", std::nullopt,
             "Subtracted from the score of a completion that ends without an eos token.")
         .min(0);
@@ -40,10 +44,19 @@ const config::Schema& online_dpo_schema() {
       for (double v : c.betas)
         if (!(v > 0) || !std::isfinite(v))
           out.invalid("beta", fmt::format("{} is not a finite value > 0 (the loss divides by it or scales by it)", v));
-      if (c.reward_funcs.empty() && !c.reward_model_path)
-        out.conflict({"reward_model_path", "reward_funcs"},
+      const bool scored = !c.reward_funcs.empty() || c.reward_model_path;
+      if (!scored && c.judge.empty())
+        out.conflict({"reward_model_path", "reward_funcs", "judge"},
                      "nothing ranks the completions: set reward_model_path (a reward model directory, such as one "
-                     "`trlx reward --config configs/reward.yaml` saved) or reward_funcs");
+                     "`trlx reward --config configs/reward.yaml` saved), reward_funcs, or a judge program");
+      if (scored && !c.judge.empty())
+        out.conflict({"judge", c.reward_model_path ? "reward_model_path" : "reward_funcs"},
+                     "a judge ranks the pairs by itself; give either the judge or scores, not both");
+      if (c.judge.size() > 1) out.invalid("judge", "give one judge program");
+      if (!c.judge.empty() && c.missing_eos_penalty)
+        out.conflict({"judge", "missing_eos_penalty"},
+                     "missing_eos_penalty lowers scores, and a judge gives none; tell the judge to prefer completions "
+                     "that end");
       if (c.max_length && c.max_completion_length >= *c.max_length)
         out.conflict({"max_new_tokens", "max_length"},
                      fmt::format("max_new_tokens ({}) must be below max_length ({}): a sequence longer than max_length "

@@ -43,6 +43,13 @@ check "[ $? = 0 ]" || cat "$TMP/o"
 values loss "$TMP/l/metrics.jsonl" >"$TMP/loss_resumed"
 check "[ \"\$(largest_difference '$TMP/loss_resumed' '$TMP/loss_full')\" = 0 ]"
 
+# A judge program ranks the pairs instead of scores: the metrics without scores.
+judge='{"command": "python3 examples/rewards/addition_judge.py"}'
+"$TRLX" online-dpo "${common[@]}" --max_steps 2 --save_strategy no --output_dir "$TMP/j" --judge "$judge" >"$TMP/o" 2>&1
+check "[ $? = 0 ]" || cat "$TMP/o"
+check "grep -q 'ranked by: judge addition_judge' '$TMP/o'"
+check "steps_hold '$TMP/j' \"'rewards/accuracies' in m and 'objective/kl' in m and 'objective/scores' not in m\""
+
 # Bad input: exit 2 before training, saying what is wrong.
 bad_run() {  # bad_run <grep pattern> <args...>
   local want=$1
@@ -56,8 +63,21 @@ bad_run "reward_model_path: $TMP/none is not a directory" --reward_model_path "$
 bad_run "must be below max_length" --reward_funcs "$program" --max_length 8
 bad_run "not a finite value > 0" --reward_funcs "$program" --beta 0.1 0
 bad_run "one weight per reward function" --reward_model_path "$TMP/rm" --reward_funcs "$program" --reward_weights 1
+bad_run "give either the judge or scores" --judge "$judge" --reward_funcs "$program"
+bad_run "no_such_judge" --judge '{"command": "python3 /nonexistent/no_such_judge.py"}'
+bad_run "missing_eos_penalty lowers scores" --judge "$judge" --missing_eos_penalty 1
 echo '{"question": "What is 1 plus 2?"}' >"$TMP/noprompt.jsonl"
 bad_run "prompt" --reward_funcs "$program" --dataset_name "$TMP/noprompt.jsonl"
+
+# In a config file the judge is a mapping, as a reward_funcs entry is.
+cat >"$TMP/judge.yaml" <<'YAML'
+trainer: online-dpo
+model_name_or_path: examples/tiny-model
+dataset_name: tests/data/grpo/text
+judge: {command: python3 examples/rewards/addition_judge.py, timeout_seconds: 60}
+YAML
+"$TRLX" print-config --config "$TMP/judge.yaml" >"$TMP/o" 2>&1
+check "[ $? = 0 ] && grep -q 'addition_judge.py' '$TMP/o'" || cat "$TMP/o"
 
 # The shipped config validates.
 "$TRLX" validate --config configs/online_dpo.yaml >"$TMP/o" 2>&1

@@ -19,6 +19,8 @@ using trlx::rewards::ProgramOptions;
 using trlx::rewards::Sample;
 using trlx::rewards::Scores;
 using trlx::rewards::start_reward_program;
+using trlx::rewards::judge_request_line;
+using trlx::rewards::start_judge_program;
 using Json = nlohmann::ordered_json;
 
 namespace {
@@ -445,6 +447,48 @@ TEST_CASE("example addition_reward.py --partial: partial credit for sums", "[rew
   CHECK_FALSE(s[4].has_value());
   CHECK(s[5] == std::optional<double>(0.0));
   CHECK(s[6] == std::optional<double>(1.0));
+}
+
+TEST_CASE("judge program: one preference per pair, the request pairs the completions", "[rewards_program][judge]") {
+  // The example judge: the completion whose last integer is nearer the answer.
+  auto judge = start_judge_program(
+      options_for("python3 '" + (examples_dir() / "addition_judge.py").string() + "'"));
+  CHECK(judge->name() == "addition_judge");
+  auto pair = [](const std::string& a, const std::string& b) {
+    return std::make_pair(sample(a, {1, 2}, {{"answer", 5}}), sample(b, {3}, {{"answer", 5}}));
+  };
+  const auto p = judge->judge({pair("4", "5"), pair("5", "9"), pair("no", "idea"), pair("6", "4")});
+  REQUIRE(p.size() == 4);
+  CHECK(p[0] == std::optional<int>(1));
+  CHECK(p[1] == std::optional<int>(0));
+  CHECK_FALSE(p[2].has_value());
+  CHECK_FALSE(p[3].has_value());  // equally near: no preference
+  // The request: one prompt and one column value per pair, completions and
+  // their ids in pairs.
+  const auto line = nlohmann::json::parse(judge_request_line({pair("4", "5")}, 3));
+  CHECK(line.at("prompts") == nlohmann::json::array({"What is 2 plus 3?"}));
+  CHECK(line.at("completions") == nlohmann::json::parse(R"([["4", "5"]])"));
+  CHECK(line.at("completion_ids") == nlohmann::json::parse("[[[1, 2], [3]]]"));
+  CHECK(line.at("columns") == nlohmann::json::parse(R"({"answer": [5]})"));
+  CHECK(line.at("step") == 3);
+}
+
+TEST_CASE("judge program: an answer off the protocol names the judge and what was expected", "[rewards_program][judge]") {
+  auto two = start_judge_program(options_for("python3 -u -c \"import sys\nfor l in sys.stdin: print('{\\\"preferences\\\": [2]}', flush=True)\""));
+  const auto pair = std::make_pair(sample("a", {1}), sample("b", {2}));
+  CHECK_THAT(runtime_error_of([&] { two->judge({pair}); }),
+             Catch::Contains("judge program") && Catch::Contains("preference 0 = 2") &&
+                 Catch::Contains("0 (the first completion is better), 1 (the second) or null"));
+  auto count = start_judge_program(options_for("python3 -u -c \"import sys\nfor l in sys.stdin: print('{\\\"preferences\\\": [0, 1]}', flush=True)\""));
+  CHECK_THAT(runtime_error_of([&] { count->judge({pair}); }),
+             Catch::Contains("with 2 preferences; expected exactly one per pair (1)"));
+  // A judge that cannot start stops the run before training.
+  try {
+    start_judge_program(options_for("python3 /nonexistent/no_such_judge.py"));
+    FAIL("no error");
+  } catch (const trlx::InputError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("judge program 'no_such_judge'"));
+  }
 }
 
 TEST_CASE("example length_reward.sh: minus one hundredth per completion token",
