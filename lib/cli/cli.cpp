@@ -137,8 +137,10 @@ config::Sources collect_sources(const CLI::App& app, const std::string& config_p
   if (!config_path.empty()) src.yaml_file = config_path;
   for (const auto& [name, opt] : binding.options) {
     if (opt->count() == 0) continue;
+    // A flag given twice (a script's default, then an override): the last
+    // one wins, as on TRL's command line; a list flag keeps every value.
     std::vector<std::string> vals;
-    for (const auto& r : opt->results())
+    for (const auto& r : opt->reduced_results())
       if (!r.empty()) vals.push_back(r);
     src.flags.emplace_back(name, vals);
   }

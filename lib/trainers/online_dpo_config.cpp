@@ -26,11 +26,14 @@ const config::Schema& online_dpo_schema() {
             "Subtracted from the score of a completion that ends without an eos token.")
         .min(0);
     b.group("generation");
-    b.field(&C::max_completion_length, "max_new_tokens", 64, "Most tokens generated per completion.").min(1);
+    b.field(&C::max_completion_length, "max_new_tokens", 64, "Most tokens generated per completion.")
+        .min(1)
+        .bound_to("max_completion_length");
     b.group("online-dpo");
     auto& beta = b.field(&C::betas, "beta", std::vector<double>{0.1},
                          "Strength of the pull towards the reference: one value, or a list with one per epoch (the "
-                         "last for later epochs). For ipo, the regularisation tau.");
+                         "last for later epochs). For ipo, the regularisation tau.")
+                     .bound_to("betas");
     // OnlineConfig::beta (whether a reference is loaded, the first round's
     // value) follows the list.
     beta.assign = [](void* obj, const config::Value& v) {

@@ -116,6 +116,10 @@ run 0 print-config --config "$TMP/old.yaml"
 has "num_generations: 4"
 has "\`rloo_k\` is the old name of \`num_generations\`"
 
+# A flag given twice (a script's default, then an override): the last one wins.
+run 0 print-config --config configs/sft.yaml --max_steps 5 --max_steps 7
+has "max_steps: 7"
+
 # Accelerate presets and users' files resolve into the distributed setup.
 run 0 validate dpo --config configs/dpo.yaml --accelerate_config zero3
 has "distributed: ZeRO-3"
