@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "engine/device_memory.hpp"
+#include "io/dir_lock.hpp"
 
 namespace trlx::engine {
 
@@ -294,6 +295,21 @@ RunSummary Engine::train(Trainer& trainer) {
   trainer_ = &trainer;
   setup(trainer);
   prepare_output_dir();
+  // One run per output_dir: rank 0 holds the lock until training ends, and
+  // every rank stops together when another run holds it.
+  std::optional<io::DirectoryLock> run_lock;
+  std::string holder;
+  std::vector<double> busy = {0.0};
+  if (rank() == 0) {
+    run_lock = io::DirectoryLock::try_lock(output_dir_, "trlx " + trainer.name(), &holder);
+    if (!run_lock) busy[0] = 1.0;
+  }
+  sum_across_ranks(busy);
+  if (busy[0] > 0)
+    fail_input("output_dir {} is in use by another trlx run ({}); give this run its own output_dir, or wait for that "
+               "run to end",
+               output_dir_.string(), rank() == 0 ? (holder.empty() ? "its lock file says nothing more" : holder)
+                                                 : "rank 0 says which");
   int64_t epoch = 0;
   size_t batch_in_epoch = 0;
   if (auto dir = checkpoint_to_resume()) {

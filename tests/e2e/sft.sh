@@ -59,6 +59,26 @@ rc=$?
 check "[ $rc = 2 ]"
 check "grep -q 'does not exist' '$TMP/bad2.log'"
 
+# One run per output_dir: a second run on a directory a run is writing stops
+# at once (exit 2) naming the first; once the first is killed (-9), the lock
+# is gone with it and the directory can be used again.
+"$TRLX" sft --config configs/sft.yaml --max_steps 100000 --logging_steps 1 --save_strategy no --eval_strategy no \
+  --output_dir "$TMP/shared" >"$TMP/first.log" 2>&1 &
+first=$!
+for _ in $(seq 1 600); do
+  [ -f "$TMP/shared/metrics.jsonl" ] && break
+  sleep 0.1
+done
+"$TRLX" sft --config configs/sft.yaml --max_steps 2 --output_dir "$TMP/shared" >"$TMP/second.log" 2>&1
+rc=$?
+check "[ $rc = 2 ] && grep -q 'is in use by another trlx run (pid $first on' '$TMP/second.log'" || cat "$TMP/second.log"
+check "! grep -q 'step 1/' '$TMP/second.log'"
+kill -9 $first
+wait $first 2>/dev/null
+"$TRLX" sft --config configs/sft.yaml --max_steps 2 --save_strategy no --eval_strategy no --output_dir "$TMP/shared" \
+  >"$TMP/third.log" 2>&1
+check "[ $? = 0 ]" || cat "$TMP/third.log"
+
 # preview: what SFT trains on, loss tokens marked, JSON lines, warnings.
 "$TRLX" preview sft --config configs/sft.yaml --num_examples 2 >"$TMP/pv.txt" 2>&1
 rc=$?

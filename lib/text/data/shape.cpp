@@ -216,8 +216,11 @@ struct RowCtx {
     std::string hint;
     if (const std::string near = closest_match(key, keys); !near.empty())
       hint = fmt::format(" (is \"{}\" a misspelling of \"{}\"?)", near, key);
+    // A column that is there but null counts as missing: say so, or the
+    // message would name a column the row seems to have.
     std::vector<std::string> quoted;
-    for (const auto& k : keys) quoted.push_back('"' + k + '"');
+    for (auto it = row.value.begin(); it != row.value.end(); ++it)
+      quoted.push_back('"' + it.key() + '"' + (it->is_null() ? " (null)" : ""));
     fail("missing column \"{}\"{}; {}; this row has {}", key, hint, needs,
          quoted.empty() ? std::string("no columns") : "columns " + join(quoted, ", "));
   }

@@ -93,6 +93,9 @@ TEST_CASE("sft: missing columns say what is needed and spot typos", "[data][shap
   CHECK_THAT(msg, Contains("is \"txt\" a misspelling of \"text\"?"));
   CHECK_THAT(msg, Contains("\"messages\""));
   CHECK_THAT(msg, Contains("this row has columns \"txt\""));
+  // A column that is there but null is named as null, not taken for absent.
+  CHECK_THAT(shape_error(Task::sft, "{\"prompt\": null, \"completion\": \"x\"}\n"),
+             Contains("this row has columns \"prompt\" (null), \"completion\""));
 }
 
 TEST_CASE("sft: wrong types", "[data][shape][sft][errors]") {
