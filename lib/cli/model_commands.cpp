@@ -18,13 +18,50 @@
 #include "losses/logprobs.hpp"
 #include "trainers/common.hpp"
 #include "trainers/sft.hpp"
+#include "model/adapter_dir.hpp"
 #include "model/generate.hpp"
+#include "model/lora.hpp"
 #include "model/loading.hpp"
 #include "model/saving.hpp"
 #include "text/template/chat_template.hpp"
 #include "text/tokenizer/tokenizer.hpp"
 
 namespace trlx::cli {
+
+namespace {
+
+// What generate and score run: a model directory, or a LoRA adapter
+// directory on its base, the adapter folded in (what `trlx merge-lora`
+// writes). tokenizer_dir: the adapter's own tokenizer files, else the base's.
+struct InferenceModel {
+  model::LanguageModel model{nullptr};
+  std::string tokenizer_dir;
+  std::string base_dir;
+};
+
+std::string base_of(const std::string& dir) {
+  return model::is_adapter_dir(dir) ? model::adapter_base_dir(dir).string() : dir;
+}
+
+std::string tokenizer_dir_of(const std::string& dir) {
+  if (!model::is_adapter_dir(dir) || std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) return dir;
+  return base_of(dir);
+}
+
+InferenceModel load_for_inference(const std::string& dir, model::HeadKind head, const std::string& dtype) {
+  InferenceModel out;
+  out.base_dir = base_of(dir);
+  out.tokenizer_dir = tokenizer_dir_of(dir);
+  out.model = model::load_language_model(out.base_dir, head, dtype);
+  if (out.base_dir != dir) {
+    model::load_adapter(dir, *out.model);
+    model::merge_lora(*out.model);
+    log::info("{}: a LoRA adapter on {}, folded in", dir, out.base_dir);
+  }
+  return out;
+}
+
+}  // namespace
 
 int run_init_model(std::vector<std::string> args) {
   CLI::App app("Write a new model with random weights in Hugging Face format (for tests and quickstarts)",
@@ -115,9 +152,10 @@ int run_generate(std::vector<std::string> args) {
   if (auto rc = parse_args(app, args)) return *rc;
   if (min_p > 0) o.min_p = min_p;
 
-  auto tok = text::Tokenizer::from_dir(model_dir);
-  auto m = model::load_language_model(model_dir, model::HeadKind::CausalLM, dtype);
-  trainers::check_tokenizer_fits(tok, model_dir, m->config().vocab_size, model_dir);
+  auto loaded = load_for_inference(model_dir, model::HeadKind::CausalLM, dtype);
+  auto& m = loaded.model;
+  auto tok = text::Tokenizer::from_dir(loaded.tokenizer_dir);
+  trainers::check_tokenizer_fits(tok, loaded.tokenizer_dir, m->config().vocab_size, loaded.base_dir);
   std::vector<nlohmann::ordered_json> inputs;
   for (const auto& p : prompts) inputs.emplace_back(p);
   if (!prompts_file.empty())
@@ -142,7 +180,7 @@ int run_generate(std::vector<std::string> args) {
   std::optional<text::ChatTemplate> tmpl;
   if (chat) {
     if (tok.chat_template().empty()) fail_input("{}: the tokenizer has no chat_template; drop --chat", model_dir);
-    tmpl.emplace(tok.chat_template(), model_dir + "/tokenizer_config.json: chat_template");
+    tmpl.emplace(tok.chat_template(), loaded.tokenizer_dir + "/tokenizer_config.json: chat_template");
   }
   for (const auto& in : inputs) {
     std::string text;
@@ -234,10 +272,12 @@ int run_score(std::vector<std::string> args) {
   if (auto rc = parse_args(app, args)) return *rc;
   if (batch_size < 1) fail_input("--batch_size must be at least 1");
 
-  const auto config = model::load_model_config(model_dir);
+  const auto config = model::load_model_config(base_of(model_dir));
   bool reward = false;
   for (const auto& a : config.architectures) reward = reward || a.find("ForSequenceClassification") != std::string::npos;
-  auto [tok, tmpl] = trainers::load_tokenizer_and_template(model_dir, std::nullopt);
+  // A reward model's adapter carries its score head (task_type SEQ_CLS).
+  if (model::is_adapter_dir(model_dir)) reward = reward || model::adapter_task_type(model_dir) == "SEQ_CLS";
+  auto [tok, tmpl] = trainers::load_tokenizer_and_template(tokenizer_dir_of(model_dir), std::nullopt);
   // The rows go through the SFT trainer's own preparation, so the scored
   // tokens are exactly those SFT trains on (completion only for
   // prompt-completion rows, eos appended).
@@ -250,8 +290,9 @@ int run_score(std::vector<std::string> args) {
   }
   std::vector<trainers::SFTExample> rows = trainers::prepare_sft_split(c, tok, tmpl ? &*tmpl : nullptr, "train", true);
   const auto head = reward ? model::HeadKind::SequenceClassification : model::HeadKind::CausalLM;
-  auto m = model::load_language_model(model_dir, head, dtype);
-  trainers::check_tokenizer_fits(tok, model_dir, m->config().vocab_size, model_dir);
+  auto loaded = load_for_inference(model_dir, head, dtype);
+  auto& m = loaded.model;
+  trainers::check_tokenizer_fits(tok, loaded.tokenizer_dir, m->config().vocab_size, loaded.base_dir);
   const int64_t pad = tok.pad_token_id().value_or(tok.eos_token_id().value_or(0));
   torch::NoGradGuard no_grad;
   for (size_t start = 0; start < rows.size(); start += static_cast<size_t>(batch_size)) {

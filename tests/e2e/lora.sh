@@ -25,6 +25,22 @@ check "[ $? = 0 ] && grep -q '4 adapted layers' '$TMP/o'"
 "$TRLX" merge-lora --base examples/tiny-model --adapter tests/data/lora/default/adapter --out "$TMP/merged" --dtype bfloat16 >/dev/null 2>&1
 check "[ $? = 0 ] && grep -q '\"bfloat16\"' '$TMP/merged/config.json'"
 
+# score and generate take an adapter directory too: the adapter on the base
+# it names, giving what the merged model gives.
+"$TRLX" sft --config configs/sft.yaml --max_steps 2 --use_peft true --learning_rate 1e-2 --eval_strategy no \
+  --save_strategy no --output_dir "$TMP/ad" >/dev/null 2>&1
+"$TRLX" merge-lora --base examples/tiny-model --adapter "$TMP/ad" --out "$TMP/ad_merged" >/dev/null 2>&1
+"$TRLX" score --model "$TMP/ad" --input tests/data/sft/data/train.jsonl >"$TMP/ad.jsonl" 2>"$TMP/err"
+check "[ $? = 0 ] && grep -q 'a LoRA adapter on' '$TMP/err'" || cat "$TMP/err"
+"$TRLX" score --model "$TMP/ad_merged" --input tests/data/sft/data/train.jsonl >"$TMP/ad_merged.jsonl" 2>/dev/null
+values sum_logprob "$TMP/ad.jsonl" >"$TMP/a1"
+values sum_logprob "$TMP/ad_merged.jsonl" >"$TMP/a2"
+d=$(largest_difference "$TMP/a1" "$TMP/a2")
+check "python3 -c 'import sys; sys.exit(not float(\"$d\") < 1e-5)'" || echo "difference $d"
+"$TRLX" generate --model "$TMP/ad" --prompt 'What is 2 plus 3?' --max_new_tokens 6 --json >"$TMP/g1" 2>/dev/null
+"$TRLX" generate --model "$TMP/ad_merged" --prompt 'What is 2 plus 3?' --max_new_tokens 6 --json >"$TMP/g2" 2>/dev/null
+check "[ -s '$TMP/g1' ] && cmp -s '$TMP/g1' '$TMP/g2'"
+
 # Bad input: exit 2, naming what is wrong; a failed merge leaves --out alone.
 "$TRLX" merge-lora --base examples/tiny-model --adapter "$TMP/nothing" --out "$TMP/m2" >"$TMP/o" 2>&1
 check "[ $? = 2 ] && grep -q 'adapter_config.json' '$TMP/o' && [ ! -e '$TMP/m2' ]"
