@@ -74,6 +74,17 @@ class Reader {
   void unused(const YAML::Node& key, const std::string& name, const std::string& why) {
     out_.warnings.push_back(fmt::format("{}: accelerate key `{}` {}", at(key), name, why));
   }
+  // Runs the reading of one key; a bad value is recorded and reading goes
+  // on, so that one run of trlx reports every bad value of the file.
+  template <class F>
+  void key(F&& read) {
+    try {
+      read();
+    } catch (const InputError& e) {
+      errors.emplace_back(e.what());
+    }
+  }
+  std::vector<std::string> errors;
 
  private:
   std::string source_;
@@ -91,6 +102,7 @@ void read_deepspeed(const YAML::Node& map, Reader& r, DistributedConfig& out, bo
     const std::string key = it->first.Scalar();
     const YAML::Node& v = it->second;
     const std::string name = "deepspeed_config." + key;
+    r.key([&] {
     if (key == "zero_stage") {
       out.zero_stage = r.integer(v, name, 0, 3);
       have_stage = true;
@@ -115,6 +127,7 @@ void read_deepspeed(const YAML::Node& map, Reader& r, DistributedConfig& out, bo
     } else {
       r.unused(it->first, name, "is not used by trlx and is ignored");
     }
+    });
   }
 }
 
@@ -123,6 +136,7 @@ void read_fsdp(const YAML::Node& map, Reader& r, DistributedConfig& out) {
     const std::string key = it->first.Scalar();
     const YAML::Node& v = it->second;
     const std::string name = "fsdp_config." + key;
+    r.key([&] {
     if (key == "fsdp_version") {
       out.fsdp_version = r.integer(v, name, 1, 2);
     } else if (key == "fsdp_reshard_after_forward" || key == "fsdp_sharding_strategy") {
@@ -160,6 +174,7 @@ void read_fsdp(const YAML::Node& map, Reader& r, DistributedConfig& out) {
     } else {
       r.unused(it->first, name, "is not used by trlx and is ignored");
     }
+    });
   }
 }
 
@@ -190,6 +205,7 @@ DistributedConfig parse_accelerate_config(const std::string& yaml_text, const st
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string key = it->first.Scalar();
     const YAML::Node& v = it->second;
+    r.key([&] {
     if (key == "distributed_type") {
       dist_key = it->first;
       const std::string t = r.str(v, key);
@@ -236,6 +252,7 @@ DistributedConfig parse_accelerate_config(const std::string& yaml_text, const st
     } else {
       r.unused(it->first, key, "is not an accelerate key trlx knows; ignored");
     }
+    });
   }
   if (deepspeed && !deepspeed.IsNull()) {
     if (!deepspeed.IsMap()) fail_input("{}: deepspeed_config must be a mapping", r.at(deepspeed));
@@ -247,6 +264,12 @@ DistributedConfig parse_accelerate_config(const std::string& yaml_text, const st
     if (!fsdp.IsMap()) fail_input("{}: fsdp_config must be a mapping", r.at(fsdp));
     if (out.strategy != Strategy::FSDP) r.unused(fsdp, "fsdp_config", "is ignored because distributed_type is not FSDP");
     else read_fsdp(fsdp, r, out);
+  }
+  if (r.errors.size() == 1) fail_input("{}", r.errors.front());
+  if (!r.errors.empty()) {
+    std::string all;
+    for (const auto& e : r.errors) all += "\n  - " + e;
+    fail_input("{}: {} bad values:{}", source, r.errors.size(), all);
   }
   if (out.strategy == Strategy::Zero) {
     if (!have_stage)

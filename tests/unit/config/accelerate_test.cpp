@@ -88,6 +88,16 @@ TEST_CASE("bad accelerate files say where and what", "[accelerate]") {
   CHECK_THAT(msg, Contains("configs/missing.yaml does not exist"));
   msg = test::input_error_of([] { parse_accelerate_config("distributed_type: [\n", "a.yaml"); });
   CHECK_THAT(msg, Contains("YAML syntax error"));
+  // Every bad value of a file at once, each where it is.
+  msg = test::input_error_of([] {
+    parse_accelerate_config("mixed_precision: fp17\nnum_processes: -3\ndistributed_type: FSDP\nfsdp_config:\n"
+                            "  fsdp_version: 7\n",
+                            "a.yaml");
+  });
+  CHECK_THAT(msg, Contains("a.yaml: 3 bad values"));
+  CHECK_THAT(msg, Contains("a.yaml:1:18: `mixed_precision` must be one of"));
+  CHECK_THAT(msg, Contains("a.yaml:2:16: `num_processes` must be between 1"));
+  CHECK_THAT(msg, Contains("a.yaml:5:17: `fsdp_config.fsdp_version` must be between 1 and 2, found 7"));
 }
 
 TEST_CASE("accelerate files are told apart from training configs", "[accelerate]") {
