@@ -343,14 +343,16 @@ int run_validate(const std::string& cmd, std::vector<std::string> args) {
   std::optional<config::DistributedConfig> accel;
   auto run = resolve_for_tool(cmd, args, &rc, &accel);
   if (accel) {
-    std::cout << fmt::format("{}: valid accelerate config ({}{})\n", peek_config(args), accel->describe(),
+    std::cout << fmt::format("{}: valid accelerate config ({}{}{})\n", peek_config(args), accel->describe(),
+                             accel->mixed_precision != "no" ? ", mixed_precision " + accel->mixed_precision : "",
                              accel->num_processes ? fmt::format(", {} process{}", *accel->num_processes, *accel->num_processes == 1 ? "" : "es") : "");
     return 0;
   }
   if (!run) return rc;
   const size_t warnings = run->loader->warnings().size() + (run->dist ? run->dist->warnings.size() : 0);
-  std::cout << fmt::format("valid {} config{}{}\n", run->trainer->name,
+  std::cout << fmt::format("valid {} config{}; precision {}{}\n", run->trainer->name,
                            run->dist ? fmt::format("; distributed: {}", run->dist->describe()) : "",
+                           run->resolved->config().use_bf16() ? "bf16 (mixed)" : "fp32",
                            warnings ? fmt::format(" ({} warning{})", warnings, warnings == 1 ? "" : "s") : "");
   return 0;
 }

@@ -24,7 +24,8 @@ std::string DistributedConfig::describe() const {
   }
   if (offload_optimizer_device != "none") s += ", optimizer offload " + offload_optimizer_device;
   if (offload_param_device != "none") s += ", parameter offload " + offload_param_device;
-  if (mixed_precision != "no") s += ", mixed precision " + mixed_precision;
+  // No precision: the training config's bf16 decides it (the engine warns
+  // when this file's mixed_precision disagrees).
   return s;
 }
 

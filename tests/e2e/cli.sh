@@ -123,6 +123,10 @@ has "max_steps: 7"
 # Accelerate presets and users' files resolve into the distributed setup.
 run 0 validate dpo --config configs/dpo.yaml --accelerate_config zero3
 has "distributed: ZeRO-3"
+# The precision is the training config's (the preset's mixed_precision: bf16
+# does not override bf16: false), and validate says which.
+run 0 validate dpo --config configs/dpo.yaml --accelerate_config zero3 --bf16 false
+has "ZeRO-3; precision fp32"
 run 0 validate dpo --config configs/dpo.yaml --accelerate_config tests/data/config/user_accelerate_zero3.yaml
 has "optimizer offload cpu"
 has "4 warnings"
