@@ -60,4 +60,23 @@ check "[ \$? = 2 ] && grep -q 'has id 100000' '$TMP/wt2.log'"
 "$TRLX" sft --config configs/sft.yaml --model_name_or_path "$TMP/wrongtok" --max_steps 1 --output_dir "$TMP/wt" \
   >/dev/null 2>"$TMP/wt3.log"
 check "[ \$? = 2 ] && grep -q 'has id 100000' '$TMP/wt3.log'"
+
+# An eos_token the vocabulary lacks, and an empty vocabulary: named when the
+# tokenizer is read (exit 2), not met later as literal text or a length error.
+cp -r examples/tiny-model "$TMP/noeos"
+cp -r examples/tiny-model "$TMP/novocab"
+python3 - "$TMP/noeos/tokenizer_config.json" "$TMP/novocab/tokenizer.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["eos_token"] = "<|no_such_eos|>"
+json.dump(c, open(sys.argv[1], "w"))
+t = json.load(open(sys.argv[2]))
+t["model"]["vocab"], t["model"]["merges"], t["added_tokens"] = {}, [], []
+json.dump(t, open(sys.argv[2], "w"))
+PY
+"$TRLX" sft --config configs/sft.yaml --model_name_or_path "$TMP/noeos" --max_steps 1 --output_dir "$TMP/ne" \
+  >/dev/null 2>"$TMP/ne.log"
+check "[ \$? = 2 ] && grep -q 'eos_token.*no_such_eos.* is not in the vocabulary of .*noeos/tokenizer.json' '$TMP/ne.log'"
+"$TRLX" generate --model "$TMP/novocab" --prompt "Hi" >/dev/null 2>"$TMP/nv.log"
+check "[ \$? = 2 ] && grep -q 'novocab/tokenizer.json: the vocabulary is empty' '$TMP/nv.log'"
 finish

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "text/tokenizer/normalized.hpp"
 #include "text/tokenizer/unicode.hpp"
 
@@ -1477,12 +1478,29 @@ Tokenizer Tokenizer::load(std::string_view tokenizer_json, std::string_view name
   for (const auto& t : impl->added)
     if (!impl->model->vocab.count(t.content)) ++extra;
   impl->vocab_size = model_size + extra;
+  if (impl->vocab_size == 0) fail_input("{}: the vocabulary is empty (model.vocab and added_tokens have no entries)", file);
 
   if (tokenizer_config) {
     impl->bos = config_token(c, "bos_token");
     impl->eos = config_token(c, "eos_token");
     impl->pad = config_token(c, "pad_token");
     impl->unk = config_token(c, "unk_token");
+    // A special token the vocabulary lacks would be encoded as its literal
+    // text: the two files do not belong together. Without an eos nothing
+    // ends a training row or a completion, so that is an error; the others
+    // are said once.
+    for (const auto& [key, tok] : {std::pair<const char*, const std::optional<std::string>*>{"eos_token", &impl->eos},
+                                   {"bos_token", &impl->bos},
+                                   {"pad_token", &impl->pad},
+                                   {"unk_token", &impl->unk}}) {
+      if (!*tok || impl->token_to_id(**tok)) continue;
+      if (std::string(key) == "eos_token")
+        fail_input("{}: key `eos_token`: token \"{}\" is not in the vocabulary of {}; the two files do not belong "
+                   "together (take both from the same model)",
+                   cname, **tok, file);
+      log::warn("{}: key `{}`: token \"{}\" is not in the vocabulary of {}; it would be encoded as its literal text",
+                cname, key, **tok, file);
+    }
     if (c.has("chat_template")) {
       const Node ct = c.at("chat_template");
       if (ct.j.is_string()) {
