@@ -422,7 +422,15 @@ RunSummary Engine::train(Trainer& trainer) {
       save_checkpoint(epoch, batch_in_epoch);
       saved_at_step = true;
     }
-    if (g_stop) {
+    // A stop request reaches the ranks at slightly different moments: they
+    // agree on it after each step, so that all save and stop at the same one.
+    bool stop = g_stop;
+    if (world_size() > 1) {
+      std::vector<double> any = {stop ? 1.0 : 0.0};
+      sum_across_ranks(any);
+      stop = any[0] > 0;
+    }
+    if (stop) {
       if (tty) std::cerr << "\n";
       log::warn("stop requested: saving at step {} and exiting", step_);
       if (!saved_at_step) save_checkpoint(epoch, batch_in_epoch);

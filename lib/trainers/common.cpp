@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "dist/comm/make_communicator.hpp"
 #include "core/log.hpp"
 #include "model/adapter_dir.hpp"
 #include "model/loading.hpp"
@@ -238,6 +239,8 @@ int train_to_exit_code(engine::Engine& engine, engine::Trainer& trainer) {
   const auto summary = engine.train(trainer);
   if (summary.interrupted) {
     log::error("training stopped at step {} on request; resume with resume_from_checkpoint: latest", summary.steps);
+    // The stop is agreed over the ranks, so they leave together.
+    dist::stopping_together();
     return 1;
   }
   return 0;

@@ -59,4 +59,11 @@ bool nccl_available();  // built against a LibTorch with c10d NCCL (USE_C10D_NCC
 // for errors outside collectives that one rank hits alone. Never returns.
 [[noreturn]] void abort_job(int exit_code);
 
+// Every rank is ending on purpose with the same non-zero code (a stop on
+// request, agreed over the ranks): under MPI the ranks then leave in order
+// (barrier, finalize) instead of aborting the job, which would print MPI's
+// abort notice over the run's own message. A rank that never arrives still
+// ends the job after the exit timeout.
+void stopping_together();
+
 }  // namespace trlx::dist

@@ -43,6 +43,8 @@ std::unique_ptr<Communicator> make_mpi_communicator(std::chrono::seconds) {
 
 void abort_job(int exit_code) { std::_Exit(exit_code); }
 
+void stopping_together() {}
+
 std::string detail::mpi_broadcast_string(const std::string&, std::chrono::seconds) {
   fail_input("the ranks were started by an MPI launcher without MASTER_ADDR, and this trlx was built without MPI "
              "to share rank 0's address; set MASTER_ADDR and MASTER_PORT");
@@ -84,6 +86,8 @@ struct MpiRuntime {
   int world_size = 1;
   std::atomic<int64_t> exit_timeout_s{1800};
   std::atomic<bool> failed{false};
+  // Every rank agreed to end with a non-zero code (a stop on request).
+  std::atomic<bool> together{false};
 };
 
 MpiRuntime& runtime() {
@@ -110,7 +114,7 @@ void at_exit(int status, void*) {
   MPI_Finalized(&finalized);
   if (finalized) return;
   MpiRuntime& rt = runtime();
-  if (status != 0 || rt.failed) {
+  if ((status != 0 && !rt.together) || rt.failed) {
     std::fflush(stdout);
     std::fprintf(stderr, "[rank %d] exiting with status %d: stopping every rank of the job\n", rt.world_rank,
                  status != 0 ? status : 1);
@@ -382,6 +386,8 @@ std::string detail::mpi_broadcast_string(const std::string& value, std::chrono::
   run("rendezvous address broadcast", out.data(), len, MPI_CHAR);
   return out;
 }
+
+void stopping_together() { runtime().together = true; }
 
 void abort_job(int exit_code) {
   int initialized = 0, finalized = 0;

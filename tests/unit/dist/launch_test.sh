@@ -60,6 +60,24 @@ OUT=$(cat "$TMP/term.log")
 [ $(($(date +%s) - start)) -lt 15 ] && ok || bad "SIGTERM took $(($(date +%s) - start)) s"
 has '\[rank [01]\] got TERM'
 
+# SIGTERM to a training run under launch: every rank stops at the same step
+# after saving it, and they leave together (exit 1, no MPI abort notice).
+"$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft --config configs/sft.yaml --max_steps 100000 --logging_steps 20 \
+  --save_strategy no --eval_strategy no --output_dir "$TMP/stop" >"$TMP/stop.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do grep -q 'step 20/' "$TMP/stop.log" && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+rc=$?
+OUT=$(cat "$TMP/stop.log")
+[ $rc = 1 ] && ok || bad "launch exited $rc after SIGTERM to a training run, expected 1"
+has '\[rank 0\] .*stop requested: saving at step [0-9]+'
+step0=$(grep -o '\[rank 0\] training stopped at step [0-9]*' "$TMP/stop.log" | grep -o '[0-9]*$')
+step1=$(grep -o '\[rank 1\] training stopped at step [0-9]*' "$TMP/stop.log" | grep -o '[0-9]*$')
+[ -n "$step0" ] && [ "$step0" = "$step1" ] && ok || bad "ranks stopped at steps '$step0' and '$step1'"
+[ -d "$TMP/stop/checkpoint-$step0" ] && ok || bad "no checkpoint-$step0"
+lacks 'MPI_ABORT|most likely because another rank failed'
+
 # Usage errors.
 run 2 launch --nproc_per_node 2
 has 'no command'
