@@ -751,7 +751,16 @@ nlohmann::ordered_json aligned_columns(const std::vector<const Sample*>& rows) {
   return columns;
 }
 
-std::string request_text(const nlohmann::ordered_json& request) {
+// The request line: one entry per row in each list, then the step.
+std::string request_text(nlohmann::ordered_json prompts, nlohmann::ordered_json completions,
+                         nlohmann::ordered_json ids, const std::vector<const Sample*>& rows,
+                         std::optional<int64_t> step) {
+  nlohmann::ordered_json request = nlohmann::ordered_json::object();
+  request["prompts"] = std::move(prompts);
+  request["completions"] = std::move(completions);
+  request["completion_ids"] = std::move(ids);
+  request["columns"] = aligned_columns(rows);
+  if (step) request["step"] = *step;
   return request.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::ordered_json::error_handler_t::replace);
 }
 
@@ -767,13 +776,7 @@ std::string reward_request_line(const std::vector<Sample>& batch, std::optional<
     ids.push_back(s.completion_ids);
     rows.push_back(&s);
   }
-  J request = J::object();
-  request["prompts"] = std::move(prompts);
-  request["completions"] = std::move(completions);
-  request["completion_ids"] = std::move(ids);
-  request["columns"] = aligned_columns(rows);
-  if (step) request["step"] = *step;
-  return request_text(request);
+  return request_text(std::move(prompts), std::move(completions), std::move(ids), rows, step);
 }
 
 std::string judge_request_line(const std::vector<std::pair<Sample, Sample>>& pairs, std::optional<int64_t> step) {
@@ -786,13 +789,7 @@ std::string judge_request_line(const std::vector<std::pair<Sample, Sample>>& pai
     ids.push_back(J::array({first.completion_ids, second.completion_ids}));
     rows.push_back(&first);
   }
-  J request = J::object();
-  request["prompts"] = std::move(prompts);
-  request["completions"] = std::move(completions);
-  request["completion_ids"] = std::move(ids);
-  request["columns"] = aligned_columns(rows);
-  if (step) request["step"] = *step;
-  return request_text(request);
+  return request_text(std::move(prompts), std::move(completions), std::move(ids), rows, step);
 }
 
 }  // namespace trlx::rewards

@@ -10,12 +10,12 @@ trl). Writes the trained model and TRL's log_history (JSON lines) to OUT:
   scripts/bench/addition_accuracy.sh OUT
 """
 import importlib.util
-import json
 import pathlib
 import sys
 
 import torch
 from datasets import load_dataset
+from demo_common import save_run
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -47,8 +47,4 @@ else:
     tr = RLOOTrainer(model=model, args=RLOOConfig(**common), train_dataset=ds, processing_class=tok,
                      reward_funcs=addition_reward)
 tr.train()
-tr.save_model(str(out))
-tok.save_pretrained(str(out))
-with open(out / "log_history.jsonl", "w") as f:
-    for row in tr.state.log_history:
-        f.write(json.dumps(row) + "\n")
+save_run(tr, tok, out)

@@ -7,12 +7,12 @@ and TRL's log_history (JSON lines) to OUT:
 
   python3 scripts/bench/online_dpo_demo_trl.py OUT [learning_rate] [max_steps]
 """
-import json
 import pathlib
 import sys
 
 import torch
 from datasets import load_dataset
+from demo_common import save_run
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 from trl.experimental.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
 
@@ -36,8 +36,4 @@ args = OnlineDPOConfig(output_dir=str(out), per_device_train_batch_size=16, max_
 tr = OnlineDPOTrainer(model=model, reward_funcs=[reward], reward_processing_classes=[reward_tok], args=args,
                       train_dataset=ds, processing_class=tok)
 tr.train()
-tr.save_model(str(out))
-tok.save_pretrained(str(out))
-with open(out / "log_history.jsonl", "w") as f:
-    for row in tr.state.log_history:
-        f.write(json.dumps(row) + "\n")
+save_run(tr, tok, out)
