@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "engine/device_memory.hpp"
+#include "dist/comm/comm_common.hpp"
 #include "io/dir_lock.hpp"
 
 namespace trlx::engine {
@@ -321,6 +322,10 @@ RunSummary Engine::train(Trainer& trainer) {
   print_startup(trainer);
   auto prev_term = std::signal(SIGTERM, on_signal);
   auto prev_int = std::signal(SIGINT, on_signal);
+  dist::graceful_stop_armed(true);
+  struct Disarm {
+    ~Disarm() { dist::graceful_stop_armed(false); }
+  } disarm;
   g_stop = false;
 
   const int64_t log_every = every(config_.logging_steps, schedule_.total_steps);

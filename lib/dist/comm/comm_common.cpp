@@ -77,10 +77,15 @@ namespace {
 
 char g_waiting_message[512];
 volatile sig_atomic_t g_waiting = 0;
+volatile sig_atomic_t g_graceful = 0;
 struct sigaction g_previous;
 
 void on_sigterm(int sig) {
-  if (g_waiting) {
+  // Armed, the training loop's handler takes the signal as a stop request:
+  // the collective finishes and every rank stops at the end of the step (a
+  // peer that died is reported by the collective itself: its error or
+  // ddp_timeout). Otherwise, say which collective this rank was waiting in.
+  if (g_waiting && !g_graceful) {
     ssize_t n = ::write(STDERR_FILENO, g_waiting_message, std::strlen(g_waiting_message));
     (void)n;
   }
@@ -114,4 +119,10 @@ WaitingIn::~WaitingIn() {
 }
 
 }  // namespace detail
+}  // namespace trlx::dist
+
+namespace trlx::dist {
+
+void graceful_stop_armed(bool armed) { detail::g_graceful = armed ? 1 : 0; }
+
 }  // namespace trlx::dist

@@ -28,9 +28,10 @@ Shard check_shard(const char* op, int64_t total, int64_t shard_numel, int world_
 std::string mpi_broadcast_string(const std::string& value, std::chrono::seconds timeout);
 
 // While alive, a SIGTERM (what mpirun and `trlx launch` send to the other
-// ranks when one fails) first prints which collective this rank was waiting
-// in, then goes to the handler that was there before (the engine's "save and
-// stop" flag) or, with none, ends the process as SIGTERM would.
+// ranks when one fails) goes to the handler that was there before, or, with
+// none, ends the process as SIGTERM would. Unless a graceful stop is armed
+// (see graceful_stop_armed), it first prints which collective this rank was
+// waiting in.
 class WaitingIn {
  public:
   WaitingIn(const std::string& what, int rank, int world_size);
@@ -40,3 +41,12 @@ class WaitingIn {
 };
 
 }  // namespace trlx::dist::detail
+
+namespace trlx::dist {
+
+// The training loop takes SIGTERM as "save and stop at the end of this step"
+// (on every rank, agreed): while armed, a SIGTERM in a collective wait is
+// that request, not a sign that another rank failed, and says nothing.
+void graceful_stop_armed(bool armed);
+
+}  // namespace trlx::dist
