@@ -29,6 +29,11 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 std::atomic<bool> g_stop{false};
+// Whether the ranks, summing their g_stop with the step's other sums, agreed
+// to stop after this step. The loop reads this, not g_stop: a signal landing
+// between that sum and the check reaches one rank only, and is agreed on
+// after the next step.
+bool g_stop_agreed = false;
 // Set when the program starts (static initialisation), for the
 // time-to-first-step figure users compare launchers and tools by.
 const Clock::time_point g_process_start = Clock::now();
@@ -249,7 +254,7 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
   // are summed), tokens, and whether any rank was asked to stop.
   std::vector<double> sums = {loss_total.defined() ? loss_total.item<double>() : 0.0, tokens, g_stop ? 1.0 : 0.0};
   strategy_->sum_across_ranks(sums);
-  if (sums[2] > 0) g_stop = true;
+  g_stop_agreed = sums[2] > 0;
   tokens_seen_ += sums[1];
   const double loss = config_.average_tokens_across_devices ? sums[0] : sums[0] / world_size();
   return {loss, grad_norm};
@@ -327,6 +332,7 @@ RunSummary Engine::train(Trainer& trainer) {
     ~Disarm() { dist::graceful_stop_armed(false); }
   } disarm;
   g_stop = false;
+  g_stop_agreed = false;
 
   const int64_t log_every = every(config_.logging_steps, schedule_.total_steps);
   const int64_t save_every = every(config_.save_steps, schedule_.total_steps);
@@ -427,15 +433,7 @@ RunSummary Engine::train(Trainer& trainer) {
       save_checkpoint(epoch, batch_in_epoch);
       saved_at_step = true;
     }
-    // A stop request reaches the ranks at slightly different moments: they
-    // agree on it after each step, so that all save and stop at the same one.
-    bool stop = g_stop;
-    if (world_size() > 1) {
-      std::vector<double> any = {stop ? 1.0 : 0.0};
-      sum_across_ranks(any);
-      stop = any[0] > 0;
-    }
-    if (stop) {
+    if (g_stop_agreed) {
       if (tty) std::cerr << "\n";
       log::warn("stop requested: saving at step {} and exiting", step_);
       if (!saved_at_step) save_checkpoint(epoch, batch_in_epoch);
