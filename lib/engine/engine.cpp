@@ -64,15 +64,18 @@ LoadedPolicy load_policy(const config::TrainingConfig& c, model::HeadKind head) 
   return out;
 }
 
-Engine::Engine(const config::TrainingConfig& config, LoadedPolicy policy, std::string trainer_name)
-    : Engine(config, policy.model, std::move(trainer_name), policy.tokenizer_dir, std::move(policy.lora)) {
+Engine::Engine(const config::TrainingConfig& config, LoadedPolicy policy, std::string trainer_name,
+               model::LanguageModel value_model)
+    : Engine(config, policy.model, std::move(trainer_name), policy.tokenizer_dir, std::move(policy.lora), nullptr,
+             std::move(value_model)) {
   base_dir_ = policy.base_dir;
 }
 
 Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy, std::string trainer_name,
                std::optional<fs::path> tokenizer_dir, std::optional<model::LoraInfo> lora,
-               std::shared_ptr<dist::Communicator> comm)
-    : config_(config), policy_(std::move(policy)), lora_(std::move(lora)), comm_(std::move(comm)),
+               std::shared_ptr<dist::Communicator> comm, model::LanguageModel value_model)
+    : config_(config), policy_(std::move(policy)), value_(std::move(value_model)), lora_(std::move(lora)),
+      comm_(std::move(comm)),
       trainer_name_(std::move(trainer_name)), tokenizer_dir_(std::move(tokenizer_dir)) {
   output_dir_ = config_.output_dir.value_or("trainer_output");
   dist_ = config_.accelerate_config ? config::read_accelerate_config(*config_.accelerate_config)
@@ -112,13 +115,23 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
   // it is split (setup peaks at the shards plus one unit per GPU); otherwise
   // whole. The strategy's sharding hooks run around each layer's runner, so
   // a checkpoint recompute runs inside the gather for that layer's backward.
-  if (!strategy_->shards_parameters()) policy_->to(device_);
-  strategy_->wrap_model(*policy_);
-  policy_->to(device_);  // what no unit holds (buffers); units are there already
-  if (plan_.checkpointing) checkpoint_layers(*policy_, plan_.reentrant);
+  // The value model trains whole (no adapters), placed and sharded as the policy.
+  std::vector<model::LanguageModelImpl*> trained = {policy_.get()};
+  if (value_) {
+    if (config_.disable_dropout) model::disable_dropout(*value_);
+    trained.push_back(value_.get());
+  }
+  for (auto* m : trained) {
+    if (!strategy_->shards_parameters()) m->to(device_);
+    strategy_->wrap_model(*m);
+    m->to(device_);  // what no unit holds (buffers); units are there already
+    if (plan_.checkpointing) checkpoint_layers(*m, plan_.reentrant);
+  }
   std::vector<dist::NamedParam> trainable;
-  for (auto& p : policy_->named_parameters(true))
-    if (p.value().requires_grad()) trainable.push_back({p.key(), p.value()});
+  for (auto* m : trained)
+    for (auto& p : m->named_parameters(true))
+      if (p.value().requires_grad())
+        trainable.push_back({(m == policy_.get() ? "" : "value_model.") + p.key(), p.value()});
   strategy_->setup(trainable);
   std::vector<size_t> decay_idx, plain_idx;
   for (size_t i = 0; i < trainable.size(); ++i) (no_decay(trainable[i].name) ? plain_idx : decay_idx).push_back(i);

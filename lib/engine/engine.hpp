@@ -40,10 +40,12 @@ struct LossOutput {
 
 class Engine;
 
-// Which model a forward runs: the one being trained, or the frozen reference
+// Which model a forward runs: the one being trained, the frozen reference
 // (a separate model set with set_reference, or the policy with its LoRA
-// adapters disabled). Trainers name a role; only the engine holds models.
-enum class Role { Policy, Reference };
+// adapters disabled), or the value model trained beside the policy (PPO's
+// critic, given to the engine's constructor). Trainers name a role; only the
+// engine holds models.
+enum class Role { Policy, Reference, Value };
 
 // What a trainer provides.
 class Trainer {
@@ -81,6 +83,14 @@ class Trainer {
   virtual int64_t micro_batches_per_round() const { return 1; }  // on each rank (steps_per_generation)
   virtual int64_t passes_per_round() const { return 1; }
   virtual Rollout rollout(Engine& engine, const std::vector<size_t>& round_prompts);
+  // Optimizer updates in one step, each over gradient_accumulation_steps
+  // micro-batches (PPO: num_ppo_epochs x num_mini_batches per rollout
+  // batch). The step is what the schedule, logging and checkpoints count:
+  // the learning rate changes between steps, not between a step's updates.
+  virtual int64_t updates_per_step() const { return 1; }
+  // The steps of the run when the trainer counts them itself (PPO's
+  // total_episodes) and max_steps is not set; 0: from num_train_epochs.
+  virtual int64_t total_steps(int /*world_size*/) const { return 0; }
 
   // Totals a trainer adds to the run's closing metrics row (e.g. seconds
   // spent generating and scoring).
@@ -111,13 +121,19 @@ LoadedPolicy load_policy(const config::TrainingConfig& config, model::HeadKind h
 
 class Engine {
  public:
-  Engine(const config::TrainingConfig& config, LoadedPolicy policy, std::string trainer_name);
+  // `value_model`: a second model trained with the policy, by the same
+  // optimizer and strategy (PPO's value model, a one-label score head); its
+  // forwards run as Role::Value, and checkpoints and the final save hold it
+  // in value_model/.
+  Engine(const config::TrainingConfig& config, LoadedPolicy policy, std::string trainer_name,
+         model::LanguageModel value_model = model::LanguageModel{nullptr});
   // `lora`: the policy already carries this adapter (a run continuing from
   // a saved adapter); otherwise use_peft attaches new ones.
   Engine(const config::TrainingConfig& config, model::LanguageModel policy, std::string trainer_name,
          std::optional<std::filesystem::path> tokenizer_dir = std::nullopt,
          std::optional<model::LoraInfo> lora = std::nullopt,
-         std::shared_ptr<dist::Communicator> comm = nullptr);  // default: from the launcher
+         std::shared_ptr<dist::Communicator> comm = nullptr,  // default: from the launcher
+         model::LanguageModel value_model = model::LanguageModel{nullptr});
 
   // Runs training to the end (or to an interruption). Resumes first when the
   // config asks for it.
@@ -167,7 +183,10 @@ class Engine {
   bool training() const { return policy_->is_training(); }
   // Training (dropout on) or evaluation mode for the policy, e.g. around a
   // precomputation pass before training.
-  void set_training(bool on) { on ? policy_->train() : policy_->eval(); }
+  void set_training(bool on) {
+    on ? policy_->train() : policy_->eval();
+    if (value_) on ? value_->train() : value_->eval();
+  }
   // TR-DPO's sync_ref_model, as a step hook: before the first forward of
   // every step that follows a multiple of `every_steps` completed steps,
   // the separate reference moves towards the policy:
@@ -175,6 +194,7 @@ class Engine {
   // is the policy with adapters disabled (call after set_reference).
   void sync_reference_every(int64_t every_steps, double alpha);
   bool has_separate_reference() const { return static_cast<bool>(reference_); }
+  bool has_value_model() const { return static_cast<bool>(value_); }
   // A separate frozen reference model (otherwise Role::Reference is the
   // policy with adapters disabled).
   void set_reference(model::LanguageModel reference);
@@ -189,12 +209,15 @@ class Engine {
   torch::Device device() const { return device_; }
 
   // Copies of the policy's parameter values (only the trained ones when
-  // `trainable_only`), whole even under parameter sharding, where this is
-  // a collective: every rank calls it.
+  // `trainable_only`), and the value model's under "value_model.", whole
+  // even under parameter sharding, where this is a collective: every rank
+  // calls it.
   std::map<std::string, torch::Tensor> parameter_values(bool trainable_only);
   const config::TrainingConfig& config() const { return config_; }
   const MemoryPlan& memory_plan() const { return plan_; }
   int64_t global_step() const { return step_; }
+  // The learning rate of the current step (the one global_step() counts up to).
+  double learning_rate() const { return schedule_.lr(step_); }
   int64_t total_steps() const { return schedule_.total_steps; }
 
   // Asks the loop to stop after the current step and save (SIGTERM/SIGINT).
@@ -276,6 +299,7 @@ class Engine {
   MemoryPlan plan_;
   model::LanguageModel policy_;
   model::LanguageModel reference_{nullptr};
+  model::LanguageModel value_{nullptr};  // trained with the policy (Role::Value)
   std::optional<model::LoraInfo> lora_;
   torch::Device device_{torch::kCPU};
   std::shared_ptr<dist::Communicator> comm_;

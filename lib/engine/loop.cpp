@@ -106,14 +106,17 @@ void Engine::setup(Trainer& trainer) {
       online_prompts_per_round_ > 0
           ? static_cast<int64_t>(batches_per_epoch_) * trainer.passes_per_round() * trainer.micro_batches_per_round()
           : static_cast<int64_t>(batches_per_epoch_);
+  const int64_t updates = std::max<int64_t>(1, trainer.updates_per_step());
   const int64_t steps_per_epoch =
-      online_prompts_per_round_ > 0 ? std::max<int64_t>(1, micro_per_epoch / micro_per_step_)
+      online_prompts_per_round_ > 0 ? std::max<int64_t>(1, micro_per_epoch / (micro_per_step_ * updates))
                                     : std::max<int64_t>(1, (micro_per_epoch + micro_per_step_ - 1) / micro_per_step_);
   schedule_.type = config_.lr_scheduler_type;
   schedule_.base_lr = config_.learning_rate;
-  schedule_.total_steps = config_.max_steps > 0
-                              ? config_.max_steps
-                              : static_cast<int64_t>(std::ceil(config_.num_train_epochs * static_cast<double>(steps_per_epoch)));
+  const int64_t trainer_steps = trainer.total_steps(world_size());
+  schedule_.total_steps =
+      config_.max_steps > 0 ? config_.max_steps
+      : trainer_steps > 0   ? trainer_steps
+                            : static_cast<int64_t>(std::ceil(config_.num_train_epochs * static_cast<double>(steps_per_epoch)));
   schedule_.warmup_steps = warmup_steps_for(config_.warmup_steps, config_.warmup_ratio, schedule_.total_steps);
   if (config_.lr_scheduler_num_cycles) schedule_.num_cycles = *config_.lr_scheduler_num_cycles;
   if (config_.lr_scheduler_min_lr_rate) schedule_.min_lr_rate = *config_.lr_scheduler_min_lr_rate;
@@ -198,57 +201,64 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
   before_step();
   trailing_masks_.clear();
   round_tokens_ = 0;
-  // The loss is normalised by the items (target tokens) of the whole
-  // accumulated step on all ranks, so 1 x 8 and 8 x 1 and 2 ranks x 4 give
-  // the same gradients; the strategy then sums the ranks' gradients.
-  std::vector<Collated> batches = collect();
-  policy_->train();
-  double local_items = 0, tokens = round_tokens_;
-  for (const auto& b : batches) {
-    local_items += b.items;
-    tokens += b.tokens;
-  }
-  std::vector<double> counts = {local_items};
-  strategy_->sum_across_ranks(counts);
-  const double denom = std::max(1.0, config_.average_tokens_across_devices ? counts[0] : local_items);
+  // One learning rate for the whole step, whatever its number of updates.
   for (auto& lr_group : optimizer_->param_groups())
     static_cast<torch::optim::AdamWOptions&>(lr_group.options()).lr(schedule_.lr(step_));
-  optimizer_->zero_grad(true);
+  const int64_t updates = std::max<int64_t>(1, trainer.updates_per_step());
   // The step's loss stays on the device until the step ends (one read).
   torch::Tensor loss_total;
-  for (size_t i = 0; i < batches.size(); ++i) {
-    auto& b = batches[i];
-    strategy_->begin_backward(/*sync=*/i + 1 == batches.size(), /*has_data=*/true);
-    standing_in_ = b.stand_in;
-    LossOutput out = trainer.loss(*this, b.batch);
-    auto loss = out.loss_sum / denom;
-    // A stand-in's backward runs (so every rank joins the same gathers and
-    // reductions) with zero gradients.
-    if (standing_in_) loss = loss * 0.0;
-    loss.backward();
-    if (standing_in_) {
-      metrics.skip_batch();
-    } else {
-      loss_total = loss_total.defined() ? loss_total + loss.detach() : loss.detach();
-      metrics.merge(out.metrics);
+  double tokens = 0, norm_sum = 0;
+  for (int64_t u = 0; u < updates; ++u) {
+    // The loss is normalised by the items (target tokens) of the whole
+    // accumulated update on all ranks, so 1 x 8 and 8 x 1 and 2 ranks x 4
+    // give the same gradients; the strategy then sums the ranks' gradients.
+    std::vector<Collated> batches = collect();
+    set_training(true);
+    double local_items = 0;
+    for (const auto& b : batches) {
+      local_items += b.items;
+      tokens += b.tokens;
     }
-    standing_in_ = false;
-    strategy_->end_backward();
+    std::vector<double> counts = {local_items};
+    strategy_->sum_across_ranks(counts);
+    const double denom = std::max(1.0, config_.average_tokens_across_devices ? counts[0] : local_items);
+    optimizer_->zero_grad(true);
+    for (size_t i = 0; i < batches.size(); ++i) {
+      auto& b = batches[i];
+      strategy_->begin_backward(/*sync=*/i + 1 == batches.size(), /*has_data=*/true);
+      standing_in_ = b.stand_in;
+      LossOutput out = trainer.loss(*this, b.batch);
+      auto loss = out.loss_sum / denom;
+      // A stand-in's backward runs (so every rank joins the same gathers and
+      // reductions) with zero gradients.
+      if (standing_in_) loss = loss * 0.0;
+      loss.backward();
+      if (standing_in_) {
+        metrics.skip_batch();
+      } else {
+        loss_total = loss_total.defined() ? loss_total + loss.detach() : loss.detach();
+        metrics.merge(out.metrics);
+      }
+      standing_in_ = false;
+      strategy_->end_backward();
+    }
+    if (config_.debug_check_grad_sync_steps > 0 && (step_ + 1) % config_.debug_check_grad_sync_steps == 0)
+      strategy_->check_grads_in_sync();
+    const double max_norm = config_.max_grad_norm > 0 ? config_.max_grad_norm : std::numeric_limits<double>::infinity();
+    const double grad_norm = strategy_->clip_grad_norm(max_norm);
+    // The global norm is the same on every rank, so all stop together, before
+    // the update: no non-finite weight is ever saved.
+    if (!std::isfinite(grad_norm))
+      throw Error(fmt::format("step {}: the gradient norm is {} (this rank's loss {}): stopping before the update, so "
+                              "no non-finite weights are saved{}. Lower learning_rate (or beta), check the data and the "
+                              "model for NaN or infinite values, or resume from the last checkpoint",
+                              step_ + 1, grad_norm, loss_total.defined() ? loss_total.item<double>() : 0.0,
+                              config_.save_strategy == "no" ? "" : "; the last checkpoint is intact"));
+    optimizer_->step();
+    strategy_->after_optimizer_step();
+    norm_sum += grad_norm;
   }
-  if (config_.debug_check_grad_sync_steps > 0 && (step_ + 1) % config_.debug_check_grad_sync_steps == 0)
-    strategy_->check_grads_in_sync();
-  const double max_norm = config_.max_grad_norm > 0 ? config_.max_grad_norm : std::numeric_limits<double>::infinity();
-  const double grad_norm = strategy_->clip_grad_norm(max_norm);
-  // The global norm is the same on every rank, so all stop together, before
-  // the update: no non-finite weight is ever saved.
-  if (!std::isfinite(grad_norm))
-    throw Error(fmt::format("step {}: the gradient norm is {} (this rank's loss {}): stopping before the update, so "
-                            "no non-finite weights are saved{}. Lower learning_rate (or beta), check the data and the "
-                            "model for NaN or infinite values, or resume from the last checkpoint",
-                            step_ + 1, grad_norm, loss_total.defined() ? loss_total.item<double>() : 0.0,
-                            config_.save_strategy == "no" ? "" : "; the last checkpoint is intact"));
-  optimizer_->step();
-  strategy_->after_optimizer_step();
+  tokens += round_tokens_;
   ++step_;
   // Rank sums: the loss (already a share of the global mean when gradients
   // are summed), tokens, and whether any rank was asked to stop.
@@ -256,8 +266,9 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
   strategy_->sum_across_ranks(sums);
   g_stop_agreed = sums[2] > 0;
   tokens_seen_ += sums[1];
-  const double loss = config_.average_tokens_across_devices ? sums[0] : sums[0] / world_size();
-  return {loss, grad_norm};
+  // A step of several updates reports their mean loss and gradient norm.
+  const double loss = (config_.average_tokens_across_devices ? sums[0] : sums[0] / world_size()) / updates;
+  return {loss, norm_sum / updates};
 }
 
 std::pair<double, double> Engine::step_on(Trainer& trainer, const std::vector<std::vector<size_t>>& micro_batches) {
@@ -268,8 +279,8 @@ std::pair<double, double> Engine::step_on(Trainer& trainer, const std::vector<st
 
 MetricSums Engine::evaluate(Trainer& trainer) {
   torch::NoGradGuard no_grad;
-  policy_->eval();
   MetricSums m;
+  set_training(false);
   const size_t n = trainer.num_examples("test");
   // Each rank evaluates a consecutive share of every global batch.
   const size_t bs = static_cast<size_t>(config_.per_device_eval_batch_size * world_size());
@@ -293,7 +304,7 @@ MetricSums Engine::evaluate(Trainer& trainer) {
   }
   m.add("loss", loss_sum.defined() ? loss_sum.item<double>() : 0.0, std::max(1.0, items));
   reduce_metrics(m);
-  policy_->train();
+  set_training(true);
   return m;
 }
 

@@ -138,11 +138,15 @@ std::string Engine::memory_savers() const {
 }
 
 void Engine::print_startup(Trainer& trainer) {
-  int64_t total = 0, trainable = 0;
+  int64_t total = 0, trainable = 0, value_params = 0;
   for (const auto& p : policy_->parameters()) {
     total += p.numel();
     if (p.requires_grad()) trainable += p.numel();
   }
+  if (value_)
+    for (const auto& p : value_->parameters()) value_params += p.numel();
+  total += value_params;
+  trainable += value_params;
   const int64_t world = world_size();
   const int64_t total_batch = config_.per_device_train_batch_size * config_.gradient_accumulation_steps * world;
   // Weights, gradients and two Adam moments in fp32 for what trains.
@@ -167,6 +171,9 @@ void Engine::print_startup(Trainer& trainer) {
       {"memory estimate", fmt::format("{:.1f} MB (weights + grads + Adam state, no activations)", mem / 1e6)},
       {"output_dir", output_dir_.string()},
   };
+  if (value_)
+    rows.insert(rows.begin() + 3, {"value model", fmt::format("trained with the policy ({} parameters)",
+                                                              human(static_cast<double>(value_params)))});
   std::string table = "\n";
   for (const auto& [k, v] : rows) table += fmt::format("  {:<18}{}\n", k, v);
   log::info("training setup:{}", table);

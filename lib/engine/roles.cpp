@@ -13,6 +13,10 @@ namespace fs = std::filesystem;
 
 model::LanguageModelImpl& Engine::model_for(Role role) {
   if (role == Role::Policy) return *policy_;
+  if (role == Role::Value) {
+    if (!value_) throw Error("this trainer asked for a value model, but the engine was given none");
+    return *value_;
+  }
   if (reference_) return *reference_;
   if (lora_) return *policy_;  // with adapters disabled, see RoleScope
   throw Error("this trainer asked for a reference model, but the engine was given none");

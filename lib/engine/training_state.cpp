@@ -26,6 +26,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* const kCudaRngFile = "rng_state_cuda.pt";
+// Where a trained value model goes, in checkpoints and the output directory.
+const char* const kValueModelDir = "value_model";
 
 // The checkpoint-N directories of `dir`, by step.
 std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& dir) {
@@ -145,11 +147,14 @@ std::map<std::string, torch::Tensor> Engine::parameter_values(bool trainable_onl
     ~EndReads() { s.end_parameter_reads(); }
   } end_reads{*strategy_};
   std::map<std::string, torch::Tensor> out;
-  for (const auto& p : policy_->named_parameters(true)) {
-    if (trainable_only && !p.value().requires_grad()) continue;
-    strategy_->read_parameter(p.value());
-    out[p.key()] = p.value().detach().clone();
-  }
+  std::vector<model::LanguageModelImpl*> models = {policy_.get()};
+  if (value_) models.push_back(value_.get());
+  for (auto* m : models)
+    for (const auto& p : m->named_parameters(true)) {
+      if (trainable_only && !p.value().requires_grad()) continue;
+      strategy_->read_parameter(p.value());
+      out[(m == policy_.get() ? "" : "value_model.") + p.key()] = p.value().detach().clone();
+    }
   return out;
 }
 
@@ -178,15 +183,20 @@ void Engine::save_full_model(model::LanguageModelImpl& m, const fs::path& dir, b
 }
 
 void Engine::save_model(const fs::path& dir, bool into_existing_dir) {
-  if (!lora_) return save_full_model(*policy_, dir, into_existing_dir);
-  write_on_rank0([&](const io::BeforeWrite& before_write) {
-    model::AdapterSaveOptions ao;
-    ao.base_model_name_or_path = base_dir_ ? base_dir_->string() : config_.model_name_or_path.value_or("");
-    ao.tokenizer_dir = tokenizer_dir_;
-    ao.into_existing_dir = into_existing_dir;
-    ao.before_write = before_write;
-    model::save_adapter(dir, *policy_, *lora_, ao);
-  });
+  if (!lora_) {
+    save_full_model(*policy_, dir, into_existing_dir);
+  } else {
+    write_on_rank0([&](const io::BeforeWrite& before_write) {
+      model::AdapterSaveOptions ao;
+      ao.base_model_name_or_path = base_dir_ ? base_dir_->string() : config_.model_name_or_path.value_or("");
+      ao.tokenizer_dir = tokenizer_dir_;
+      ao.into_existing_dir = into_existing_dir;
+      ao.before_write = before_write;
+      model::save_adapter(dir, *policy_, *lora_, ao);
+    });
+  }
+  // The value model trained beside the policy: a whole model of its own.
+  if (value_) save_full_model(*value_, dir / kValueModelDir, true);
 }
 
 torch::Device Engine::optimizer_device() const {
@@ -359,6 +369,14 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
     });
   } else {
     load_full_weights(*policy_, dir);
+  }
+  if (value_) {
+    const fs::path value_dir = dir / kValueModelDir;
+    if (!fs::exists(value_dir / "config.json"))
+      fail_input("resume_from_checkpoint: {} holds no value model ({} is missing); it was not saved by a run that "
+                 "trains one",
+                 dir.string(), (value_dir / "config.json").string());
+    load_full_weights(*value_, value_dir);
   }
   strategy_->on_weights_loaded();  // ZeRO: master shards from the loaded weights
   if (fs::exists(dir / "reference" / "config.json")) {

@@ -164,7 +164,7 @@ config::TrainingConfig engine_config(const OnlineConfig& c) {
   return run;
 }
 
-OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer) {
+OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer, model::LanguageModel value_model) {
   // The table refuses evaluation already; said here too for configs built
   // in code.
   if (c.eval_strategy != "no")
@@ -197,11 +197,13 @@ OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer) {
   r.prompts = prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(), c.dataset_train_split);
   const config::TrainingConfig run = engine_config(c);
   std::optional<Reference> reference;
-  if (c.beta != 0) reference = load_reference(run, policy, c.ref_model, false, model::HeadKind::CausalLM);
-  r.engine = std::make_unique<engine::Engine>(run, std::move(policy), trainer);
+  if (c.beta != 0 || c.always_reference)
+    reference = load_reference(run, policy, c.ref_model, false, model::HeadKind::CausalLM);
+  r.engine = std::make_unique<engine::Engine>(run, std::move(policy), trainer, std::move(value_model));
   if (reference && reference->separate) r.engine->set_reference(reference->separate);
   if (c.sync_ref_model) r.engine->sync_reference_every(c.ref_model_sync_steps, c.ref_model_mixup_alpha);
-  r.reward_functions = make_reward_functions(c, trainer, r.engine->device(), r.prompts.conversational);
+  if (!c.scores_itself)
+    r.reward_functions = make_reward_functions(c, trainer, r.engine->device(), r.prompts.conversational);
   r.judge = make_judge(c);
   return r;
 }
@@ -295,14 +297,12 @@ double nanmean_of(const torch::Tensor& x) { return torch::nanmean(x.to(torch::kF
 
 }  // namespace
 
-OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
-                                                        const std::vector<const PromptExample*>& rows,
-                                                        const std::vector<size_t>& slots, int64_t group) {
-  using Clock = std::chrono::steady_clock;
-  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  auto t0 = Clock::now();
-  Scored out;
-  auto& completions = out.completions;
+std::vector<std::vector<int64_t>> OnlineTrainer::generate_completions(engine::Engine& engine,
+                                                                     const std::vector<const PromptExample*>& rows,
+                                                                     const std::vector<size_t>& slots, int64_t group,
+                                                                     const std::vector<int64_t>& stop_ids) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<int64_t>> completions;
   if (fixed_) {
     completions = fixed_(slots);
   } else {
@@ -314,7 +314,7 @@ OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
     o.top_p = config_.top_p;
     o.min_p = config_.min_p;
     o.repetition_penalty = config_.repetition_penalty;
-    o.eos_token_ids = eos_ids_;
+    o.eos_token_ids = stop_ids;
     o.pad_token_id = pad_id_;
     std::vector<std::vector<int64_t>> prompts;
     // Rows sharing a prompt are sampled together (one shared prefill).
@@ -326,10 +326,21 @@ OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
   }
   if (completions.size() != rows.size())
     throw Error(fmt::format("{}: {} completions for {} rows", name_, completions.size(), rows.size()));
+  generation_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return completions;
+}
+
+OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
+                                                        const std::vector<const PromptExample*>& rows,
+                                                        const std::vector<size_t>& slots, int64_t group) {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  Scored out;
+  auto& completions = out.completions;
+  completions = generate_completions(engine, rows, slots, group, eos_ids_);
   for (auto& c : completions)
     if (c.empty()) c.push_back(eos_ids_.empty() ? pad_id_ : eos_ids_.front());
-  generation_seconds_ += since(t0);
-  t0 = Clock::now();
+  auto t0 = Clock::now();
 
   for (auto& f : reward_functions_) f->set_step(engine.global_step());
   std::vector<rewards::Sample> samples;

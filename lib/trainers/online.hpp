@@ -63,7 +63,9 @@ struct OnlineRun {
   std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions;
   std::unique_ptr<rewards::JudgeProgram> judge;
 };
-OnlineRun set_up_online_run(const OnlineConfig& config, const std::string& trainer);
+// `value_model`: trained beside the policy (PPO), handed to the engine.
+OnlineRun set_up_online_run(const OnlineConfig& config, const std::string& trainer,
+                            model::LanguageModel value_model = model::LanguageModel{nullptr});
 
 // The judge program config.judge names, started now; null without one.
 std::unique_ptr<rewards::JudgeProgram> make_judge(const OnlineConfig& config);
@@ -115,6 +117,12 @@ class OnlineTrainer : public engine::Trainer {
   };
   Scored generate_and_score(engine::Engine& engine, const std::vector<const PromptExample*>& rows,
                             const std::vector<size_t>& slots, int64_t group);
+  // Only the completions of those rows (sampled up to max_completion_length,
+  // ending at any of `stop_ids`, or replayed), each ending where it ended.
+  std::vector<std::vector<int64_t>> generate_completions(engine::Engine& engine,
+                                                         const std::vector<const PromptExample*>& rows,
+                                                         const std::vector<size_t>& slots, int64_t group,
+                                                         const std::vector<int64_t>& stop_ids);
 
   // The reward functions' names, comma-separated.
   std::string describe_rewards() const;

@@ -48,6 +48,12 @@ struct OnlineConfig : config::TrainingConfig {
   // Not a field: whether plain-text prompts get the tokenizer's special
   // tokens (a BOS), as each trainer's reference tokenizes them.
   bool prompt_special_tokens = true;
+  // Not a field: the trainer needs the reference whatever beta is (PPO's KL
+  // term); otherwise beta 0 loads none.
+  bool always_reference = false;
+  // Not a field: the trainer scores completions itself (PPO's reward model
+  // reads token ids), so no reward functions are built.
+  bool scores_itself = false;
 
   // TRL's resolution of generation_batch_size and steps_per_generation for
   // `world_size` processes (InputError when they do not fit together);

@@ -8,6 +8,8 @@
 #include "trainers/kto.hpp"
 #include "trainers/kto_config.hpp"
 #include "trainers/orpo_config.hpp"
+#include "trainers/ppo.hpp"
+#include "trainers/ppo_config.hpp"
 #include "trainers/reward.hpp"
 #include "trainers/reward_config.hpp"
 #include "trainers/grpo.hpp"
@@ -34,6 +36,7 @@ const std::vector<TrainerEntry>& trainer_table() {
       entry<GRPOConfig>("grpo", &grpo_schema, &run_grpo),
       entry<RLOOConfig>("rloo", &rloo_schema, &run_rloo),
       entry<OnlineDPOConfig>("online-dpo", &online_dpo_schema, &run_online_dpo),
+      entry<PPOConfig>("ppo", &ppo_schema, &run_ppo),
   };
   return table;
 }

@@ -131,13 +131,6 @@ run 0 validate dpo --config configs/dpo.yaml --accelerate_config tests/data/conf
 has "optimizer offload cpu"
 has "4 warnings"
 
-# Planned trainers without a config table yet: a clear input error, not "unknown command".
-for t in ppo; do
-  run 2 "$t" --config configs/sft.yaml
-  has "the $t trainer is not built yet"
-  has "the trainers built are: sft, dpo"
-done
-
 # A broken launcher environment is reported, not guessed around.
 OUT=$(env RANK=5 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=h "$TRLX" env 2>&1)
 rc=$?

@@ -57,7 +57,11 @@ class ParameterSharding final : public ShardedOptimizer {
         reshard_after_forward_(o.reshard_after_forward) {}
 
   bool shards_parameters() const override { return true; }
-  void wrap_model(model::LanguageModelImpl& model) override { policy_units_ = shard_model(model); }
+  // Every trained model (the policy, a value model) adds its units; their
+  // gradients are reduced unit by unit alike.
+  void wrap_model(model::LanguageModelImpl& model) override {
+    for (Unit* u : shard_model(model)) policy_units_.push_back(u);
+  }
   void wrap_frozen_model(model::LanguageModelImpl& model) override { shard_model(model); }
 
   void read_parameter(const torch::Tensor& param) override {
@@ -320,7 +324,7 @@ class ParameterSharding final : public ShardedOptimizer {
   int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
   std::vector<Unit*> kept_;  // gathered for the generation round
   std::vector<std::unique_ptr<Unit>> units_;  // of every wrapped model
-  std::vector<Unit*> policy_units_;           // the trained model's, in forward order
+  std::vector<Unit*> policy_units_;           // the trained models', each in forward order
   std::unordered_map<const model::LanguageModelImpl*, std::vector<Unit*>> units_of_model_;
   std::unordered_map<const c10::StorageImpl*, Unit*> unit_of_storage_;
   Unit* reading_ = nullptr;   // the unit gathered for saving

@@ -37,8 +37,9 @@ class Strategy {
   // and makes them equal (rank 0's values).
   virtual void setup(const std::vector<NamedParam>& trainable) = 0;
 
-  // Called once before setup with the model being trained: a strategy that
-  // shards parameters splits it here and installs its model::ShardingHooks.
+  // Called before setup with each model being trained (the policy, then a
+  // value model): a strategy that shards parameters splits it here and
+  // installs its model::ShardingHooks.
   virtual void wrap_model(model::LanguageModelImpl& /*model*/) {}
   // A frozen model the run also computes with (the reference model): a
   // strategy that shards parameters shards it the same way; others leave it

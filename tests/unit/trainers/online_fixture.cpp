@@ -12,6 +12,7 @@
 #include "text/tokenizer/tokenizer.hpp"
 #include "trainers/grpo.hpp"
 #include "trainers/online_dpo.hpp"
+#include "trainers/ppo.hpp"
 #include "trainers/rloo.hpp"
 
 namespace trlx::test {
@@ -138,7 +139,106 @@ StepValues replay(const config::Schema& schema, const std::string& name, const n
   return got;
 }
 
+StepValues logged_steps(engine::Engine& engine) {
+  StepValues got;
+  for (const auto& line : engine::EngineProbe::log_history(engine)) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;  // the run's closing row (runtime)
+    std::map<std::string, double> step;
+    for (const auto& [k, v] : j.items())
+      if (k != "step") step[k] = v.template get<double>();
+    got.push_back(std::move(step));
+  }
+  return got;
+}
+
 }  // namespace
+
+StepValues ppo_steps(const nlohmann::json& cs, const Run& run, std::vector<engine::TensorMap>* rollouts) {
+  TempDir out("trlx_ppo");
+  const auto& args = cs.at("args");
+  config::ConfigLoader loader(trainers::ppo_schema());
+  auto set = [&](const std::string& k, const std::string& v) { loader.apply_flag(k, {v}); };
+  set("model_name_or_path", tiny_model().string());
+  set("dataset_name", (data_dir() / "grpo" / "text").string());
+  set("reward_model_path", (data_dir() / "ppo" / "reward_model").string());
+  set("bf16", "false");
+  set("gradient_checkpointing", "false");
+  set("logging_steps", "1");
+  set("save_strategy", "no");
+  set("shuffle_dataset", "false");
+  set("output_dir", out.path.string());
+  for (const auto& [k, v] : args.items()) {
+    if (k == "per_device_train_batch_size" || v.is_null()) continue;
+    set(k, v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  const int64_t global = args.at("per_device_train_batch_size").get<int64_t>() * cs.value("num_processes", 1);
+  REQUIRE(global % run.world_size() == 0);
+  set("per_device_train_batch_size", std::to_string(global / run.world_size()));
+  for (const auto& [k, v] : run.flags) set(k, v);
+  trainers::PPOConfig c;
+  loader.resolve(&c);
+
+  auto tok = text::Tokenizer::from_dir(tiny_model());
+  text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
+  auto prompts = trainers::prepare_prompts(c, "ppo", tok, &tmpl, "train");
+  // trlx tokenizes every prompt as TRL did; update u holds prompts u x G .. in file order.
+  const int64_t g = global * c.gradient_accumulation_steps;
+  for (const auto& round : cs.at("rounds"))
+    for (const auto& slot : round.at("slots")) {
+      const auto row = static_cast<size_t>(((round.at("update").get<int64_t>() - 1) * g + slot.at("slot").get<int64_t>()) %
+                                           static_cast<int64_t>(prompts.examples.size()));
+      INFO("update " << round.at("update") << " slot " << slot.at("slot"));
+      REQUIRE(prompts.examples.at(row).prompt_ids == slot.at("prompt_ids").get<std::vector<int64_t>>());
+    }
+
+  const auto reward_dir = data_dir() / "ppo" / "reward_model";
+  trainers::PPOConfig engine_side = c;
+  engine_side.gradient_accumulation_steps = c.micro_batches_per_update();
+  auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  auto value = model::load_language_model(reward_dir, model::HeadKind::SequenceClassification);
+  engine::Engine engine(trainers::engine_config(engine_side), policy, "ppo", tiny_model(), std::nullopt, run.comm,
+                        value);
+  if (!c.use_peft) engine.set_reference(model::load_language_model(tiny_model(), model::HeadKind::CausalLM));
+  auto reward = model::load_language_model(reward_dir, model::HeadKind::SequenceClassification);
+  reward->to(engine.device());
+  const int64_t pad = trainers::resolve_pad_id(tok, "ppo");
+  const auto eos = tok.eos_token_id();
+  trainers::PPOTrainer trainer(c, std::move(prompts), std::move(tok), pad, eos, engine.world_size(), reward);
+  int64_t update = 0;
+  trainer.set_fixed_completions([&](const std::vector<size_t>& slots) {
+    if (rollouts && update > 0) rollouts->push_back(trainer.last_rollout());
+    ++update;
+    std::map<size_t, std::vector<int64_t>> by_slot;
+    for (const auto& round : cs.at("rounds"))
+      if (round.at("update").get<int64_t>() == update)
+        for (const auto& slot : round.at("slots"))
+          by_slot[slot.at("slot").get<size_t>()] = slot.at("response_ids").get<std::vector<int64_t>>();
+    std::vector<std::vector<int64_t>> out;
+    for (size_t s : slots) {
+      INFO("update " << update << " slot " << s);
+      REQUIRE(by_slot.count(s));
+      out.push_back(by_slot.at(s));
+    }
+    return out;
+  });
+  engine.train(trainer);
+  if (rollouts) rollouts->push_back(trainer.last_rollout());
+  return logged_steps(engine);
+}
+
+Comparison ppo_comparison(const nlohmann::json& cs) {
+  Comparison cmp;
+  // TRL's timing and epoch; trlx's step values (TRL's PPO logs no loss,
+  // gradient norm or token count).
+  cmp.ignored = {"eps", "val/ratio_var", "epoch", "loss", "grad_norm", "learning_rate", "num_tokens"};
+  // Averaged over padding positions too, where a pad token sees itself in
+  // trlx's attention and not in transformers'.
+  if (!cs.value("nopad", false)) cmp.ignored.insert("policy/entropy_avg");
+  // TRL logs process 0's own count.
+  if (cs.value("num_processes", 1) > 1) cmp.ignored.insert("val/num_eos_tokens");
+  return cmp;
+}
 
 StepValues online_steps(const nlohmann::json& cs, const std::string& trainer, const Run& run) {
   if (trainer == "grpo") return replay<trainers::GRPOConfig, trainers::GRPOTrainer>(trainers::grpo_schema(), trainer, cs, run);

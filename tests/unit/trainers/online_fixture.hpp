@@ -18,6 +18,15 @@ namespace trlx::test {
 // ("online-dpo") for its 3 steps; the rows each step logged.
 StepValues online_steps(const nlohmann::json& fixture_case, const std::string& trainer, const Run& run);
 
+// Runs one case of tests/data/ppo/steps*.json for its 3 updates; the rows
+// each step logged. `rollouts`, when given, receives this rank's rollout
+// batch of every update (PPOTrainer::last_rollout()).
+StepValues ppo_steps(const nlohmann::json& fixture_case, const Run& run,
+                     std::vector<engine::TensorMap>* rollouts = nullptr);
+// What TRL's PPOTrainer logs that trlx does not compare, and trlx's own
+// step values TRL's PPO does not log.
+Comparison ppo_comparison(const nlohmann::json& fixture_case);
+
 // The steps of a fixture case as trlx must log them: TRL's, except that
 // TRL's OnlineDPOTrainer sums the gradients of a step's micro-batches where
 // trlx (and TRL's other trainers) average them, so its grad_norm is

@@ -175,6 +175,20 @@ TEST_CASE("dist online DPO: 2 ranks equal TRL's OnlineDPOTrainer on 2 processes,
   }
 }
 
+TEST_CASE("dist PPO: 2 ranks equal TRL's PPOTrainer on 2 processes, every case, under each strategy",
+          "[dist][ppo][golden]") {
+  require_two_ranks();
+  // Each rank scores and whitens its own rollout rows; the policy and the
+  // value model train together, both sharded by the strategy.
+  const auto cases = two_process_fixture(test::data_dir() / "ppo" / "steps_np2.json");
+  if (!cases) return;
+  for (const auto& cs : *cases) {
+    const std::string name = "ppo " + cs.at("name").get<std::string>();
+    on_each_strategy(name, [&](const test::Run& run) { return test::ppo_steps(cs, run); }, cs.at("steps"),
+                     test::ppo_comparison(cs));
+  }
+}
+
 TEST_CASE("dist KTO: 2 ranks equal TRL's KTOTrainer on 2 processes", "[dist][kto][golden]") {
   require_two_ranks();
   const auto want = two_process_fixture(test::data_dir() / "kto" / "parity_np2.json");
