@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "engine/device_memory.hpp"
+#include "engine/fused_adamw.hpp"
 #include "dist/comm/comm_common.hpp"
 #include "io/dir_lock.hpp"
 
@@ -254,7 +255,7 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
                               "model for NaN or infinite values, or resume from the last checkpoint",
                               step_ + 1, grad_norm, loss_total.defined() ? loss_total.item<double>() : 0.0,
                               config_.save_strategy == "no" ? "" : "; the last checkpoint is intact"));
-    optimizer_->step();
+    fused_adamw_step(*optimizer_);
     strategy_->after_optimizer_step();
     norm_sum += grad_norm;
   }

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
 THREADS=${THREADS:-2}
 STEPS=${STEPS:-12}
+REPEATS=${REPEATS:-3}
 TRLX="$BUILD_DIR/apps/trlx/trlx"
 cmake --build "$BUILD_DIR" --target trlx -j2 >/dev/null
 WORK=$(mktemp -d)
@@ -30,13 +31,7 @@ PY
 COMMON="--per_device_train_batch_size 8 --gradient_accumulation_steps 1 --learning_rate 1e-4 --max_steps $STEPS"
 
 export OMP_NUM_THREADS=$THREADS
-"$TRLX" sft --config configs/sft.yaml --model_name_or_path "$WORK/m25" --dataset_name "$WORK/train.jsonl" $COMMON \
-  --logging_steps 1 --save_strategy no --eval_strategy no --output_dir "$WORK/trlx_out" >"$WORK/trlx.log" 2>&1
-summary=$(tail -1 "$WORK/trlx_out/metrics.jsonl")
-trlx_tps=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['train_tokens_per_second'])" "$summary")
-trlx_first=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['first_step_seconds'])" "$summary")
-
-python3 - "$WORK" "$STEPS" "$THREADS" >"$WORK/trl.out" 2>"$WORK/trl.err" <<'PY'
+cat >"$WORK/trl_sft.py" <<'PY'
 import sys, time
 t0 = time.time()
 import torch
@@ -57,12 +52,40 @@ args = SFTConfig(output_dir=work + "/trl_out", per_device_train_batch_size=8, le
 tr = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, callbacks=[First()])
 t1 = time.time(); tr.train(); print("train_s", time.time() - t1)
 PY
-[ -s "$WORK/trl.out" ] && grep -q train_s "$WORK/trl.out" || { echo "TRL run failed:"; tail -20 "$WORK/trl.err"; exit 1; }
-trl_first=$(awk '/^first_step_s /{print $2}' "$WORK/trl.out")
-trl_train=$(awk '/^train_s /{print $2}' "$WORK/trl.out")
-echo "threads $THREADS, $STEPS steps of 8 rows, $TOKENS tokens"
-python3 -c "
-a=$trlx_tps; b=$TOKENS/$trl_train
-print(f'training tokens/s: trlx {a:.0f}, TRL {b:.0f}, ratio {a/b:.2f}x')
-print(f'process start to first optimizer step: trlx {$trlx_first:.2f} s, TRL {$trl_first:.2f} s, ratio {$trl_first/$trlx_first:.1f}x faster')
-"
+load() { cut -d' ' -f1 /proc/loadavg; }
+# Each prints "tokens_per_second first_step_seconds".
+run_trlx() {
+  rm -rf "$WORK/trlx_out"
+  "$TRLX" sft --config configs/sft.yaml --model_name_or_path "$WORK/m25" --dataset_name "$WORK/train.jsonl" $COMMON \
+    --logging_steps 1 --save_strategy no --eval_strategy no --output_dir "$WORK/trlx_out" >"$WORK/trlx.log" 2>&1
+  python3 -c "import json,sys; m=json.loads(open(sys.argv[1]).readlines()[-1]); print(m['train_tokens_per_second'], m['first_step_seconds'])" \
+    "$WORK/trlx_out/metrics.jsonl"
+}
+run_trl() {
+  python3 "$WORK/trl_sft.py" "$WORK" "$STEPS" "$THREADS" >"$WORK/trl.out" 2>"$WORK/trl.err"
+  grep -q train_s "$WORK/trl.out" || { echo "TRL run failed:" >&2; tail -20 "$WORK/trl.err" >&2; exit 1; }
+  python3 -c "
+import sys
+v = dict(l.split() for l in open(sys.argv[1]) if l.split()[0] in ('first_step_s', 'train_s'))
+print($TOKENS / float(v['train_s']), v['first_step_s'])" "$WORK/trl.out"
+}
+echo "threads $THREADS, $STEPS steps of 8 rows, $TOKENS tokens, $REPEATS repeats"
+: >"$WORK/results"
+for r in $(seq 1 "$REPEATS"); do
+  l0=$(load)
+  if (( r % 2 )); then a=$(run_trlx); l1=$(load); b=$(run_trl); else b=$(run_trl); l1=$(load); a=$(run_trlx); fi
+  l2=$(load)
+  echo "$a $b $l0 $l1 $l2" >>"$WORK/results"
+  python3 -c "import sys; a,fa,b,fb=map(float,sys.argv[1:5]); print(f'repeat $r: trlx {a:.0f} tok/s, TRL {b:.0f} tok/s, ratio {a/b:.2f}x; first step trlx {fa:.2f} s, TRL {fb:.2f} s (load $l0 / $l1 / $l2)')" $a $b
+done
+python3 - "$WORK/results" <<'PY'
+import statistics as st, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
+ratios = [r[0] / r[2] for r in rows]
+first = [r[3] / r[1] for r in rows]
+loads = [x for r in rows for x in r[4:]]
+print(f"training tokens/s ratio trlx/TRL: median {st.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}); "
+      f"trlx median {st.median(r[0] for r in rows):.0f}, TRL median {st.median(r[2] for r in rows):.0f} tok/s; "
+      f"load {min(loads):.1f}-{max(loads):.1f}")
+print(f"process start to first optimizer step: TRL/trlx median {st.median(first):.1f}x")
+PY
