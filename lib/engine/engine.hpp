@@ -42,10 +42,10 @@ class Engine;
 
 // Which model a forward runs: the one being trained, the frozen reference
 // (a separate model set with set_reference, or the policy with its LoRA
-// adapters disabled), or the value model trained beside the policy (PPO's
-// critic, given to the engine's constructor). Trainers name a role; only the
-// engine holds models.
-enum class Role { Policy, Reference, Value };
+// adapters disabled), the value model trained beside the policy (PPO's
+// critic, given to the engine's constructor), or a frozen reward model
+// (set_reward_model). Trainers name a role; only the engine holds models.
+enum class Role { Policy, Reference, Value, Reward };
 
 // What a trainer provides.
 class Trainer {
@@ -198,6 +198,9 @@ class Engine {
   // A separate frozen reference model (otherwise Role::Reference is the
   // policy with adapters disabled).
   void set_reference(model::LanguageModel reference);
+  // A frozen reward model the trainer scores with (Role::Reward), placed and
+  // sharded as the reference is.
+  void set_reward_model(model::LanguageModel reward);
   // Sums values over ranks (counts a trainer's loss needs globally).
   void sum_across_ranks(std::vector<double>& values) { strategy_->sum_across_ranks(values); }
   // The largest of each value over ranks (metrics such as max_reward).
@@ -232,6 +235,9 @@ class Engine {
   // clipping. For tests, through EngineProbe.
   std::pair<double, double> step_on(Trainer& trainer, const std::vector<std::vector<size_t>>& micro_batches);
   void sync_reference(double alpha);
+  // A frozen model the run computes with: no gradients, eval mode, placed
+  // and sharded by the strategy.
+  void add_frozen_model(model::LanguageModelImpl& m);
   // Before a step's first forward: the step hooks (the reference sync).
   void before_step();
   void setup(Trainer& trainer);
@@ -300,6 +306,7 @@ class Engine {
   model::LanguageModel policy_;
   model::LanguageModel reference_{nullptr};
   model::LanguageModel value_{nullptr};  // trained with the policy (Role::Value)
+  model::LanguageModel reward_{nullptr};  // frozen (Role::Reward)
   std::optional<model::LoraInfo> lora_;
   torch::Device device_{torch::kCPU};
   std::shared_ptr<dist::Communicator> comm_;

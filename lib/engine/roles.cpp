@@ -17,6 +17,10 @@ model::LanguageModelImpl& Engine::model_for(Role role) {
     if (!value_) throw Error("this trainer asked for a value model, but the engine was given none");
     return *value_;
   }
+  if (role == Role::Reward) {
+    if (!reward_) throw Error("this trainer asked for a reward model, but the engine was given none");
+    return *reward_;
+  }
   if (reference_) return *reference_;
   if (lora_) return *policy_;  // with adapters disabled, see RoleScope
   throw Error("this trainer asked for a reference model, but the engine was given none");
@@ -30,6 +34,7 @@ model::LanguageModelImpl& Engine::model_for(Role role) {
 class Engine::RoleScope {
  public:
   RoleScope(Engine& e, Role role) : model(e.model_for(role)) {
+    if (role == Role::Reward) no_grad_.emplace();
     if (role != Role::Reference) return;
     no_grad_.emplace();
     if (!e.reference_) base_only_.emplace(*e.policy_);
@@ -143,14 +148,23 @@ bool Engine::padding_trails(const torch::Tensor& host_mask) {
 
 void Engine::set_reference(model::LanguageModel reference) {
   reference_ = std::move(reference);
-  for (auto& p : reference_->parameters()) p.requires_grad_(false);
-  if (config_.disable_dropout) model::disable_dropout(*reference_);
-  reference_->eval();
+  add_frozen_model(*reference_);
+}
+
+void Engine::set_reward_model(model::LanguageModel reward) {
+  reward_ = std::move(reward);
+  add_frozen_model(*reward_);
+}
+
+void Engine::add_frozen_model(model::LanguageModelImpl& m) {
+  for (auto& p : m.parameters()) p.requires_grad_(false);
+  if (config_.disable_dropout) model::disable_dropout(m);
+  m.eval();
   // Sharded like the policy under ZeRO-3/FSDP (reaching the device unit by
   // unit), whole on every rank otherwise.
-  if (!strategy_->shards_parameters()) reference_->to(device_);
-  strategy_->wrap_frozen_model(*reference_);
-  reference_->to(device_);
+  if (!strategy_->shards_parameters()) m.to(device_);
+  strategy_->wrap_frozen_model(m);
+  m.to(device_);
 }
 
 }  // namespace trlx::engine

@@ -70,6 +70,19 @@ struct OnlineDefaults {
   double beta;
 };
 
+// How a generation round holds sharded weights (ZeRO-3/FSDP).
+template <class C>
+void add_generation_placement_fields(config::SchemaBuilder<C>& b) {
+  using O = OnlineConfig;
+  b.field(&O::ds3_gather_for_generation, "ds3_gather_for_generation", true,
+          "Under ZeRO-3/FSDP: gather all weights once per generation round (fast, needs the whole model per "
+          "process) or each layer for each forward (fits anything, slow).");
+  b.field(&O::ds3_gather_for_generation_budget_mb, "ds3_gather_for_generation_budget_mb", 0.0,
+          "With ds3_gather_for_generation false: MiB of weights kept gathered for the whole generation round "
+          "(the first layers that fit); the rest are gathered per forward. 0: none.")
+      .min(0);
+}
+
 // The fields of every online trainer: what scores completions, how they are
 // sampled, and the reference (beta > 0). `temperature` is the trainer's
 // default.
@@ -91,13 +104,7 @@ void add_sampling_fields(config::SchemaBuilder<C>& b, double temperature) {
   b.field(&O::repetition_penalty, "repetition_penalty", 1.0, "Penalty on tokens already present.").min(0, true);
   b.field(&O::use_vllm, "use_vllm", false, "Generate with vLLM.")
       .not_built("trlx generates with its own batched generator (KV cache, continuous batching); there is no vLLM");
-  b.field(&O::ds3_gather_for_generation, "ds3_gather_for_generation", true,
-          "Under ZeRO-3/FSDP: gather all weights once per generation round (fast, needs the whole model per "
-          "process) or each layer for each forward (fits anything, slow).");
-  b.field(&O::ds3_gather_for_generation_budget_mb, "ds3_gather_for_generation_budget_mb", 0.0,
-          "With ds3_gather_for_generation false: MiB of weights kept gathered for the whole generation round "
-          "(the first layers that fit); the rest are gathered per forward. 0: none.")
-      .min(0);
+  add_generation_placement_fields(b);
   b.group("update");
   b.field(&O::ref_model, "ref_model", std::nullopt,
           "Reference model directory (beta > 0); null uses a copy of the starting policy, or the base with adapters "

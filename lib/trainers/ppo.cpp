@@ -42,6 +42,8 @@ torch::Tensor at_response(const torch::Tensor& hidden, const torch::Tensor& prom
   return hidden.gather(1, idx.unsqueeze(-1).expand({hidden.size(0), t, hidden.size(2)}));
 }
 
+}  // namespace
+
 model::LanguageModel load_score_model(const std::string& dir, const std::string& dtype, const std::string& field) {
   auto m = model::load_language_model(dir, model::HeadKind::SequenceClassification, dtype);
   if (m->config().num_labels != 1)
@@ -50,21 +52,18 @@ model::LanguageModel load_score_model(const std::string& dir, const std::string&
   return m;
 }
 
-}  // namespace
-
 uint64_t ppo_shuffle_seed(int64_t seed, int64_t step, int64_t epoch, int rank) {
   return static_cast<uint64_t>(seed) * 1000003ULL + static_cast<uint64_t>(step) * 10007ULL +
          static_cast<uint64_t>(epoch) * 101ULL + static_cast<uint64_t>(rank);
 }
 
 PPOTrainer::PPOTrainer(const PPOConfig& config, PromptSplit prompts, text::Tokenizer tokenizer, int64_t pad_id,
-                       std::optional<int64_t> eos_id, int world_size, model::LanguageModel reward_model)
+                       std::optional<int64_t> eos_id, int world_size)
     : OnlineTrainer(config, "ppo", std::move(prompts), std::move(tokenizer), {}, pad_id,
                     eos_id ? std::vector<int64_t>{*eos_id} : std::vector<int64_t>{}),
       ppo_(config),
       world_size_(world_size),
-      eos_id_(eos_id),
-      reward_model_(std::move(reward_model)) {
+      eos_id_(eos_id) {
   if (ppo_.stop_token) {
     if (!eos_id_) fail_input("ppo: stop_token is \"eos\" but the tokenizer has no eos token; set stop_token_id");
     stop_ids_ = {*eos_id_};
@@ -73,8 +72,6 @@ PPOTrainer::PPOTrainer(const PPOConfig& config, PromptSplit prompts, text::Token
   }
   // As TRL: the sampling temperature (with its 1e-7) scales every log-prob.
   logprob_temperature_ = ppo_.temperature + 1e-7;
-  for (auto& p : reward_model_->parameters()) p.requires_grad_(false);
-  reward_model_->eval();
 }
 
 int64_t PPOTrainer::total_steps(int world_size) const {
@@ -133,13 +130,11 @@ engine::TensorMap PPOTrainer::pack(const std::vector<int64_t>& rows, const torch
   return out;
 }
 
-torch::Tensor PPOTrainer::score(const engine::TensorMap& packed, const torch::Tensor& at) {
-  torch::NoGradGuard no_grad;
-  const auto dev = reward_model_->parameters().front().device();
-  model::Batch b{packed.at("input_ids").to(dev), packed.at("attention_mask").to(dev), packed.at("position_ids").to(dev),
-                 {}};
-  const auto scores = reward_model_->head(reward_model_->hidden_states(b)).select(-1, 0).to(torch::kFloat32);
-  return scores.gather(1, at.to(dev).unsqueeze(1)).squeeze(1);
+torch::Tensor PPOTrainer::score(engine::Engine& engine, const engine::TensorMap& packed, const torch::Tensor& at) {
+  const model::Batch b{packed.at("input_ids"), packed.at("attention_mask"), packed.at("position_ids"), {}};
+  const auto hidden = engine.forward(engine::Role::Reward, b);
+  const auto scores = engine.head(engine::Role::Reward, hidden).select(-1, 0).to(torch::kFloat32);
+  return scores.gather(1, at.to(scores.device()).unsqueeze(1)).squeeze(1);
 }
 
 engine::Trainer::Rollout PPOTrainer::rollout(engine::Engine& engine, const std::vector<size_t>& round_prompts) {
@@ -208,7 +203,7 @@ engine::Trainer::Rollout PPOTrainer::rollout(engine::Engine& engine, const std::
       values.push_back(engine.head(engine::Role::Value, hv).select(-1, 0).to(torch::kFloat32));
       // The score at the truncated response's last token.
       const auto packed_post = pack(rows, post);
-      scores.push_back(score(packed_post, plen + seq.slice(0, lo, hi)).to(engine.device()));
+      scores.push_back(score(engine, packed_post, plen + seq.slice(0, lo, hi)));
     }
     engine.set_training(was_training);
   }
@@ -370,9 +365,9 @@ int run_ppo(const PPOConfig& c) {
   check_tokenizer_fits(r.text.tokenizer, tokenizer_dir, value->config().vocab_size, value_dir);
   auto reward = load_score_model(c.reward_model, c.dtype, "reward_model_path");
   check_tokenizer_fits(r.text.tokenizer, tokenizer_dir, reward->config().vocab_size, c.reward_model);
-  reward->to(r.engine->device());
+  r.engine->set_reward_model(reward);
   const auto eos = r.text.tokenizer.eos_token_id();
-  PPOTrainer t(c, std::move(r.prompts), std::move(r.text.tokenizer), r.pad_id, eos, r.engine->world_size(), reward);
+  PPOTrainer t(c, std::move(r.prompts), std::move(r.text.tokenizer), r.pad_id, eos, r.engine->world_size());
   log::info("ppo: {}", t.describe());
   return train_to_exit_code(*r.engine, t);
 }

@@ -19,11 +19,12 @@ namespace trlx::trainers {
 
 class PPOTrainer : public OnlineTrainer {
  public:
-  // `reward_model`: a frozen one-label sequence-classification model on the
-  // engine's device. `eos_id`: the tokenizer's eos (val/num_eos_tokens,
-  // missing_eos_penalty); stop_token / stop_token_id say where responses end.
+  // The engine holds the value model and the reward model
+  // (Engine::set_reward_model). `eos_id`: the tokenizer's eos
+  // (val/num_eos_tokens, missing_eos_penalty); stop_token / stop_token_id say
+  // where responses end.
   PPOTrainer(const PPOConfig& config, PromptSplit prompts, text::Tokenizer tokenizer, int64_t pad_id,
-             std::optional<int64_t> eos_id, int world_size, model::LanguageModel reward_model);
+             std::optional<int64_t> eos_id, int world_size);
 
   int64_t prompts_per_round() const override { return ppo_.rollout_rows() * world_size_; }
   int64_t micro_batches_per_round() const override {
@@ -47,7 +48,7 @@ class PPOTrainer : public OnlineTrainer {
   // attention_mask, position_ids [n, W] and prompt_lengths [n].
   engine::TensorMap pack(const std::vector<int64_t>& rows, const torch::Tensor& responses) const;
   // The reward model's score of each packed row at position `at` [n].
-  torch::Tensor score(const engine::TensorMap& packed, const torch::Tensor& at);
+  static torch::Tensor score(engine::Engine& engine, const engine::TensorMap& packed, const torch::Tensor& at);
   // The permutation of the rollout batch's rows for PPO epoch `epoch`.
   std::vector<int64_t> shuffle(int64_t step, int64_t epoch, int rank) const;
 
@@ -55,12 +56,15 @@ class PPOTrainer : public OnlineTrainer {
   int world_size_;
   std::optional<int64_t> eos_id_;
   std::vector<int64_t> stop_ids_;
-  model::LanguageModel reward_model_;
   std::vector<const PromptExample*> rows_;  // this process's prompts of the current rollout batch
   engine::TensorMap last_;
 };
 
 int run_ppo(const PPOConfig& config);
+
+// A PPO score model (reward or value): one label; `field` names where its
+// directory came from, for errors.
+model::LanguageModel load_score_model(const std::string& dir, const std::string& dtype, const std::string& field);
 
 // The seed of PPO epoch `epoch`'s shuffle at step `step` on `rank` (a CPU
 // generator's randperm of the rollout rows).

@@ -48,13 +48,7 @@ const config::Schema& ppo_schema() {
             "Rows per forward while a rollout batch is scored (memory, not results).")
         .min(1);
     b.field(&C::shuffle_dataset, "shuffle_dataset", true, "Visit prompts in a seeded random order (else file order).");
-    b.field(&C::ds3_gather_for_generation, "ds3_gather_for_generation", true,
-            "Under ZeRO-3/FSDP: gather all weights once per rollout (fast, needs the whole model per process) or "
-            "each layer for each forward (fits anything, slow).");
-    b.field(&C::ds3_gather_for_generation_budget_mb, "ds3_gather_for_generation_budget_mb", 0.0,
-            "With ds3_gather_for_generation false: MiB of weights kept gathered for the whole rollout (the first "
-            "layers that fit); the rest are gathered per forward. 0: none.")
-        .min(0);
+    add_generation_placement_fields(b);
     b.field(&C::num_sample_generations, "num_sample_generations", 0,
             "Print sample completions this many times during training.")
         .not_built("sample completions are not printed; inspect a checkpoint with `trlx generate`");

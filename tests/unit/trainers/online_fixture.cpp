@@ -43,6 +43,20 @@ class LookupReward final : public rewards::RewardFunction {
   std::map<std::vector<int64_t>, std::optional<double>> table_;
 };
 
+// The rows a run logged (the closing runtime row left out), by name.
+StepValues logged_steps(engine::Engine& engine) {
+  StepValues got;
+  for (const auto& line : engine::EngineProbe::log_history(engine)) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;  // the run's closing row (runtime)
+    std::map<std::string, double> step;
+    for (const auto& [k, v] : j.items())
+      if (k != "step") step[k] = v.template get<double>();
+    got.push_back(std::move(step));
+  }
+  return got;
+}
+
 template <class C>
 C online_config(const config::Schema& schema, const nlohmann::json& cs, const Run& run, const fs::path& out) {
   const auto& args = cs.at("args");
@@ -124,31 +138,10 @@ StepValues replay(const config::Schema& schema, const std::string& name, const n
     return out;
   });
   engine.train(trainer);
-  StepValues got;
-  for (const auto& line : engine::EngineProbe::log_history(engine)) {
-    const auto j = nlohmann::json::parse(line);
-    if (!j.contains("loss")) continue;  // the run's closing row (runtime)
-    std::map<std::string, double> step;
-    for (const auto& [k, v] : j.items())
-      if (k != "step") step[k] = v.template get<double>();
-    // TRL logs num_tokens only at steps that generate; trlx at every step.
-    const auto& want = cs.at("steps").at(got.size());
-    if (!want.contains("num_tokens")) step.erase("num_tokens");
-    got.push_back(std::move(step));
-  }
-  return got;
-}
-
-StepValues logged_steps(engine::Engine& engine) {
-  StepValues got;
-  for (const auto& line : engine::EngineProbe::log_history(engine)) {
-    const auto j = nlohmann::json::parse(line);
-    if (!j.contains("loss")) continue;  // the run's closing row (runtime)
-    std::map<std::string, double> step;
-    for (const auto& [k, v] : j.items())
-      if (k != "step") step[k] = v.template get<double>();
-    got.push_back(std::move(step));
-  }
+  StepValues got = logged_steps(engine);
+  // TRL logs num_tokens only at steps that generate; trlx at every step.
+  for (size_t k = 0; k < got.size() && k < cs.at("steps").size(); ++k)
+    if (!cs.at("steps").at(k).contains("num_tokens")) got[k].erase("num_tokens");
   return got;
 }
 
@@ -200,11 +193,10 @@ StepValues ppo_steps(const nlohmann::json& cs, const Run& run, std::vector<engin
   engine::Engine engine(trainers::engine_config(engine_side), policy, "ppo", tiny_model(), std::nullopt, run.comm,
                         value);
   if (!c.use_peft) engine.set_reference(model::load_language_model(tiny_model(), model::HeadKind::CausalLM));
-  auto reward = model::load_language_model(reward_dir, model::HeadKind::SequenceClassification);
-  reward->to(engine.device());
+  engine.set_reward_model(trainers::load_score_model(reward_dir.string(), "float32", "reward_model_path"));
   const int64_t pad = trainers::resolve_pad_id(tok, "ppo");
   const auto eos = tok.eos_token_id();
-  trainers::PPOTrainer trainer(c, std::move(prompts), std::move(tok), pad, eos, engine.world_size(), reward);
+  trainers::PPOTrainer trainer(c, std::move(prompts), std::move(tok), pad, eos, engine.world_size());
   int64_t update = 0;
   trainer.set_fixed_completions([&](const std::vector<size_t>& slots) {
     if (rollouts && update > 0) rollouts->push_back(trainer.last_rollout());
@@ -225,6 +217,39 @@ StepValues ppo_steps(const nlohmann::json& cs, const Run& run, std::vector<engin
   engine.train(trainer);
   if (rollouts) rollouts->push_back(trainer.last_rollout());
   return logged_steps(engine);
+}
+
+double check_ppo_rollouts(const std::vector<engine::TensorMap>& rollouts, const nlohmann::json& cs, int rank) {
+  std::vector<nlohmann::json> want;
+  for (const auto& r : cs.at("rollouts"))
+    if (r.at("rank").get<int>() == rank) want.push_back(r);
+  REQUIRE(rollouts.size() == want.size());
+  auto difference = [](const torch::Tensor& got, const nlohmann::json& w) {
+    std::vector<double> flat;
+    std::vector<int64_t> shape = {static_cast<int64_t>(w.size())};
+    for (const auto& row : w) {
+      if (row.is_array()) {
+        if (shape.size() == 1) shape.push_back(static_cast<int64_t>(row.size()));
+        for (const auto& x : row) flat.push_back(x.get<double>());
+      } else {
+        flat.push_back(row.get<double>());
+      }
+    }
+    const auto t = torch::tensor(flat, torch::kFloat64).view(shape);
+    REQUIRE(got.sizes() == t.sizes());
+    return ((got.to(torch::kFloat64) - t).abs() / t.abs().clamp_min(1.0)).max().item<double>();
+  };
+  double worst = 0;
+  for (size_t u = 0; u < want.size(); ++u)
+    for (const char* k : {"scores", "rewards", "values", "advantages", "returns", "logprobs", "ref_logprobs"}) {
+      // The first batch comes from the starting models alone; later ones
+      // from models trained as TRL trained them, to the updates' 1e-4.
+      const double d = difference(rollouts[u].at(k), want[u].at(k));
+      INFO("rank " << rank << " update " << u + 1 << " " << k << ": largest difference " << d);
+      CHECK(d <= (u == 0 ? 1e-5 : 1e-4));
+      worst = std::max(worst, d);
+    }
+  return worst;
 }
 
 Comparison ppo_comparison(const nlohmann::json& cs) {

@@ -23,6 +23,12 @@ StepValues online_steps(const nlohmann::json& fixture_case, const std::string& t
 // batch of every update (PPOTrainer::last_rollout()).
 StepValues ppo_steps(const nlohmann::json& fixture_case, const Run& run,
                      std::vector<engine::TensorMap>* rollouts = nullptr);
+// Checks this rank's rollout batches (ppo_steps' `rollouts`) against the
+// fixture's for `rank`: scores, rewards, values, advantages, returns and
+// log-probs within 1e-5 (relative above 1) for the first update (the
+// starting models), within 1e-4 for later ones (after trained updates).
+// Returns the largest difference.
+double check_ppo_rollouts(const std::vector<engine::TensorMap>& rollouts, const nlohmann::json& fixture_case, int rank);
 // What TRL's PPOTrainer logs that trlx does not compare, and trlx's own
 // step values TRL's PPO does not log.
 Comparison ppo_comparison(const nlohmann::json& fixture_case);

@@ -184,8 +184,16 @@ TEST_CASE("dist PPO: 2 ranks equal TRL's PPOTrainer on 2 processes, every case, 
   if (!cases) return;
   for (const auto& cs : *cases) {
     const std::string name = "ppo " + cs.at("name").get<std::string>();
-    on_each_strategy(name, [&](const test::Run& run) { return test::ppo_steps(cs, run); }, cs.at("steps"),
-                     test::ppo_comparison(cs));
+    on_each_strategy(
+        name,
+        [&](const test::Run& run) {
+          // Each rank's rollout batches equal that process's in TRL's run.
+          std::vector<engine::TensorMap> rollouts;
+          auto steps = test::ppo_steps(cs, run, &rollouts);
+          test::check_ppo_rollouts(rollouts, cs, run.comm->rank());
+          return steps;
+        },
+        cs.at("steps"), test::ppo_comparison(cs));
   }
 }
 
