@@ -324,7 +324,9 @@ int run_score(std::vector<std::string> args) {
       }
       continue;
     }
-    auto lp = losses::token_logprobs(hidden.slice(1, 0, t - 1), m->head_weight(), ids.slice(1, 1), mask.slice(1, 1));
+    losses::LogProbOptions lo;
+    lo.logit_softcap = m->config().final_logit_softcapping.value_or(0.0);
+    auto lp = losses::token_logprobs(hidden.slice(1, 0, t - 1), m->head_weight(), ids.slice(1, 1), mask.slice(1, 1), lo);
     auto logps = lp.logps.to(torch::kFloat64);
     for (int64_t row = 0; row < b; ++row) {
       const auto& r = rows[start + static_cast<size_t>(row)];

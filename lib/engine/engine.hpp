@@ -153,12 +153,15 @@ class Engine {
   // the logits when the chunked path is on.
   torch::Tensor head(Role role, const torch::Tensor& hidden);
   // Per-token mean of the logits over the vocabulary (the logits/chosen
-  // metric), without building the logits: hidden . mean of the head's rows.
+  // metric), without building the logits: hidden . mean of the head's rows
+  // (a model with soft-capped logits builds them, one sequence at a time).
   // No gradient.
   torch::Tensor mean_logits(Role role, const torch::Tensor& hidden);
   // The head weight of the model in `role`, detached (for statistics over
   // the vocabulary that no loss differentiates, e.g. WPO weights).
   torch::Tensor head_weight(Role role);
+  // The config.json of a role's model (e.g. its logit soft cap).
+  const model::ModelConfig& model_config(Role role);
   // How a generation round holds the policy's weights when parameters are
   // sharded (ZeRO-3/FSDP); ignored when they are whole. gather_all
   // (ds3_gather_for_generation: true): every unit gathered once for the

@@ -59,6 +59,7 @@ losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, c
   auto& m = scope.model;
   auto o = options;
   o.chunk_size = plan_.logprob_chunk_size;
+  o.logit_softcap = m.config().final_logit_softcapping.value_or(0.0);
   losses::TokenLogProbs out;
   m.with_head(hidden, [&] {
     out = losses::token_logprobs(hidden, m.head_weight(), targets.to(device_), mask.to(device_), o);
@@ -78,6 +79,19 @@ torch::Tensor Engine::mean_logits(Role role, const torch::Tensor& hidden) {
   RoleScope scope(*this, role);
   torch::NoGradGuard no_grad;
   auto& m = scope.model;
+  if (const auto cap = m.config().final_logit_softcapping) {
+    // Soft-capped logits have no shortcut through the mean weight: one
+    // sequence's logits at a time.
+    const auto h = hidden.detach().to(torch::kFloat32);
+    std::vector<torch::Tensor> rows;
+    m.with_head(torch::Tensor(), [&] {
+      const auto w = m.head_weight().detach().to(torch::kFloat32);
+      for (int64_t i = 0; i < h.size(0); ++i)
+        rows.push_back((torch::tanh(torch::matmul(h[i], w.t()) / *cap) * *cap).mean(-1));
+      return std::vector<torch::Tensor>{};
+    });
+    return torch::stack(rows);
+  }
   torch::Tensor w;
   m.with_head(torch::Tensor(), [&] {
     w = m.head_weight().detach().to(torch::kFloat32).mean(0);
@@ -85,6 +99,8 @@ torch::Tensor Engine::mean_logits(Role role, const torch::Tensor& hidden) {
   });
   return torch::matmul(hidden.detach().to(torch::kFloat32), w);
 }
+
+const model::ModelConfig& Engine::model_config(Role role) { return model_for(role).config(); }
 
 torch::Tensor Engine::head_weight(Role role) {
   RoleScope scope(*this, role);

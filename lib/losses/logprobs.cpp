@@ -25,6 +25,7 @@ TokenLogProbs plain_logprobs(const torch::Tensor& hidden, const torch::Tensor& w
   // Log-softmax in fp32 whatever the compute dtype: bf16 log-probs lose the
   // small differences preference losses are made of.
   auto logits = torch::matmul(h, weight.t()).to(torch::kFloat32);
+  if (o.logit_softcap > 0) logits = torch::tanh(logits / o.logit_softcap) * o.logit_softcap;
   if (o.temperature != 1.0) logits = logits / o.temperature;
   auto lse = logits.logsumexp(-1);
   auto row_targets = targets.reshape({-1}).index_select(0, rows).to(torch::kInt64);
@@ -64,10 +65,18 @@ class AutocastOff {
   bool prev_;
 };
 
-// fp32 logits of some hidden rows [c, H] against weight [V, H] (temperature applied),
-// rounded to the compute dtype first exactly as the plain path rounds them.
-torch::Tensor chunk_logits(const torch::Tensor& hidden_rows, const torch::Tensor& weight, double temperature) {
+// fp32 logits of some hidden rows [c, H] against weight [V, H] (soft cap and
+// temperature applied), rounded to the compute dtype first exactly as the
+// plain path rounds them. With a cap, `capped` (when given) receives
+// tanh(raw / cap), which the backward's chain rule needs.
+torch::Tensor chunk_logits(const torch::Tensor& hidden_rows, const torch::Tensor& weight, double temperature,
+                           double softcap, torch::Tensor* capped = nullptr) {
   auto logits = torch::mm(hidden_rows, weight.t()).to(torch::kFloat32);
+  if (softcap > 0) {
+    logits.div_(softcap).tanh_();
+    if (capped) *capped = logits.clone();
+    logits.mul_(softcap);
+  }
   if (temperature != 1.0) logits.div_(temperature);
   return logits;
 }
@@ -85,7 +94,8 @@ struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
                                                 const torch::Tensor& weight, const torch::Tensor& rows,
                                                 const torch::Tensor& targets, int64_t chunk_size, int64_t vocab_tile,
-                                                double temperature, bool want_entropy, bool want_accuracy) {
+                                                double temperature, double softcap, bool want_entropy,
+                                                bool want_accuracy) {
     AutocastOff no_autocast(hidden.device().type());
     const int64_t n_tokens = hidden.size(0), n_rows = rows.size(0), vocab = weight.size(0);
     auto f32 = hidden.options().dtype(torch::kFloat32);
@@ -111,7 +121,7 @@ struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
       }
       for (int64_t v0 = 0; v0 < vocab; v0 += vocab_tile) {
         const int64_t vt = std::min(vocab_tile, vocab - v0);
-        auto z = chunk_logits(h_c, weight.narrow(0, v0, vt), temperature);
+        auto z = chunk_logits(h_c, weight.narrow(0, v0, vt), temperature, softcap);
         auto local = t_c - v0;
         auto here = local.ge(0).logical_and(local.lt(vt));
         picked = torch::where(here, z.gather(1, local.clamp(0, vt - 1).unsqueeze(1)).squeeze(1), picked);
@@ -148,6 +158,7 @@ struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
     ctx->saved_data["chunk_size"] = chunk_size;
     ctx->saved_data["vocab_tile"] = vocab_tile;
     ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["softcap"] = softcap;
     torch::autograd::variable_list out{logps};
     if (want_entropy) out.push_back(entropy);
     if (want_accuracy) out.push_back(correct);
@@ -162,8 +173,9 @@ struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
     const int64_t chunk_size = ctx->saved_data["chunk_size"].toInt();
     const int64_t vocab_tile = ctx->saved_data["vocab_tile"].toInt();
     const double temperature = ctx->saved_data["temperature"].toDouble();
+    const double softcap = ctx->saved_data["softcap"].toDouble();
     const bool need_hidden = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
-    torch::autograd::variable_list grads(10);
+    torch::autograd::variable_list grads(11);
     const auto& grad_logps = grad_outputs[0];
     if (!grad_logps.defined() || !(need_hidden || need_weight)) return grads;
     AutocastOff no_autocast(hidden.device().type());
@@ -192,10 +204,13 @@ struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
         auto here = local.ge(0).logical_and(local.lt(vt));
         // d log p(t) / d logits = (onehot(t) - softmax) / temperature, in
         // place in the recomputed tile.
-        auto d = chunk_logits(h_c, w_t, temperature);
+        // With a soft cap, times d(cap tanh(raw / cap)) / d raw = 1 - tanh^2.
+        torch::Tensor capped;
+        auto d = chunk_logits(h_c, w_t, temperature, softcap, &capped);
         d.sub_(lse_c).exp_().mul_(-g);
         d.scatter_add_(1, local.clamp(0, vt - 1), g * here);
         if (temperature != 1.0) d.div_(temperature);
+        if (softcap > 0) d.mul_(1 - capped.square_());
         auto d_c = d.to(compute);
         if (need_hidden) {
           if (compute == torch::kFloat32)
@@ -242,7 +257,8 @@ TokenLogProbs chunked_logprobs(const torch::Tensor& hidden, const torch::Tensor&
   auto rows = flat_mask.nonzero().squeeze(1);
   auto row_targets = targets.reshape({-1}).index_select(0, rows).to(torch::kInt64);
   auto outs = ChunkedLogProbs::apply(flat_hidden, weight.to(compute), rows, row_targets, o.chunk_size,
-                                     std::max<int64_t>(1, o.vocab_tile), o.temperature, o.entropy, o.accuracy);
+                                     std::max<int64_t>(1, o.vocab_tile), o.temperature, o.logit_softcap, o.entropy,
+                                     o.accuracy);
   TokenLogProbs out;
   size_t i = 0;
   out.logps = outs[i++].view(token_shape);
@@ -257,6 +273,7 @@ TokenLogProbs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& w
                              const torch::Tensor& mask, const LogProbOptions& o) {
   if (o.chunk_size < 0) fail_input("log-prob chunk size must be 0 (off) or a positive token count, got {}", o.chunk_size);
   if (o.temperature <= 0.0) fail_input("temperature must be positive, got {}", o.temperature);
+  if (o.logit_softcap < 0.0) fail_input("logit soft cap must be 0 (off) or positive, got {}", o.logit_softcap);
   if (o.chunk_size > 0) return chunked_logprobs(hidden, weight, targets, mask, o);
   return plain_logprobs(hidden, weight, targets, mask, o);
 }

@@ -21,6 +21,9 @@ struct LogProbOptions {
   bool entropy = false;   // per-token entropy of the distribution (no gradient)
   bool accuracy = false;  // whether the argmax is the target
   double temperature = 1.0;
+  // > 0: logits are soft-capped, cap * tanh(logits / cap), before the
+  // temperature (Gemma 2's final_logit_softcapping).
+  double logit_softcap = 0.0;
   // 0: the plain path. > 0: the chunked path over this many (masked-in)
   // tokens at a time and vocab_tile vocabulary entries at a time; its peak
   // extra memory is about 2 x chunk_size x min(vocab, vocab_tile) x 4 bytes

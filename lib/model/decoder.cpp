@@ -18,26 +18,36 @@ namespace F = torch::nn::functional;
 
 // ---------------------------------------------------------------- norms, rope, masks
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({dim}));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, bool plus_one) : eps_(eps), plus_one_(plus_one) {
+  weight = register_parameter("weight", plus_one ? torch::zeros({dim}) : torch::ones({dim}));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   // Computed in fp32 whatever the weights' dtype, then cast back before the
-  // scale, as the reference does: bf16 runs match it.
+  // scale (Llama) or after it (Gemma), as the reference does: bf16 runs
+  // match it.
   auto h = x.to(torch::kFloat32);
   auto var = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * torch::rsqrt(var + eps_);
+  if (plus_one_) return (h * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
   return weight * h.to(x.scalar_type());
 }
 
-torch::Tensor rope_inverse_frequencies(const ModelConfig& c) {
-  const int64_t dim = c.head_dim;
+std::pair<torch::Tensor, double> rope_frequencies(const ModelConfig& c, const RopeConfig& r, int64_t seq_len) {
+  const int64_t dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * r.partial_rotary_factor);
+  // theta^(2i/dim) for i < dim/2, in fp32 as the reference computes it.
   auto exponents = torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(dim);
-  auto inv_freq = 1.0 / torch::pow(torch::tensor(c.rope.theta, torch::kFloat32), exponents);
-  const auto& r = c.rope;
-  if (r.type == "linear") return inv_freq / r.factor;
+  auto powers = [&](double base) { return torch::pow(torch::tensor(base, torch::kFloat32), exponents); };
+  const double max_len = static_cast<double>(c.max_position_embeddings);
+  if (r.type == "linear") return {1.0 / powers(r.theta) / r.factor, 1.0};
+  if (r.type == "dynamic") {
+    // NTK-aware: the base grows with the sequence beyond the configured length.
+    const double len = std::max(static_cast<double>(seq_len), max_len);
+    const double base = r.theta * std::pow(r.factor * len / max_len - (r.factor - 1), static_cast<double>(dim) / (dim - 2));
+    return {1.0 / powers(base), 1.0};
+  }
   if (r.type == "llama3") {
+    auto inv_freq = 1.0 / powers(r.theta);
     const double old_len = static_cast<double>(r.original_max_position_embeddings);
     const double low_wavelen = old_len / r.low_freq_factor;
     const double high_wavelen = old_len / r.high_freq_factor;
@@ -46,9 +56,83 @@ torch::Tensor rope_inverse_frequencies(const ModelConfig& c) {
     auto smooth = (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
     auto smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
     auto medium = torch::logical_not(wavelen < high_wavelen).logical_and(torch::logical_not(wavelen > low_wavelen));
-    return torch::where(medium, smoothed, scaled);
+    return {torch::where(medium, smoothed, scaled), 1.0};
   }
-  return inv_freq;
+  if (r.type == "yarn") {
+    auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+    double attention = r.attention_factor ? *r.attention_factor
+                       : (r.mscale && r.mscale_all_dim && *r.mscale != 0 && *r.mscale_all_dim != 0)
+                           ? mscale(r.factor, *r.mscale) / mscale(r.factor, *r.mscale_all_dim)
+                           : mscale(r.factor, 1.0);
+    // Dimensions that rotate fewer than beta_slow times over the original
+    // length are interpolated, more than beta_fast extrapolated, a linear
+    // ramp between.
+    const double orig = static_cast<double>(r.original_max_position_embeddings);
+    auto correction_dim = [&](double rotations) {
+      return (dim * std::log(orig / (rotations * 2 * M_PI))) / (2 * std::log(r.theta));
+    };
+    double low = correction_dim(r.beta_fast), high = correction_dim(r.beta_slow);
+    if (r.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(dim - 1));
+    if (low == high) high += 0.001;
+    auto pos_freqs = powers(r.theta);
+    auto ramp = ((torch::arange(dim / 2, torch::kFloat32) - low) / (high - low)).clamp(0, 1);
+    auto extrapolation = 1 - ramp;
+    auto inv = (1.0 / (r.factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation;
+    return {inv, attention};
+  }
+  if (r.type == "longrope") {
+    const double orig = static_cast<double>(r.original_max_position_embeddings);
+    const double attention = r.attention_factor ? *r.attention_factor
+                             : r.factor <= 1.0  ? 1.0
+                                                : std::sqrt(1 + std::log(r.factor) / std::log(orig));
+    const auto& ext = seq_len > r.original_max_position_embeddings ? r.long_factor : r.short_factor;
+    auto factors = torch::tensor(ext, torch::kFloat64).to(torch::kFloat32);
+    return {1.0 / (factors * powers(r.theta)), attention};
+  }
+  return {1.0 / powers(r.theta), 1.0};
+}
+
+Rotary::Rotary(const ModelConfig& model, const RopeConfig& rope)
+    : model_(model),
+      rope_(rope),
+      rotary_dim_(static_cast<int64_t>(static_cast<double>(model.head_dim) * rope.partial_rotary_factor)),
+      cached_len_(model.max_position_embeddings) {
+  std::tie(inv_freq_, scale_) = rope_frequencies(model_, rope_);
+  original_inv_freq_ = inv_freq_;
+  if (rope_.type == "longrope")
+    long_inv_freq_ = rope_frequencies(model_, rope_, rope_.original_max_position_embeddings + 1).first;
+}
+
+std::pair<torch::Tensor, torch::Tensor> Rotary::tables(const torch::Tensor& positions, torch::Dtype dtype) {
+  if (rope_.type == "dynamic" || rope_.type == "longrope") {
+    // The longest sequence of this forward (a host read, only for these types).
+    const int64_t len = positions.max().item<int64_t>() + 1;
+    if (rope_.type == "longrope") {
+      inv_freq_ = len > rope_.original_max_position_embeddings ? long_inv_freq_ : original_inv_freq_;
+    } else {
+      if (len > cached_len_) {  // growth
+        inv_freq_ = rope_frequencies(model_, rope_, len).first;
+        cached_len_ = len;
+      }
+      if (len < model_.max_position_embeddings && cached_len_ > model_.max_position_embeddings) {  // reset
+        inv_freq_ = original_inv_freq_;
+        cached_len_ = model_.max_position_embeddings;
+      }
+    }
+  }
+  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_.to(positions.device()).view({1, 1, -1});
+  auto emb = torch::cat({freqs, freqs}, -1);
+  auto cos = emb.cos(), sin = emb.sin();
+  if (scale_ != 1.0) {
+    cos = cos * scale_;
+    sin = sin * scale_;
+  }
+  return {cos.to(dtype), sin.to(dtype)};
 }
 
 torch::Tensor build_attention_mask(const torch::Tensor& key_mask, int64_t num_queries,
@@ -151,24 +235,79 @@ EmbeddingImpl::EmbeddingImpl(int64_t num, int64_t dim, std::optional<int64_t> pa
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer)
-    : layer_(layer), heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
+    : layer_(layer),
+      heads_(c.num_attention_heads),
+      kv_heads_(c.num_key_value_heads),
+      head_dim_(c.head_dim),
+      scale_(c.attention_scale > 0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim))),
+      softcap_(c.attn_logit_softcapping) {
   const bool qkv_bias = c.attention_bias || c.qkv_bias;
-  q_proj = register_module("q_proj", linear(c.hidden_size, heads_ * head_dim_, qkv_bias));
-  k_proj = register_module("k_proj", linear(c.hidden_size, kv_heads_ * head_dim_, qkv_bias));
-  v_proj = register_module("v_proj", linear(c.hidden_size, kv_heads_ * head_dim_, qkv_bias));
+  if (c.fused_projections) {
+    qkv_proj = register_module("qkv_proj", linear(c.hidden_size, (heads_ + 2 * kv_heads_) * head_dim_, qkv_bias));
+  } else {
+    q_proj = register_module("q_proj", linear(c.hidden_size, heads_ * head_dim_, qkv_bias));
+    k_proj = register_module("k_proj", linear(c.hidden_size, kv_heads_ * head_dim_, qkv_bias));
+    v_proj = register_module("v_proj", linear(c.hidden_size, kv_heads_ * head_dim_, qkv_bias));
+  }
   o_proj = register_module("o_proj", linear(heads_ * head_dim_, c.hidden_size, c.attention_bias));
   if (c.qk_norm) {
-    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
-    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, c.norm_plus_one));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, c.norm_plus_one));
   }
 }
+
+namespace {
+
+// Rotary embedding of the first cos.size(-1) dims of x [B, H, T, D]; the
+// rest (partial rotary) pass through.
+torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t dims = cos.size(-1);
+  if (dims == x.size(-1)) return x * cos + rotate_half(x) * sin;
+  auto r = x.narrow(-1, 0, dims);
+  return torch::cat({r * cos + rotate_half(r) * sin, x.narrow(-1, dims, x.size(-1) - dims)}, -1);
+}
+
+// Attention with tanh soft-capped scores, which SDPA does not offer:
+// scores = cap * tanh(q k^T * scale / cap), masked, softmax in fp32.
+torch::Tensor softcapped_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& mask,
+                                   double scale, double cap) {
+  const int64_t groups = q.size(1) / k.size(1);
+  if (groups > 1) {
+    k = k.repeat_interleave(groups, 1);
+    v = v.repeat_interleave(groups, 1);
+  }
+  auto scores = torch::matmul(q, k.transpose(2, 3)) * scale;
+  scores = torch::tanh(scores / cap) * cap;
+  if (mask.defined()) {
+    if (mask.scalar_type() == torch::kBool)
+      scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+    else
+      scores = scores + mask.to(scores.scalar_type());
+  } else if (q.size(2) == k.size(2)) {
+    auto causal = torch::ones({q.size(2), k.size(2)}, torch::dtype(torch::kBool).device(q.device())).tril();
+    scores = scores.masked_fill(causal.logical_not(), -std::numeric_limits<double>::infinity());
+  }
+  auto weights = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+  return torch::matmul(weights, v);
+}
+
+}  // namespace
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                      const torch::Tensor& mask, KVCache* cache) {
   const int64_t b = x.size(0), t = x.size(1);
-  auto q = q_proj->forward(x).view({b, t, heads_, head_dim_});
-  auto k = k_proj->forward(x).view({b, t, kv_heads_, head_dim_});
-  auto v = v_proj->forward(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor q, k, v;
+  if (qkv_proj) {
+    auto qkv = qkv_proj->forward(x);
+    q = qkv.narrow(-1, 0, heads_ * head_dim_).view({b, t, heads_, head_dim_});
+    k = qkv.narrow(-1, heads_ * head_dim_, kv_heads_ * head_dim_).view({b, t, kv_heads_, head_dim_});
+    v = qkv.narrow(-1, (heads_ + kv_heads_) * head_dim_, kv_heads_ * head_dim_).view({b, t, kv_heads_, head_dim_});
+  } else {
+    q = q_proj->forward(x).view({b, t, heads_, head_dim_});
+    k = k_proj->forward(x).view({b, t, kv_heads_, head_dim_});
+    v = v_proj->forward(x).view({b, t, kv_heads_, head_dim_});
+  }
+  v = v.transpose(1, 2);
   if (q_norm) {
     q = q_norm->forward(q);
     k = k_norm->forward(k);
@@ -176,8 +315,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   q = q.transpose(1, 2);
   k = k.transpose(1, 2);
   auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);
-  q = q * c + rotate_half(q) * s;
-  k = k * c + rotate_half(k) * s;
+  q = rotate(q, c, s);
+  k = rotate(k, c, s);
   if (cache) {
     auto& ck = cache->keys[static_cast<size_t>(layer_)];
     auto& cv = cache->values[static_cast<size_t>(layer_)];
@@ -204,41 +343,67 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   // heads itself (no repeated copies of K and V).
   const bool gqa = kv_heads_ != heads_;
   torch::Tensor out;
-  if (mask.defined()) {
+  if (softcap_) {
+    out = softcapped_attention(q, k, v, mask, scale_, *softcap_);
+  } else if (mask.defined()) {
     // The model passes an additive mask made once per forward in the
     // attention's compute dtype; a query of another dtype gets it cast.
     const bool cast = mask.scalar_type() != torch::kBool && mask.scalar_type() != q.scalar_type();
-    out = at::scaled_dot_product_attention(q, k, v, cast ? mask.to(q.scalar_type()) : mask, 0.0, false, std::nullopt,
+    out = at::scaled_dot_product_attention(q, k, v, cast ? mask.to(q.scalar_type()) : mask, 0.0, false, scale_,
                                            gqa);
   } else {
     // No mask: causal over the same positions.
     const bool causal = q.size(2) == k.size(2);
-    out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal, std::nullopt, gqa);
+    out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal, scale_, gqa);
   }
   out = out.transpose(1, 2).reshape({b, t, heads_ * head_dim_});
   return o_proj->forward(out);
 }
 
-MLPImpl::MLPImpl(const ModelConfig& c) {
-  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+MLPImpl::MLPImpl(const ModelConfig& c) : gelu_(c.hidden_act == "gelu_pytorch_tanh") {
+  if (c.fused_projections) {
+    gate_up_proj = register_module("gate_up_proj", linear(c.hidden_size, 2 * c.intermediate_size, c.mlp_bias));
+  } else {
+    gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+    up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  }
   down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  return down_proj->forward(F::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  torch::Tensor gate, up;
+  if (gate_up_proj) {
+    auto both = gate_up_proj->forward(x).chunk(2, -1);
+    gate = both[0];
+    up = both[1];
+  } else {
+    gate = gate_proj->forward(x);
+    up = up_proj->forward(x);
+  }
+  return down_proj->forward((gelu_ ? torch::gelu(gate, "tanh") : F::silu(gate)) * up);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
   self_attn = register_module("self_attn", Attention(c, layer));
   mlp = register_module("mlp", MLP(c));
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  auto norm = [&] { return RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_plus_one); };
+  input_layernorm = register_module("input_layernorm", norm());
+  post_attention_layernorm = register_module("post_attention_layernorm", norm());
+  if (c.sandwich_norms) {
+    pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", norm());
+    post_feedforward_layernorm = register_module("post_feedforward_layernorm", norm());
+  }
   sliding = c.sliding_window && c.sliding_layers[static_cast<size_t>(layer)];
+  local_rope = c.sliding_layers[static_cast<size_t>(layer)];
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                         const torch::Tensor& mask, KVCache* cache) {
+  if (pre_feedforward_layernorm) {
+    // Gemma 2/3: each block's output is normed before its residual add.
+    auto h = x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache));
+    return h + post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)));
+  }
   auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
@@ -249,8 +414,9 @@ DecoderModelImpl::DecoderModelImpl(const ModelConfig& c) : config_(c) {
   embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, c.pad_token_id));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  inv_freq_ = register_buffer("inv_freq", rope_inverse_frequencies(c));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_plus_one));
+  rope_ = std::make_shared<Rotary>(c, c.rope);
+  if (c.sliding_rope) sliding_rope_ = std::make_shared<Rotary>(c, *c.sliding_rope);
 }
 
 torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
@@ -311,6 +477,13 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
 
   auto embed = [&] { return embed_tokens->forward(ids); };
   auto x = sharding_ ? sharding_->embedding(embed) : embed();
+  if (config_.scale_embeddings) {
+    // Gemma: times sqrt(hidden_size), rounded to the embeddings' dtype first.
+    auto normalizer = torch::tensor(std::sqrt(static_cast<double>(config_.hidden_size)), torch::kFloat64)
+                          .to(x.scalar_type())
+                          .to(x.device());
+    x = x * normalizer;
+  }
   // SDPA turns a boolean mask into an additive one of the query's dtype on
   // every call, and each layer's backward keeps its own copy; one additive
   // mask for all layers gives the same numbers with one conversion and one copy.
@@ -325,14 +498,18 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   };
   full_mask = additive(full_mask);
   sliding_mask = additive(sliding_mask);
-  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_.to(device).view({1, 1, -1});
-  auto emb = torch::cat({freqs, freqs}, -1);
-  auto cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
+  auto [cos, sin] = rope_->tables(positions, x.scalar_type());
+  torch::Tensor local_cos, local_sin;
+  if (sliding_rope_) std::tie(local_cos, local_sin) = sliding_rope_->tables(positions, x.scalar_type());
   for (const auto& m : *layers) {
     auto& layer = *m->as<DecoderLayerImpl>();
     const auto& mask = layer.sliding ? sliding_mask : full_mask;
+    const bool local = sliding_rope_ && layer.local_rope;
+    const auto& layer_cos = local ? local_cos : cos;
+    const auto& layer_sin = local ? local_sin : sin;
     auto run = [&] {
-      return run_layer ? run_layer(layer, x, cos, sin, mask, cache) : layer.forward(x, cos, sin, mask, cache);
+      return run_layer ? run_layer(layer, x, layer_cos, layer_sin, mask, cache)
+                       : layer.forward(x, layer_cos, layer_sin, mask, cache);
     };
     x = sharding_ ? sharding_->layer(layer, x, run) : run();
   }
@@ -362,7 +539,12 @@ std::vector<torch::Tensor> LanguageModelImpl::with_head(const torch::Tensor& inp
 }
 
 torch::Tensor LanguageModelImpl::head(const torch::Tensor& hidden) {
-  return with_head(hidden, [&] { return std::vector<torch::Tensor>{torch::matmul(hidden, head_weight().t())}; }).at(0);
+  auto out = with_head(hidden, [&] { return std::vector<torch::Tensor>{torch::matmul(hidden, head_weight().t())}; }).at(0);
+  if (head_kind_ == HeadKind::CausalLM && config_.final_logit_softcapping) {
+    const double cap = *config_.final_logit_softcapping;
+    out = torch::tanh(out / cap) * cap;
+  }
+  return out;
 }
 
 torch::Tensor pool_last_non_pad(const torch::Tensor& scores, const torch::Tensor& input_ids,

@@ -1,11 +1,13 @@
 #pragma once
-// The Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) as LibTorch modules,
+// The Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3)
+// as LibTorch modules,
 // with parameter names equal to Hugging Face's, so that checkpoints load and
 // save without renaming.
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -85,19 +87,44 @@ class EmbeddingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Embedding);
 
+// plus_one (Gemma): the weight is an offset, the scale is (1 + weight),
+// applied in fp32 before the cast back.
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps);
+  RMSNormImpl(int64_t dim, double eps, bool plus_one = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
  private:
   double eps_;
+  bool plus_one_ = false;
 };
 TORCH_MODULE(RMSNorm);
 
-// Rotary position embedding: inverse frequencies for the configured rope type.
-torch::Tensor rope_inverse_frequencies(const ModelConfig& config);
+// Rotary position embedding for one RopeConfig: inverse frequencies and the
+// cos/sin scale of each rope type as transformers computes them. `seq_len` is
+// the length the frequencies are for (dynamic, longrope); 0: the configured one.
+std::pair<torch::Tensor, double> rope_frequencies(const ModelConfig& model, const RopeConfig& rope, int64_t seq_len = 0);
+
+// The cos/sin tables of one rope. dynamic and longrope change their
+// frequencies with the longest sequence a forward holds (its largest position
+// id + 1), and dynamic keeps the longest it has seen until a forward falls
+// back within max_position_embeddings, as transformers' dynamic update does.
+class Rotary {
+ public:
+  Rotary(const ModelConfig& model, const RopeConfig& rope);
+  // cos and sin [B, T, rotary dims] for positions [B, T], in `dtype`.
+  std::pair<torch::Tensor, torch::Tensor> tables(const torch::Tensor& positions, torch::Dtype dtype);
+  int64_t rotary_dim() const { return rotary_dim_; }
+
+ private:
+  ModelConfig model_;
+  RopeConfig rope_;
+  int64_t rotary_dim_;
+  torch::Tensor inv_freq_, original_inv_freq_, long_inv_freq_;
+  double scale_ = 1.0;
+  int64_t cached_len_;  // dynamic: the length inv_freq_ is for
+};
 
 // The attention mask as SDPA takes it: [B, 1, Tq, Tk] booleans, true where a
 // query may attend. `key_mask` [B, Tk] marks real (non-pad) keys; queries sit
@@ -128,10 +155,13 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask, KVCache* cache);
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Linear qkv_proj{nullptr};  // fused_projections: q, k, v rows in that order
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
 
  private:
   int64_t layer_, heads_, kv_heads_, head_dim_;
+  double scale_;
+  std::optional<double> softcap_;
 };
 TORCH_MODULE(Attention);
 
@@ -140,6 +170,10 @@ class MLPImpl : public torch::nn::Module {
   explicit MLPImpl(const ModelConfig& c);
   torch::Tensor forward(const torch::Tensor& x);
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Linear gate_up_proj{nullptr};  // fused_projections: gate rows, then up rows
+
+ private:
+  bool gelu_ = false;  // gelu (tanh approximation) instead of silu
 };
 TORCH_MODULE(MLP);
 
@@ -149,9 +183,11 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask, KVCache* cache);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich_norms
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
-  bool sliding = false;
+  bool sliding = false;     // attends within the sliding window
+  bool local_rope = false;  // a sliding layer by the config: Gemma 3 gives it sliding_rope
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -219,7 +255,7 @@ class DecoderModelImpl : public torch::nn::Module {
 
  private:
   ModelConfig config_;
-  torch::Tensor inv_freq_;
+  std::shared_ptr<Rotary> rope_, sliding_rope_;  // sliding_rope_: Gemma 3's sliding layers
   std::shared_ptr<ShardingHooks> sharding_;
 };
 TORCH_MODULE(DecoderModel);
@@ -233,7 +269,8 @@ class LanguageModelImpl : public torch::nn::Module {
   LanguageModelImpl(const ModelConfig& c, HeadKind head);
   // Final hidden states [B, T, hidden].
   torch::Tensor hidden_states(const Batch& batch, KVCache* cache = nullptr);
-  // Head applied to every position: logits [B, T, vocab] or scores [B, T, labels].
+  // Head applied to every position: logits [B, T, vocab] (soft-capped where
+  // the config says so) or scores [B, T, labels].
   torch::Tensor head(const torch::Tensor& hidden);
   torch::Tensor forward(const Batch& batch, KVCache* cache = nullptr) { return head(hidden_states(batch, cache)); }
   // The weight the head multiplies by (the embedding when tied). Under

@@ -96,9 +96,12 @@ std::string join_sorted(std::set<std::string> names) { return fmt::format("{}", 
 std::vector<std::string> default_targets(const std::string& model_type) {
   // The attention query and value projections, the default PEFT users know
   // for these architectures.
-  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3")
-    return {"q_proj", "v_proj"};
-  fail_input("no default LoRA target modules for model type `{}`; set lora_target_modules", model_type);
+  for (const auto* t : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"})
+    if (model_type == t) return {"q_proj", "v_proj"};
+  // Phi-3 has no default, as in PEFT: its projections are fused.
+  fail_input("no default LoRA target modules for model type `{}`; set lora_target_modules (for Phi-3: e.g. "
+             "[qkv_proj] or all-linear)",
+             model_type);
 }
 
 int64_t count(LanguageModelImpl& m, bool trainable_only) {

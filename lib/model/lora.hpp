@@ -24,7 +24,8 @@ struct LoraConfig {
   // Module names or name suffixes (a name matches a module whose full name is
   // it or ends with "." + it); {"all-linear"}: every linear layer of the
   // decoder (not the output head); nullopt: the model type's default
-  // (q_proj, v_proj for llama, mistral, qwen2, qwen3).
+  // (q_proj, v_proj for llama, mistral, qwen2, qwen3 and the Gemmas; Phi-3
+  // has none).
   std::optional<std::vector<std::string>> target_modules;
   // Modules trained in full: the model keeps the original for the
   // disabled-adapter view and trains a copy, which the adapter file carries.

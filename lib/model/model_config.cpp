@@ -1,5 +1,7 @@
 #include "model/model_config.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -13,7 +15,8 @@ namespace trlx::model {
 using nlohmann::json;
 
 const std::vector<std::string>& supported_model_types() {
-  static const std::vector<std::string> t = {"llama", "mistral", "qwen2", "qwen3"};
+  static const std::vector<std::string> t = {"llama", "mistral", "qwen2",  "qwen3",
+                                             "phi3",  "gemma",   "gemma2", "gemma3_text"};
   return t;
 }
 
@@ -57,10 +60,76 @@ class Reader {
   std::string source_;
 };
 
-RopeConfig read_rope(const json& j, const Reader& r) {
-  RopeConfig rope;
-  // Newer configs: rope_parameters {rope_type, rope_theta, ...}; older ones:
-  // rope_theta at the top and rope_scaling {type|rope_type, factor, ...}.
+// Which keys a rope type reads (besides rope_type/type, rope_theta and
+// partial_rotary_factor), so that a misspelt or unsupported one is reported.
+void read_rope_params(RopeConfig& rope, const json& params, const Reader& p, const std::string& where,
+                      const ModelConfig& c, std::optional<int64_t> top_original) {
+  rope.type = p.string("rope_type", p.string("type", "default"));
+  if (c.model_type == "phi3" && (rope.type == "su" || rope.type == "yarn")) rope.type = "longrope";  // as Phi3Config
+  rope.theta = p.number("rope_theta", rope.theta);
+  rope.partial_rotary_factor = p.number("partial_rotary_factor", rope.partial_rotary_factor);
+  static const std::vector<std::string> types = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
+  if (std::find(types.begin(), types.end(), rope.type) == types.end())
+    fail_input("{}: {}.rope_type `{}` is not supported by trlx (supported: {})", p.source(), where, rope.type,
+               join(types, ", "));
+  if (rope.type == "default") return;
+  // llama3, yarn and longrope scale from the pretraining length: the config's
+  // own original_max_position_embeddings (Phi-3 keeps it at the top), else
+  // max_position_embeddings, as transformers standardises it.
+  if (rope.type == "llama3" || rope.type == "yarn" || rope.type == "longrope") {
+    rope.original_max_position_embeddings =
+        top_original.value_or(p.opt_integer("original_max_position_embeddings").value_or(c.max_position_embeddings));
+    if (rope.original_max_position_embeddings <= 0)
+      fail_input("{}: {}.original_max_position_embeddings must be positive", p.source(), where);
+  }
+  const bool has_factor = params.contains("factor") && !params["factor"].is_null();
+  if (rope.type == "longrope" || (rope.type == "yarn" && !has_factor)) {
+    rope.factor = static_cast<double>(c.max_position_embeddings) / rope.original_max_position_embeddings;
+    if (has_factor) rope.factor = p.number("factor", rope.factor);
+  } else {
+    if (!has_factor) fail_input("{}: {}.factor is required for rope_type `{}`", p.source(), where, rope.type);
+    rope.factor = p.number("factor", 1.0);
+  }
+  if (!(rope.factor > 0)) fail_input("{}: {}.factor must be positive, found {}", p.source(), where, rope.factor);
+  if (rope.type == "llama3") {
+    rope.low_freq_factor = p.number("low_freq_factor", 1.0);
+    rope.high_freq_factor = p.number("high_freq_factor", 4.0);
+    if (!(rope.high_freq_factor > rope.low_freq_factor))
+      fail_input("{}: {}.high_freq_factor must be above low_freq_factor", p.source(), where);
+  }
+  auto opt_number = [&](const char* key) -> std::optional<double> {
+    if (!params.contains(key) || params[key].is_null()) return std::nullopt;
+    return p.number(key, 0.0);
+  };
+  if (rope.type == "yarn" || rope.type == "longrope") rope.attention_factor = opt_number("attention_factor");
+  if (rope.type == "yarn") {
+    // transformers treats a 0/null beta as its default.
+    if (auto b = opt_number("beta_fast"); b && *b != 0) rope.beta_fast = *b;
+    if (auto b = opt_number("beta_slow"); b && *b != 0) rope.beta_slow = *b;
+    rope.mscale = opt_number("mscale");
+    rope.mscale_all_dim = opt_number("mscale_all_dim");
+    rope.truncate = p.boolean("truncate", true);
+  }
+  if (rope.type == "longrope") {
+    const int64_t half = static_cast<int64_t>(static_cast<double>(c.head_dim) * rope.partial_rotary_factor) / 2;
+    for (auto [key, out] : {std::pair{"short_factor", &rope.short_factor}, {"long_factor", &rope.long_factor}}) {
+      if (!params.contains(key) || !params[key].is_array())
+        fail_input("{}: {}.{} must be a list of {} numbers for rope_type longrope", p.source(), where, key, half);
+      for (const auto& v : params[key]) {
+        if (!v.is_number()) fail_input("{}: {}.{} must hold numbers, found {}", p.source(), where, key, v.dump());
+        out->push_back(v.get<double>());
+      }
+      if (static_cast<int64_t>(out->size()) != half)
+        fail_input("{}: {}.{} has {} entries; the rotary dims need {} (head_dim {} x partial_rotary_factor {} / 2)",
+                   p.source(), where, key, out->size(), half, c.head_dim, rope.partial_rotary_factor);
+    }
+  }
+}
+
+// Older configs: rope_theta at the top and rope_scaling {type|rope_type,
+// factor, ...}; newer ones: rope_parameters {rope_type, rope_theta, ...},
+// which Gemma 3 keys by layer type (full_attention, sliding_attention).
+void read_rope(ModelConfig& c, const json& j, const Reader& r) {
   const json* params = nullptr;
   std::string where;
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
@@ -72,22 +141,48 @@ RopeConfig read_rope(const json& j, const Reader& r) {
   } else if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     fail_input("{}: `rope_scaling` must be an object or null", r.source());
   }
-  rope.theta = r.number("rope_theta", 10000.0);
-  if (!params) return rope;
-  Reader p(*params, r.source() + " " + where);
-  if (params->contains("rope_theta")) rope.theta = p.number("rope_theta", rope.theta);
-  rope.type = p.string("rope_type", p.string("type", "default"));
-  if (rope.type == "default") return rope;
-  rope.factor = p.number("factor", 1.0);
-  if (rope.type == "linear") return rope;
-  if (rope.type == "llama3") {
-    rope.low_freq_factor = p.number("low_freq_factor", 1.0);
-    rope.high_freq_factor = p.number("high_freq_factor", 4.0);
-    rope.original_max_position_embeddings = p.opt_integer("original_max_position_embeddings").value_or(8192);
-    return rope;
+  const bool gemma3 = c.model_type == "gemma3_text";
+  RopeConfig base;
+  base.theta = r.number("rope_theta", gemma3 ? 1000000.0 : 10000.0);
+  base.partial_rotary_factor = r.number("partial_rotary_factor", 1.0);
+  // Phi-3's config carries original_max_position_embeddings at the top,
+  // which transformers copies into the rope parameters.
+  std::optional<int64_t> top_original;
+  if (c.model_type == "phi3") top_original = r.opt_integer("original_max_position_embeddings").value_or(4096);
+  const bool nested = params && (params->contains("full_attention") || params->contains("sliding_attention"));
+  if (gemma3) {
+    RopeConfig local = base;
+    local.theta = r.number("rope_local_base_freq", 10000.0);
+    c.rope = base;
+    if (nested) {
+      for (auto [key, out] : {std::pair{"full_attention", &c.rope}, {"sliding_attention", &local}}) {
+        if (!params->contains(key) || (*params)[key].is_null()) continue;
+        if (!(*params)[key].is_object()) fail_input("{}: {}.{} must be an object", r.source(), where, key);
+        Reader p((*params)[key], r.source() + " " + where + "." + key);
+        read_rope_params(*out, (*params)[key], p, where + "." + key, c, top_original);
+      }
+    } else if (params) {  // a flat rope_scaling applies to the global layers
+      Reader p(*params, r.source() + " " + where);
+      read_rope_params(c.rope, *params, p, where, c, top_original);
+    }
+    c.sliding_rope = local;
+  } else {
+    if (nested) fail_input("{}: {} is keyed by layer type, which model_type `{}` does not have", r.source(), where,
+                           c.model_type);
+    c.rope = base;
+    if (params) {
+      Reader p(*params, r.source() + " " + where);
+      read_rope_params(c.rope, *params, p, where, c, top_original);
+    }
   }
-  fail_input("{}: {}.rope_type `{}` is not supported by trlx (supported: default, linear, llama3)", r.source(), where,
-             rope.type);
+  for (const auto* rope : {&c.rope, c.sliding_rope ? &*c.sliding_rope : nullptr}) {
+    if (!rope) continue;
+    const double f = rope->partial_rotary_factor;
+    const auto dims = static_cast<int64_t>(static_cast<double>(c.head_dim) * f);
+    if (!(f > 0 && f <= 1) || dims < 2 || dims % 2 != 0)
+      fail_input("{}: partial_rotary_factor {} gives {} rotary dims of head_dim {}; they must be even and at least 2",
+                 r.source(), f, dims, c.head_dim);
+  }
 }
 
 }  // namespace
@@ -107,6 +202,9 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   if (c.model_type.empty()) fail_input("{}: required key `model_type` is missing", source);
   bool known = false;
   for (const auto& t : supported_model_types()) known |= t == c.model_type;
+  if (!known && c.model_type == "gemma3")
+    fail_input("{}: model_type `gemma3` is Gemma 3's image-text model; trlx trains the text models "
+               "(`gemma3_text`, Gemma3ForCausalLM, such as google/gemma-3-1b-it)", source);
   if (!known) {
     std::string msg = fmt::format("{}: model_type `{}` is not supported (supported: {})", source, c.model_type,
                                   join(supported_model_types(), ", "));
@@ -130,7 +228,9 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     fail_input("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", source,
                c.num_attention_heads, c.num_key_value_heads);
-  c.head_dim = r.opt_integer("head_dim").value_or(0);
+  const bool gemma = c.model_type == "gemma" || c.model_type == "gemma2" || c.model_type == "gemma3_text";
+  // Gemma's classes default head_dim to 256 rather than deriving it.
+  c.head_dim = r.opt_integer("head_dim").value_or(gemma ? 256 : 0);
   if (c.head_dim <= 0) {
     if (c.hidden_size % c.num_attention_heads != 0)
       fail_input("{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is not given",
@@ -138,15 +238,66 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   if (c.head_dim % 2 != 0) fail_input("{}: head_dim {} must be even for rotary embeddings", source, c.head_dim);
-  c.max_position_embeddings = r.opt_integer("max_position_embeddings").value_or(2048);
-  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
-  c.rope = read_rope(j, r);
-  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
-  c.hidden_act = r.string("hidden_act", "silu");
-  if (c.hidden_act != "silu")
-    fail_input("{}: hidden_act `{}` is not supported (trlx implements silu)", source, c.hidden_act);
+  // Defaults where a key is absent are those of the model type's config class.
+  const int64_t default_max_positions = c.model_type == "phi3"          ? 4096
+                                        : c.model_type == "gemma3_text" ? 131072
+                                        : gemma                         ? 8192
+                                                                        : 2048;
+  c.max_position_embeddings = r.opt_integer("max_position_embeddings").value_or(default_max_positions);
+  if (c.max_position_embeddings <= 0)
+    fail_input("{}: `max_position_embeddings` must be positive, found {}", source, c.max_position_embeddings);
+  c.rms_norm_eps = r.number("rms_norm_eps", c.model_type == "phi3" ? 1e-5 : 1e-6);
+  read_rope(c, j, r);
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", gemma);
+  if (gemma) {
+    // Gemma names the MLP activation hidden_act (its first releases say
+    // "gelu", which transformers reads as the tanh approximation); Gemma 2
+    // and 3 name it hidden_activation.
+    const char* key = c.model_type == "gemma" ? "hidden_act" : "hidden_activation";
+    c.hidden_act = r.string(key, "gelu_pytorch_tanh");
+    if (c.model_type == "gemma" && c.hidden_act == "gelu") c.hidden_act = "gelu_pytorch_tanh";
+    if (c.hidden_act != "gelu_pytorch_tanh")
+      fail_input("{}: {} `{}` is not supported (trlx implements gelu_pytorch_tanh for Gemma)", source, key,
+                 c.hidden_act);
+  } else {
+    c.hidden_act = r.string("hidden_act", "silu");
+    if (c.hidden_act != "silu")
+      fail_input("{}: hidden_act `{}` is not supported (trlx implements silu)", source, c.hidden_act);
+  }
+  // Dropout inside the model (Phi-3's, Gemma's attention_dropout) would
+  // change training; trlx's decoder runs without it.
+  for (const char* key : {"attention_dropout", "resid_pdrop", "embd_pdrop"})
+    if (const double d = r.number(key, 0.0); d != 0.0)
+      fail_input("{}: `{}` is {}; trlx's decoder has no dropout inside the model (set it to 0.0, as the released "
+                 "configs of these models do)",
+                 source, key, d);
+  if (r.boolean("use_bidirectional_attention", false))
+    fail_input("{}: use_bidirectional_attention is set (an embedding model); trlx trains causal language models",
+               source);
   c.mlp_bias = r.boolean("mlp_bias", false);
-  if (c.model_type == "llama") c.attention_bias = r.boolean("attention_bias", false);
+  if (c.model_type == "llama" || gemma) c.attention_bias = r.boolean("attention_bias", false);
+  if (c.model_type == "phi3") c.fused_projections = true;
+  if (gemma) {
+    c.norm_plus_one = true;
+    c.scale_embeddings = true;
+    if (c.model_type != "gemma") {
+      c.sandwich_norms = true;
+      const double scalar = r.number("query_pre_attn_scalar", 256.0);
+      if (!(scalar > 0)) fail_input("{}: `query_pre_attn_scalar` must be positive, found {}", source, scalar);
+      c.attention_scale = 1.0 / std::sqrt(scalar);
+      auto cap = [&](const char* key, std::optional<double> def) -> std::optional<double> {
+        if (!j.contains(key)) return def;
+        if (j[key].is_null()) return std::nullopt;
+        const double v = r.number(key, 0.0);
+        if (!(v > 0)) fail_input("{}: `{}` must be positive or null, found {}", source, key, v);
+        return v;
+      };
+      const bool g2 = c.model_type == "gemma2";
+      c.attn_logit_softcapping = cap("attn_logit_softcapping", g2 ? std::optional<double>(50.0) : std::nullopt);
+      c.final_logit_softcapping = cap("final_logit_softcapping", g2 ? std::optional<double>(30.0) : std::nullopt);
+    }
+    if (c.model_type == "gemma3_text") c.qk_norm = true;
+  }
   if (c.model_type == "qwen2") c.qkv_bias = true;
   if (c.model_type == "qwen3") {
     c.qk_norm = true;
@@ -159,6 +310,28 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   if (c.model_type == "mistral" && window) {
     c.sliding_window = window;
     c.sliding_layers.assign(c.sliding_layers.size(), true);
+  } else if (c.model_type == "phi3" && window) {
+    c.sliding_window = window;  // every layer, as Mistral
+    c.sliding_layers.assign(c.sliding_layers.size(), true);
+  } else if (c.model_type == "gemma2" || c.model_type == "gemma3_text") {
+    // Sliding and global layers alternate: by layer_types, else every
+    // other layer (Gemma 2) or five of every six (Gemma 3).
+    const int64_t every = c.model_type == "gemma2" ? 2 : r.opt_integer("sliding_window_pattern").value_or(6);
+    if (every <= 0) fail_input("{}: `sliding_window_pattern` must be positive", source);
+    c.sliding_window = j.contains("sliding_window") ? window : std::optional<int64_t>(4096);
+    if (j.contains("layer_types") && j["layer_types"].is_array()) {
+      const auto& lt = j["layer_types"];
+      if (lt.size() != c.sliding_layers.size())
+        fail_input("{}: layer_types has {} entries for {} layers", source, lt.size(), c.sliding_layers.size());
+      for (size_t i = 0; i < lt.size(); ++i) {
+        if (lt[i] != "sliding_attention" && lt[i] != "full_attention")
+          fail_input("{}: layer_types[{}] is {}; expected \"sliding_attention\" or \"full_attention\"", source, i,
+                     lt[i].dump());
+        c.sliding_layers[i] = lt[i] == "sliding_attention";
+      }
+    } else {
+      for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers[static_cast<size_t>(i)] = (i + 1) % every != 0;
+    }
   } else if ((c.model_type == "qwen2" || c.model_type == "qwen3") && r.boolean("use_sliding_window", false) && window) {
     c.sliding_window = window;
     if (j.contains("layer_types") && j["layer_types"].is_array()) {

@@ -1,7 +1,8 @@
 #pragma once
 // A decoder-only model's shape, read from a Hugging Face config.json
-// (Llama, Mistral, Qwen2, Qwen3), in both the older rope_theta/rope_scaling
-// form and the newer rope_parameters form.
+// (Llama, Mistral, Qwen2, Qwen3, Phi-3/Phi-4, Gemma, Gemma 2, Gemma 3 text),
+// in both the older rope_theta/rope_scaling form and the newer
+// rope_parameters form.
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -10,16 +11,24 @@
 namespace trlx::model {
 
 struct RopeConfig {
-  std::string type = "default";  // default | linear | llama3
+  // default | linear | dynamic | yarn | longrope | llama3, as transformers
+  // computes each (modeling_rope_utils).
+  std::string type = "default";
   double theta = 10000.0;
-  double factor = 1.0;            // linear, llama3
-  double low_freq_factor = 1.0;   // llama3
-  double high_freq_factor = 4.0;  // llama3
-  int64_t original_max_position_embeddings = 8192;  // llama3
+  double factor = 1.0;                  // linear, dynamic, yarn, llama3; longrope (derived when absent)
+  double partial_rotary_factor = 1.0;   // rotary on the first head_dim * this dims
+  double low_freq_factor = 1.0;         // llama3
+  double high_freq_factor = 4.0;        // llama3
+  int64_t original_max_position_embeddings = 0;  // llama3, yarn, longrope
+  std::optional<double> attention_factor;        // yarn, longrope: cos/sin scale (derived when absent)
+  double beta_fast = 32.0, beta_slow = 1.0;      // yarn
+  std::optional<double> mscale, mscale_all_dim;  // yarn
+  bool truncate = true;                          // yarn
+  std::vector<double> short_factor, long_factor;  // longrope, head_dim * partial / 2 each
 };
 
 struct ModelConfig {
-  std::string model_type;  // llama | mistral | qwen2 | qwen3
+  std::string model_type;  // llama | mistral | qwen2 | qwen3 | phi3 | gemma | gemma2 | gemma3_text
   std::vector<std::string> architectures;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -31,6 +40,8 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
+  // Gemma 3: the rope of the sliding-window layers (rope above: the others).
+  std::optional<RopeConfig> sliding_rope;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v/o bias (Llama's attention_bias)
   bool qkv_bias = false;        // q/k/v bias only (Qwen2)
@@ -38,7 +49,20 @@ struct ModelConfig {
   bool mlp_bias = false;
   std::optional<int64_t> sliding_window;  // applied to the layers in sliding_layers
   std::vector<bool> sliding_layers;
-  std::string hidden_act = "silu";
+  std::string hidden_act = "silu";  // silu | gelu_pytorch_tanh
+  // Gemma: RMSNorm scales by (1 + weight) in fp32; embeddings are multiplied
+  // by sqrt(hidden_size) in their dtype.
+  bool norm_plus_one = false;
+  bool scale_embeddings = false;
+  // Gemma 2/3: the attention and MLP outputs are normed before their
+  // residual add, and the MLP input by pre_feedforward_layernorm.
+  bool sandwich_norms = false;
+  // Phi-3: q/k/v in one qkv_proj, gate and up in one gate_up_proj.
+  bool fused_projections = false;
+  // Query scaling; 0 means 1/sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5).
+  double attention_scale = 0.0;
+  // Gemma 2: tanh soft-capping of attention scores and of the final logits.
+  std::optional<double> attn_logit_softcapping, final_logit_softcapping;
   std::optional<int64_t> bos_token_id, pad_token_id;
   std::vector<int64_t> eos_token_ids;
   std::string torch_dtype;  // as saved ("bfloat16", "float32", ...), may be empty

@@ -26,6 +26,10 @@ std::string class_prefix(const std::string& model_type) {
   if (model_type == "llama") return "Llama";
   if (model_type == "mistral") return "Mistral";
   if (model_type == "qwen2") return "Qwen2";
+  if (model_type == "phi3") return "Phi3";
+  if (model_type == "gemma") return "Gemma";
+  if (model_type == "gemma2") return "Gemma2";
+  if (model_type == "gemma3_text") return "Gemma3";
   return "Qwen3";
 }
 
@@ -35,8 +39,11 @@ std::string config_json(const ModelConfig& c, HeadKind head, torch::Dtype dtype)
   // Keep every key of the original file (trlx models only part of them) and
   // set the ones that describe what is saved now.
   ordered_json j = c.raw_json.empty() ? ordered_json::object() : ordered_json::parse(c.raw_json);
-  j["architectures"] = {class_prefix(c.model_type) +
-                        (head == HeadKind::CausalLM ? "ForCausalLM" : "ForSequenceClassification")};
+  // Gemma 3's text model is Gemma3ForCausalLM but Gemma3TextForSequenceClassification.
+  const std::string prefix = class_prefix(c.model_type);
+  j["architectures"] = {head == HeadKind::CausalLM ? prefix + "ForCausalLM"
+                        : c.model_type == "gemma3_text" ? "Gemma3TextForSequenceClassification"
+                                                        : prefix + "ForSequenceClassification"};
   j["model_type"] = c.model_type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
@@ -47,7 +54,7 @@ std::string config_json(const ModelConfig& c, HeadKind head, torch::Dtype dtype)
   j["head_dim"] = c.head_dim;
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
-  j["hidden_act"] = c.hidden_act;
+  j[c.model_type == "gemma2" || c.model_type == "gemma3_text" ? "hidden_activation" : "hidden_act"] = c.hidden_act;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   if (c.model_type == "llama" || c.model_type == "qwen3") j["attention_bias"] = c.attention_bias;
   if (!j.contains("rope_parameters") && !j.contains("rope_theta")) {
@@ -148,7 +155,7 @@ void save_language_model(const std::filesystem::path& dir, LanguageModelImpl& m,
 ModelConfig new_model_config(const NewModelSpec& s) {
   ModelConfig c;
   bool known = false;
-  for (const auto& t : supported_model_types()) known |= t == s.arch;
+  for (const auto* t : {"llama", "mistral", "qwen2", "qwen3"}) known |= s.arch == t;
   if (!known) fail_input("--arch `{}` is not one of llama, mistral, qwen2, qwen3", s.arch);
   if (s.vocab_size <= 0) fail_input("a new model needs a vocab_size (or a tokenizer to take it from)");
   c.model_type = s.arch;
@@ -185,7 +192,7 @@ void init_weights(LanguageModelImpl& m, uint64_t seed) {
     const std::string& n = p.key();
     auto& t = p.value();
     if (n.find("norm") != std::string::npos) {
-      t.fill_(1.0);
+      t.fill_(m.config().norm_plus_one ? 0.0 : 1.0);  // Gemma's norms scale by 1 + weight
     } else if (n.size() > 5 && n.substr(n.size() - 5) == ".bias") {
       t.zero_();
     } else {

@@ -38,7 +38,8 @@ std::pair<torch::Tensor, torch::Tensor> sequence_sums(const torch::Tensor& per_t
 
 // Per token: log sum_v p(v)^2 under `weight`, for WPO weights (no gradient).
 // Only masked-in positions are computed, in chunks of rows.
-torch::Tensor log_sum_sq_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& mask) {
+torch::Tensor log_sum_sq_probs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& mask,
+                               std::optional<double> softcap) {
   torch::NoGradGuard ng;
   auto out = torch::zeros(mask.sizes(), hidden.options().dtype(torch::kFloat32));
   auto flat_mask = mask.reshape({-1}).to(torch::kBool);
@@ -48,6 +49,7 @@ torch::Tensor log_sum_sq_probs(const torch::Tensor& hidden, const torch::Tensor&
   std::vector<torch::Tensor> parts;
   for (int64_t i = 0; i < h.size(0); i += 1024) {
     auto logits = torch::matmul(h.narrow(0, i, std::min<int64_t>(1024, h.size(0) - i)).to(torch::kFloat32), w.t());
+    if (softcap) logits = torch::tanh(logits / *softcap) * *softcap;
     parts.push_back(torch::logsumexp(2 * logits, -1) - 2 * torch::logsumexp(logits, -1));
   }
   if (!parts.empty()) out.view({-1}).index_put_({idx}, torch::cat(parts));
@@ -316,7 +318,8 @@ engine::LossOutput DPOTrainer::loss(engine::Engine& engine, const engine::Tensor
   in.chosen_tokens = counts[0];
   in.rejected_tokens = counts[1];
   if (config_.use_weighting) {
-    auto lss = log_sum_sq_probs(h.detach(), engine.head_weight(engine::Role::Policy), mask);
+    auto lss = log_sum_sq_probs(h.detach(), engine.head_weight(engine::Role::Policy), mask,
+                                engine.model_config(engine::Role::Policy).final_logit_softcapping);
     auto aligned = ((lp.logps.detach() - lss) * mask).sum(1).chunk(2, 0);
     in.chosen_wpo_logps = aligned[0];
     in.rejected_wpo_logps = aligned[1];

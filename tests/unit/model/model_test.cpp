@@ -30,7 +30,9 @@ double max_diff_on_real(const torch::Tensor& a, const torch::Tensor& b, const to
 
 TEST_CASE("causal LM logits equal transformers' on a padded batch (fp32)", "[model][golden]") {
   torch::NoGradGuard no_grad;
-  for (const char* name : {"llama", "llama3_rope_tied", "mistral_window", "qwen2", "qwen3", "llama_legacy_rope"}) {
+  for (const char* name : {"llama", "llama3_rope_tied", "mistral_window", "qwen2", "qwen3", "llama_legacy_rope",
+                           "llama_yarn", "qwen2_yarn_mscale", "llama_longrope", "llama_dynamic", "phi3", "phi3_longrope",
+                           "gemma", "gemma2_softcap", "gemma3_text"}) {
     INFO(name);
     auto dir = models() / name;
     auto model = model::load_language_model(dir, model::HeadKind::CausalLM);
@@ -51,7 +53,8 @@ TEST_CASE("causal LM logits equal transformers' on a padded batch (fp32)", "[mod
 TEST_CASE("right padding known on the host runs attention unmasked, with transformers' logits at real tokens",
           "[model][golden]") {
   torch::NoGradGuard no_grad;
-  for (const char* name : {"llama", "llama3_rope_tied", "mistral_window", "qwen2", "qwen3"}) {
+  for (const char* name : {"llama", "llama3_rope_tied", "mistral_window", "qwen2", "qwen3", "llama_yarn",
+                           "llama_longrope", "phi3_longrope", "gemma", "gemma2_softcap", "gemma3_text"}) {
     INFO(name);
     auto dir = models() / name;
     auto model = model::load_language_model(dir, model::HeadKind::CausalLM);
@@ -125,10 +128,10 @@ TEST_CASE("bad model directories name the file and key or tensor", "[model]") {
   msg = test::input_error_of([] {
     model::parse_model_config(
         R"({"model_type": "llama", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
-            "num_attention_heads": 2, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})",
+            "num_attention_heads": 2, "rope_scaling": {"rope_type": "ntk", "factor": 4.0}})",
         "c.json");
   });
-  CHECK_THAT(msg, Contains("rope_type `yarn` is not supported"));
+  CHECK_THAT(msg, Contains("rope_type `ntk` is not supported"));
   msg = test::input_error_of([] { model::parse_model_config("{not json", "c.json"); });
   CHECK_THAT(msg, Contains("c.json: not valid JSON"));
   msg = test::input_error_of([] { model::load_language_model("/nonexistent/model", model::HeadKind::CausalLM); });
