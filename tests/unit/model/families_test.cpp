@@ -12,19 +12,15 @@
 #include "model/loading.hpp"
 #include "model/lora.hpp"
 #include "model/saving.hpp"
+#include "helpers.hpp"
 #include "support.hpp"
 
 using namespace trlx;
+using model_test::max_diff_on_real;
+using model_test::models;
 using Catch::Matchers::Contains;
 
 namespace {
-
-std::filesystem::path models() { return test::data_dir() / "models"; }
-
-double max_diff_on_real(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
-  auto m = mask.to(torch::kBool).unsqueeze(-1).expand_as(a);
-  return (a - b).abs().masked_select(m).max().item<double>();
-}
 
 std::string config_error(const std::string& json) {
   return test::input_error_of([&] { model::parse_model_config(json, "c.json"); });

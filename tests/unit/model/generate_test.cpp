@@ -11,6 +11,7 @@
 #include "io/safetensors.hpp"
 #include "model/generate.hpp"
 #include "model/loading.hpp"
+#include "helpers.hpp"
 #include "support.hpp"
 
 using namespace trlx;
@@ -19,7 +20,7 @@ using Catch::Matchers::Contains;
 namespace {
 
 std::filesystem::path fixtures() { return test::data_dir() / "generation"; }
-std::filesystem::path models() { return test::data_dir() / "models"; }
+using model_test::models;
 
 nlohmann::json read_json(const std::filesystem::path& p) {
   std::ifstream in(p);

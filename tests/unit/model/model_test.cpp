@@ -10,23 +10,14 @@
 #include "model/generate.hpp"
 #include "model/loading.hpp"
 #include "model/saving.hpp"
+#include "helpers.hpp"
 #include "support.hpp"
 
 using namespace trlx;
+using model_test::max_diff_on_real;
+using model_test::models;
 using Catch::Matchers::Contains;
 
-namespace {
-
-std::filesystem::path models() { return test::data_dir() / "models"; }
-
-// Largest absolute difference over the real (non-pad) positions.
-double max_diff_on_real(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
-  auto m = mask.to(torch::kBool).unsqueeze(-1).expand_as(a);
-  return (a - b).abs().masked_select(m).max().item<double>();
-}
-
-
-}  // namespace
 
 TEST_CASE("causal LM logits equal transformers' on a padded batch (fp32)", "[model][golden]") {
   torch::NoGradGuard no_grad;
