@@ -9,6 +9,7 @@
 #include "losses/preference.hpp"
 #include "text/data/dataset.hpp"
 #include "text/template/chat_template.hpp"
+#include "text/tokenizer/parallel.hpp"
 #include "text/tokenizer/tokenizer.hpp"
 
 namespace trlx::trainers {
@@ -44,10 +45,11 @@ SidedSplit prepare_sided_preference_split(const PreferenceDataOptions& c, const 
   out.files = shaped.files;
   size_t cut = 0;
   EmptyCompletions empty(c.skip_bad_rows, "every pair needs a non-empty chosen and rejected answer");
-  for (size_t i = 0; i < shaped.rows.size(); ++i) {
+  // Tokenized on dataset_num_proc threads; the rows are then taken in order,
+  // so the pairs, counts and errors are those of one thread.
+  using Answers = std::pair<std::pair<std::vector<int64_t>, size_t>, std::pair<std::vector<int64_t>, size_t>>;
+  text::RowResults<Answers> tokenized(shaped.rows.size(), static_cast<int>(c.dataset_num_proc.value_or(1)), [&](size_t i) {
     const auto& row = shaped.rows[i].value;
-    const std::string where = shaped.rows[i].where();
-    if (empty.drop(shaped.rows[i], {"chosen", "rejected"})) continue;
     std::string prompt, chosen, rejected;
     if (conversational) {
       // Rendered to text first; the prompt is the shared start of the
@@ -65,8 +67,14 @@ SidedSplit prepare_sided_preference_split(const PreferenceDataOptions& c, const 
       chosen = row["chosen"].get<std::string>();
       rejected = row["rejected"].get<std::string>();
     }
-    auto [cids, cstart] = tokenize_answer(tok, prompt, chosen);
-    auto [rids, rstart] = tokenize_answer(tok, prompt, rejected);
+    return Answers{tokenize_answer(tok, prompt, chosen), tokenize_answer(tok, prompt, rejected)};
+  });
+  for (size_t i = 0; i < shaped.rows.size(); ++i) {
+    const std::string where = shaped.rows[i].where();
+    if (empty.drop(shaped.rows[i], {"chosen", "rejected"})) continue;
+    auto& [chosen_answer, rejected_answer] = tokenized.get(i);
+    auto& [cids, cstart] = chosen_answer;
+    auto& [rids, rstart] = rejected_answer;
     SidedPair p;
     p.source_row = i;
     p.where = where;
@@ -224,6 +232,7 @@ int run_reference_free(const C& c, ReferenceFreeTrainer::Kind kind, const std::s
   o.dataset_name = c.dataset_name;
   o.skip_bad_rows = c.skip_bad_rows;
   o.max_length = c.max_length;
+  o.dataset_num_proc = c.dataset_num_proc;
   std::map<std::string, std::vector<SidedPair>> splits;
   splits["train"] = prepare_sided_preference_split(o, tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true).pairs;
   if (c.eval_strategy != "no")

@@ -13,6 +13,7 @@
 #include "model/loading.hpp"
 #include "text/data/dataset.hpp"
 #include "text/template/chat_template.hpp"
+#include "text/tokenizer/parallel.hpp"
 #include "text/tokenizer/tokenizer.hpp"
 
 namespace trlx::trainers {
@@ -71,21 +72,25 @@ PreferenceSplit prepare_preference_split(const PreferenceDataOptions& c, const t
   out.files = shaped.files;
   EmptyCompletions empty(c.skip_bad_rows, "every pair needs a non-empty chosen and rejected answer");
   bool warned_prefix = false;
-  for (size_t i = 0; i < shaped.rows.size(); ++i) {
+  // Tokenized on dataset_num_proc threads; the rows are then taken in order,
+  // so the examples, counts, warnings and errors are those of one thread.
+  struct Ids {
+    std::vector<int64_t> prompt, pc, pr;
+  };
+  text::RowResults<Ids> tokenized(shaped.rows.size(), static_cast<int>(c.dataset_num_proc.value_or(1)), [&](size_t i) {
     const auto& row = shaped.rows[i].value;
+    if (conversational)
+      return Ids{render_conversation_ids(tok, *tmpl, row["prompt"], true),
+                 render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["chosen"]), false),
+                 render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["rejected"]), false)};
+    const std::string p = row["prompt"].get<std::string>();
+    return Ids{encode_text(tok, p, true), encode_text(tok, p + with_eos(row["chosen"].get<std::string>(), eos), true),
+               encode_text(tok, p + with_eos(row["rejected"].get<std::string>(), eos), true)};
+  });
+  for (size_t i = 0; i < shaped.rows.size(); ++i) {
     const std::string where = shaped.rows[i].where();
     if (empty.drop(shaped.rows[i], {"chosen", "rejected"})) continue;
-    std::vector<int64_t> prompt, pc, pr;
-    if (conversational) {
-      prompt = render_conversation_ids(tok, *tmpl, row["prompt"], true);
-      pc = render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["chosen"]), false);
-      pr = render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["rejected"]), false);
-    } else {
-      const std::string p = row["prompt"].get<std::string>();
-      prompt = encode_text(tok, p, true);
-      pc = encode_text(tok, p + with_eos(row["chosen"].get<std::string>(), eos), true);
-      pr = encode_text(tok, p + with_eos(row["rejected"].get<std::string>(), eos), true);
-    }
+    const auto& [prompt, pc, pr] = tokenized.get(i);
     // The completions start where prompt and prompt+completion diverge.
     const size_t plen = std::min(common_prefix(prompt, pc), common_prefix(prompt, pr));
     if (plen < prompt.size() && !warned_prefix) {
@@ -414,6 +419,7 @@ PreferenceDataOptions data_options(const DPOConfig& c) {
   o.skip_bad_rows = c.skip_bad_rows;
   o.max_length = c.max_length;
   o.truncation_mode = c.truncation_mode;
+  o.dataset_num_proc = c.dataset_num_proc;
   return o;
 }
 

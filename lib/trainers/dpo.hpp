@@ -37,6 +37,7 @@ struct PreferenceDataOptions {
   bool skip_bad_rows = false;
   std::optional<int64_t> max_length;
   std::string truncation_mode = "keep_start";
+  std::optional<int64_t> dataset_num_proc;  // threads that tokenize; null: one
 };
 
 // Reads and tokenizes one split as TRL does: EOS appended to plain-text

@@ -9,6 +9,7 @@
 #include "losses/preference.hpp"
 #include "model/loading.hpp"
 #include "text/data/dataset.hpp"
+#include "text/tokenizer/parallel.hpp"
 
 namespace trlx::trainers {
 
@@ -51,21 +52,25 @@ KTOSplit prepare_kto_split(const KTOConfig& c, const text::Tokenizer& tok, const
   EmptyCompletions empty(c.skip_bad_rows, "there is nothing to label desirable or not");
   size_t prompt_not_prefix = 0;
   std::string first_long;
+  // Tokenized on dataset_num_proc threads; the rows are then taken in order,
+  // so the examples, counts and errors are those of one thread.
+  using PromptFull = std::pair<std::vector<int64_t>, std::vector<int64_t>>;
+  text::RowResults<PromptFull> tokenized(shaped.rows.size(), static_cast<int>(c.dataset_num_proc.value_or(1)), [&](size_t i) {
+    const auto& row = shaped.rows[i].value;
+    if (conversational)
+      return PromptFull{render_conversation_ids(tok, *tmpl, row["prompt"], true),
+                        render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["completion"]), false)};
+    const std::string prompt = row["prompt"].get<std::string>();
+    return PromptFull{encode_text(tok, prompt, true),
+                      encode_text(tok, prompt + with_eos(row["completion"].get<std::string>(), eos), true)};
+  });
   for (size_t i = 0; i < shaped.rows.size(); ++i) {
     const auto& row = shaped.rows[i].value;
     if (empty.drop(shaped.rows[i], {"completion"})) continue;
     KTOExample ex;
     ex.source_row = i;
     ex.label = row["label"].get<bool>();
-    std::vector<int64_t> prompt_ids, full_ids;
-    if (conversational) {
-      prompt_ids = render_conversation_ids(tok, *tmpl, row["prompt"], true);
-      full_ids = render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["completion"]), false);
-    } else {
-      const std::string prompt = row["prompt"].get<std::string>();
-      prompt_ids = encode_text(tok, prompt, true);
-      full_ids = encode_text(tok, prompt + with_eos(row["completion"].get<std::string>(), eos), true);
-    }
+    const auto& [prompt_ids, full_ids] = tokenized.get(i);
     // Tokens merging across the boundary belong to the completion.
     const size_t plen = common_prefix(prompt_ids, full_ids);
     if (plen < prompt_ids.size()) ++prompt_not_prefix;

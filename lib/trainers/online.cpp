@@ -12,6 +12,7 @@
 #include "rewards/builtin.hpp"
 #include "rewards/program.hpp"
 #include "text/data/dataset.hpp"
+#include "text/tokenizer/parallel.hpp"
 #include "trainers/reward_model_function.hpp"
 
 namespace trlx::trainers {
@@ -46,14 +47,21 @@ PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, c
   const data::Shaped& shaped = *read;
   PromptSplit out;
   out.conversational = is_conversational(shaped, tmpl, trainer, false);
-  for (const auto& row : shaped.rows) {
+  // Tokenized on dataset_num_proc threads, then taken in row order.
+  text::RowResults<std::vector<int64_t>> tokenized(
+      shaped.rows.size(), static_cast<int>(c.dataset_num_proc.value_or(1)), [&](size_t i) {
+        const auto& prompt = shaped.rows[i].value["prompt"];
+        return out.conversational ? render_conversation_ids(tok, *tmpl, prompt, true)
+                                  : encode_text(tok, prompt.get<std::string>(), c.prompt_special_tokens);
+      });
+  for (size_t i = 0; i < shaped.rows.size(); ++i) {
+    const auto& row = shaped.rows[i];
     PromptExample ex;
     ex.prompt = row.value["prompt"];
     ex.columns = nlohmann::ordered_json::object();
     for (const auto& [k, v] : row.value.items())
       if (k != "prompt") ex.columns[k] = v;
-    ex.prompt_ids = out.conversational ? render_conversation_ids(tok, *tmpl, ex.prompt, true)
-                                       : encode_text(tok, ex.prompt.get<std::string>(), c.prompt_special_tokens);
+    ex.prompt_ids = std::move(tokenized.get(i));
     if (ex.prompt_ids.empty()) fail_input("{}: the prompt tokenizes to nothing", row.where());
     if (c.max_prompt_length && static_cast<int64_t>(ex.prompt_ids.size()) > *c.max_prompt_length) {
       ex.prompt_ids.erase(ex.prompt_ids.begin(), ex.prompt_ids.end() - *c.max_prompt_length);

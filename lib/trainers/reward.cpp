@@ -1,12 +1,14 @@
 #include "trainers/reward.hpp"
 
 #include <limits>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "losses/preference.hpp"
 #include "model/decoder.hpp"
 #include "text/data/dataset.hpp"
+#include "text/tokenizer/parallel.hpp"
 
 namespace trlx::trainers {
 
@@ -21,25 +23,29 @@ RewardSplit prepare_reward_split(const RewardConfig& c, const text::Tokenizer& t
   RewardSplit out;
   EmptyCompletions empty(c.skip_bad_rows, "a reward pair needs two texts to compare");
   std::string first_long;
-  for (size_t i = 0; i < shaped.rows.size(); ++i) {
+  // Tokenized on dataset_num_proc threads; the rows are then taken in order,
+  // so the examples, counts and errors are those of one thread.
+  using ChosenRejected = std::pair<std::vector<int64_t>, std::vector<int64_t>>;
+  text::RowResults<ChosenRejected> tokenized(shaped.rows.size(), static_cast<int>(c.dataset_num_proc.value_or(1)), [&](size_t i) {
     const auto& row = shaped.rows[i].value;
-    if (empty.drop(shaped.rows[i], {"chosen", "rejected"})) continue;
-    RewardExample ex;
-    ex.source_row = i;
     const bool has_prompt = row.contains("prompt");
     if (conversational) {
       auto full = [&](const char* side) {
         return render_conversation_ids(
             tok, *tmpl, prompt_then(has_prompt ? row["prompt"] : nlohmann::ordered_json::array(), row[side]), false);
       };
-      ex.chosen_ids = full("chosen");
-      ex.rejected_ids = full("rejected");
-    } else {
-      const std::string prompt = has_prompt ? row["prompt"].get<std::string>() : "";
-      auto ids = [&](const char* side) { return encode_text(tok, prompt + with_eos(row[side].get<std::string>(), eos), true); };
-      ex.chosen_ids = ids("chosen");
-      ex.rejected_ids = ids("rejected");
+      return ChosenRejected{full("chosen"), full("rejected")};
     }
+    const std::string prompt = has_prompt ? row["prompt"].get<std::string>() : "";
+    auto ids = [&](const char* side) { return encode_text(tok, prompt + with_eos(row[side].get<std::string>(), eos), true); };
+    return ChosenRejected{ids("chosen"), ids("rejected")};
+  });
+  for (size_t i = 0; i < shaped.rows.size(); ++i) {
+    const auto& row = shaped.rows[i].value;
+    if (empty.drop(shaped.rows[i], {"chosen", "rejected"})) continue;
+    RewardExample ex;
+    ex.source_row = i;
+    std::tie(ex.chosen_ids, ex.rejected_ids) = std::move(tokenized.get(i));
     if (shaped.has_margin) ex.margin = row["margin"].get<double>();
     if (c.max_length && (ex.chosen_ids.size() > static_cast<size_t>(*c.max_length) ||
                          ex.rejected_ids.size() > static_cast<size_t>(*c.max_length))) {

@@ -9,6 +9,7 @@
 #include "model/loading.hpp"
 #include "text/data/dataset.hpp"
 #include "text/template/chat_template.hpp"
+#include "text/tokenizer/parallel.hpp"
 #include "text/tokenizer/tokenizer.hpp"
 
 namespace trlx::trainers {
@@ -53,14 +54,20 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
   const bool completion_only = c.completion_only_loss.value_or(prompt_completion);
   const std::string eos = completion_eos(tok, c.eos_token, "sft", true, conversational);
 
-  std::vector<SFTExample> out;
-  size_t n_truncated = 0, n_dropped = 0;
-  std::string first_dropped;
-  for (size_t i = 0; i < shaped.rows.size(); ++i) {
-    const auto& row = shaped.rows[i].value;
+  // Tokenizing is row by row and independent: on dataset_num_proc threads,
+  // each row's result in its place; the counting and dropping below stay in
+  // row order, so any thread count gives the same examples.
+  struct Tokenized {
     SFTExample ex;
-    ex.source_row = i;
     std::vector<uint8_t> completion_mask, assistant;
+  };
+  std::vector<Tokenized> tokenized(shaped.rows.size());
+  text::parallel_for(shaped.rows.size(), static_cast<int>(c.dataset_num_proc.value_or(1)), [&](size_t i) {
+    const auto& row = shaped.rows[i].value;
+    SFTExample& ex = tokenized[i].ex;
+    ex.source_row = i;
+    std::vector<uint8_t>& completion_mask = tokenized[i].completion_mask;
+    std::vector<uint8_t>& assistant = tokenized[i].assistant;
     if (prompt_completion) {
       std::vector<int64_t> prompt_ids, full_ids;
       if (conversational) {
@@ -89,6 +96,15 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
       fail_input("{}: assistant_only_loss is set but this example has no assistant tokens: the chat template needs "
                  "{{% generation %}} around assistant replies",
                  shaped.rows[i].where());
+  });
+
+  std::vector<SFTExample> out;
+  size_t n_truncated = 0, n_dropped = 0;
+  std::string first_dropped;
+  for (size_t i = 0; i < shaped.rows.size(); ++i) {
+    SFTExample ex = std::move(tokenized[i].ex);
+    const std::vector<uint8_t>& completion_mask = tokenized[i].completion_mask;
+    const std::vector<uint8_t>& assistant = tokenized[i].assistant;
     ex.loss_mask.assign(ex.ids.size(), 1);
     if (completion_only && !completion_mask.empty()) ex.loss_mask = completion_mask;
     if (!assistant.empty())

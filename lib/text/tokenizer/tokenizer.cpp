@@ -107,7 +107,7 @@ class Regex {
       onig_initialize(encs, 1);
     });
     OnigErrorInfo info;
-    const std::string widened = uni::widen_unicode_classes(pattern);
+    const std::string widened = uni::expand_unicode_classes(pattern);
     const auto* p = reinterpret_cast<const OnigUChar*>(widened.data());
     const int r = onig_new(&re_, p, p + widened.size(), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8, ONIG_SYNTAX_RUBY, &info);
     if (r != ONIG_NORMAL) {
@@ -553,6 +553,64 @@ struct SvEq {
 };
 using Vocab = std::unordered_map<std::string, int32_t, SvHash, SvEq>;
 
+// (left id, right id) -> (rank, merged id). Open addressing with linear
+// probing: the lookup in BPE's inner loop. Ids are >= 0, so a key never has
+// its top bit set and all ones marks an empty slot.
+class MergeTable {
+ public:
+  struct Value {
+    uint32_t rank;
+    int32_t id;
+  };
+  static uint64_t key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    if (cap > slots_.size()) rehash(cap);
+  }
+  // Later entries replace earlier ones with the same key.
+  void set(uint64_t k, Value v) {
+    if (2 * (count_ + 1) > slots_.size()) rehash(std::max<size_t>(16, 2 * slots_.size()));
+    size_t i = slot_of(k);
+    while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & mask_;
+    if (slots_[i].key == kEmpty) ++count_;
+    slots_[i] = {k, v};
+  }
+  const Value* find(uint64_t k) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = slot_of(k);; i = (i + 1) & mask_) {
+      const Slot& sl = slots_[i];
+      if (sl.key == k) return &sl.value;
+      if (sl.key == kEmpty) return nullptr;
+    }
+  }
+  size_t size() const { return count_; }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  struct Slot {
+    uint64_t key;
+    Value value;
+  };
+  size_t slot_of(uint64_t k) const {
+    k ^= k >> 31;
+    k *= 0x9E3779B97F4A7C15ull;
+    return static_cast<size_t>(k >> 17) & mask_;
+  }
+  void rehash(size_t cap) {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(cap, Slot{kEmpty, {0, 0}});
+    mask_ = cap - 1;
+    count_ = 0;
+    for (const Slot& sl : old)
+      if (sl.key != kEmpty) set(sl.key, sl.value);
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, count_ = 0;
+};
+
 struct WordPiece {
   int32_t id;
   uint32_t len;  // bytes of the word it covers
@@ -573,7 +631,7 @@ class Bpe {
     auto it = vocab_r_sparse.find(id);
     return it == vocab_r_sparse.end() ? nullptr : it->second;
   }
-  std::unordered_map<uint64_t, std::pair<uint32_t, int32_t>> merges;  // (a,b) -> (rank, new id)
+  MergeTable merges;
   std::optional<std::string> unk;
   std::optional<int32_t> unk_id;
   std::string prefix, suffix;
@@ -581,6 +639,19 @@ class Bpe {
   bool fuse_unk = false, byte_fallback = false, ignore_merges = false;
   std::array<int32_t, 256> byte_ids{};
   bool all_bytes = false;
+  // Vocabulary id of each BMP character as a whole token (-1: none); the
+  // first lookups of every word, without hashing.
+  std::vector<int32_t> bmp_ids;
+
+  void index_bmp() {
+    bmp_ids.assign(0x10000, -1);
+    for (const auto& [tok, id] : vocab) {
+      if (tok.empty() || tok.size() > 3 || !uni::is_valid_utf8(tok)) continue;
+      uint32_t len;
+      const char32_t cp = uni::decode_valid(tok, 0, &len);
+      if (len == tok.size()) bmp_ids[cp] = id;
+    }
+  }
 
   void tokenize(std::string_view w, std::vector<WordPiece>& out) const {
     if (w.empty()) return;
@@ -591,21 +662,23 @@ class Bpe {
         return;
       }
     }
+    CacheShard* shard = nullptr;
     if (w.size() < 256) {
-      std::lock_guard<std::mutex> lock(cache_mu_);
-      auto it = cache_.find(w);
-      if (it != cache_.end()) {
+      shard = &cache_[SvHash{}(w) % kCacheShards];
+      std::lock_guard<std::mutex> lock(shard->mu);
+      auto it = shard->words.find(w);
+      if (it != shard->words.end()) {
         out.insert(out.end(), it->second.begin(), it->second.end());
         return;
       }
     }
-    std::vector<WordPiece> res;
-    merge_word(w, res);
-    if (w.size() < 256) {
-      std::lock_guard<std::mutex> lock(cache_mu_);
-      if (cache_.size() < 10000) cache_.emplace(std::string(w), res);
+    const size_t before = out.size();
+    merge_word(w, out);
+    if (shard) {
+      std::lock_guard<std::mutex> lock(shard->mu);
+      if (shard->words.size() < 10000 / kCacheShards)
+        shard->words.emplace(std::string(w), std::vector<WordPiece>(out.begin() + static_cast<std::ptrdiff_t>(before), out.end()));
     }
-    out.insert(out.end(), res.begin(), res.end());
   }
 
  private:
@@ -614,11 +687,27 @@ class Bpe {
     int32_t prev, next;
     uint32_t len;
   };
-  mutable std::mutex cache_mu_;
-  mutable std::unordered_map<std::string, std::vector<WordPiece>, SvHash, SvEq> cache_;
+  // Words already merged, sharded so that threads encoding at once seldom
+  // wait on each other.
+  static constexpr size_t kCacheShards = 16;
+  struct CacheShard {
+    std::mutex mu;
+    std::unordered_map<std::string, std::vector<WordPiece>, SvHash, SvEq> words;
+  };
+  mutable std::array<CacheShard, kCacheShards> cache_;
+
+  struct Cand {
+    uint32_t rank;
+    int32_t pos;
+    int32_t new_id;
+    bool operator<(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
 
   void merge_word(std::string_view w, std::vector<WordPiece>& res) const {
-    std::vector<Sym> syms;
+    thread_local std::vector<Sym> syms;
+    thread_local std::vector<Cand> heap;
+    syms.clear();
+    heap.clear();
     syms.reserve(w.size());
     std::optional<std::pair<int32_t, uint32_t>> pending_unk;
     auto add = [&](int32_t id, uint32_t len) {
@@ -630,7 +719,22 @@ class Bpe {
       const uint32_t l = std::min<uint32_t>(uni::seq_len(static_cast<unsigned char>(w[i])), static_cast<uint32_t>(w.size() - i));
       const bool first = i == 0, last = i + l >= w.size();
       std::string_view piece = w.substr(i, l);
-      if ((!first && has_prefix) || (last && has_suffix)) {
+      const bool affixed = (!first && has_prefix) || (last && has_suffix);
+      if (!affixed && l < 4 && l == uni::seq_len(static_cast<unsigned char>(piece[0])) && !bmp_ids.empty()) {
+        uint32_t len;
+        const char32_t cp = uni::decode_valid(piece, 0, &len);
+        const int32_t id = bmp_ids[cp];
+        if (id >= 0) {
+          if (pending_unk) {
+            add(pending_unk->first, pending_unk->second);
+            pending_unk.reset();
+          }
+          add(id, l);
+          i += l;
+          continue;
+        }
+      }
+      if (affixed) {
         buf.clear();
         if (!first && has_prefix) buf += prefix;
         buf += piece;
@@ -669,40 +773,36 @@ class Bpe {
     if (pending_unk) add(pending_unk->first, pending_unk->second);
     if (!syms.empty()) syms.back().next = -1;
 
-    struct Cand {
-      uint32_t rank;
-      int32_t pos;
-      int32_t new_id;
-      bool operator<(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-    };
-    std::priority_queue<Cand> q;
-    auto pair_key = [](int32_t a, int32_t b) {
-      return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+    auto push = [&](Cand c) {
+      heap.push_back(c);
+      std::push_heap(heap.begin(), heap.end());
     };
     for (size_t i = 0; i + 1 < syms.size(); ++i) {
-      auto it = merges.find(pair_key(syms[i].id, syms[i + 1].id));
-      if (it != merges.end()) q.push({it->second.first, static_cast<int32_t>(i), it->second.second});
+      const MergeTable::Value* m = merges.find(MergeTable::key(syms[i].id, syms[i + 1].id));
+      if (m) heap.push_back({m->rank, static_cast<int32_t>(i), m->id});
     }
-    while (!q.empty()) {
-      const Cand top = q.top();
-      q.pop();
+    std::make_heap(heap.begin(), heap.end());
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end());
+      const Cand top = heap.back();
+      heap.pop_back();
       Sym& cur = syms[top.pos];
       if (cur.len == 0 || cur.next == -1) continue;
       const Sym right = syms[cur.next];
-      auto it = merges.find(pair_key(cur.id, right.id));
-      if (it == merges.end() || it->second.second != top.new_id) continue;
+      const MergeTable::Value* it = merges.find(MergeTable::key(cur.id, right.id));
+      if (!it || it->id != top.new_id) continue;
       cur.id = top.new_id;
       cur.len += right.len;
       syms[cur.next].len = 0;
       cur.next = right.next;
       if (right.next >= 0 && static_cast<size_t>(right.next) < syms.size()) syms[right.next].prev = top.pos;
       if (cur.prev >= 0) {
-        auto p = merges.find(pair_key(syms[cur.prev].id, cur.id));
-        if (p != merges.end()) q.push({p->second.first, cur.prev, p->second.second});
+        const MergeTable::Value* p = merges.find(MergeTable::key(syms[cur.prev].id, cur.id));
+        if (p) push({p->rank, cur.prev, p->id});
       }
       if (cur.next >= 0) {
-        auto p = merges.find(pair_key(cur.id, syms[cur.next].id));
-        if (p != merges.end()) q.push({p->second.first, top.pos, p->second.second});
+        const MergeTable::Value* p = merges.find(MergeTable::key(cur.id, syms[cur.next].id));
+        if (p) push({p->rank, top.pos, p->id});
       }
     }
     for (const Sym& s : syms)
@@ -790,9 +890,9 @@ std::unique_ptr<Bpe> make_bpe(const Node& n) {
     auto in = m->vocab.find(merged);
     if (in == m->vocab.end())
       fail_input("{}: key `{}[{}]`: merged token \"{}\" is not in the vocab", n.file, merges.path, i, merged);
-    m->merges[(static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) | static_cast<uint32_t>(ib->second)] = {
-        static_cast<uint32_t>(i), in->second};
+    m->merges.set(MergeTable::key(ia->second, ib->second), {static_cast<uint32_t>(i), in->second});
   }
+  m->index_bmp();
   return m;
 }
 

@@ -26,6 +26,10 @@ struct CaseMulti {
   uint32_t cp;
   uint32_t lower[3];
 };
+struct RegexClass {
+  const char* name;
+  uint32_t first, count;  // into kRegexRangePool
+};
 
 #include "text/tokenizer/unicode_tables.inc"
 
@@ -245,44 +249,72 @@ void normalize(std::string_view s, Form form, std::vector<Change>& out) {
   out.resize(w);
 }
 
-std::string widen_unicode_classes(std::string_view p) {
-  auto ranges = [](char prop) {
-    std::string r;
-    auto add = [&](const auto& table) {
-      for (const CaseEntry& e : table) {
-        char buf[40];
-        std::snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", static_cast<unsigned>(e.cp), static_cast<unsigned>(e.lower));
-        r += buf;
-      }
-    };
-    if (prop == 'L') add(kRegexExtraL);
-    else add(kRegexExtraN);
-    return r;
-  };
+const char* regex_unicode_version() { return kUnicodeVersion; }
+
+namespace {
+
+const RegexClass* find_regex_class(std::string_view name) {
+  for (const RegexClass& c : kRegexClasses)
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+// "[...]" or "[^...]" holding the class's ranges; a nested class is valid
+// inside another class in Oniguruma's Ruby syntax.
+std::string ranges_class(const RegexClass& c, bool negate) {
+  std::string r = negate ? "[^" : "[";
+  char buf[32];
+  for (uint32_t i = c.first; i < c.first + c.count; ++i) {
+    const CaseEntry& e = kRegexRangePool[i];
+    if (e.cp == e.lower) {
+      std::snprintf(buf, sizeof buf, "\\x{%X}", static_cast<unsigned>(e.cp));
+    } else {
+      std::snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", static_cast<unsigned>(e.cp), static_cast<unsigned>(e.lower));
+    }
+    r += buf;
+  }
+  r += "]";
+  return r;
+}
+
+}  // namespace
+
+std::string expand_unicode_classes(std::string_view p) {
   std::string out;
   out.reserve(p.size());
-  int depth = 0;  // inside [...] (nested classes count)
   for (size_t i = 0; i < p.size();) {
     const char c = p[i];
-    if (c == '\\' && i + 1 < p.size()) {
-      if (p.compare(i, 5, "\\p{L}") == 0 || p.compare(i, 5, "\\p{N}") == 0) {
-        const std::string extra = ranges(p[i + 3]);
-        if (depth > 0) {
-          out.append(p.substr(i, 5)).append(extra);
-        } else {
-          out.append("[").append(p.substr(i, 5)).append(extra).append("]");
-        }
-        i += 5;
-        continue;
-      }
-      out.append(p.substr(i, 2));  // any other escape, copied as is
+    if (c != '\\' || i + 1 >= p.size()) {
+      out.push_back(c);
+      ++i;
+      continue;
+    }
+    const char e = p[i + 1];
+    if (e == 'd' || e == 'D' || e == 'w' || e == 'W') {
+      const char lower_name[2] = {static_cast<char>(e | 0x20), 0};
+      out += ranges_class(*find_regex_class(lower_name), e == 'D' || e == 'W');
       i += 2;
       continue;
     }
-    if (c == '[') ++depth;
-    else if (c == ']' && depth > 0) --depth;
-    out.push_back(c);
-    ++i;
+    if ((e == 'p' || e == 'P') && i + 2 < p.size() && p[i + 2] == '{') {
+      const size_t close = p.find('}', i + 3);
+      if (close != std::string_view::npos) {
+        std::string_view name = p.substr(i + 3, close - i - 3);
+        bool negate = e == 'P';
+        if (!name.empty() && name[0] == '^') {
+          negate = !negate;
+          name.remove_prefix(1);
+        }
+        const RegexClass* rc = name == "d" || name == "w" ? nullptr : find_regex_class(name);
+        if (rc) {
+          out += ranges_class(*rc, negate);
+          i = close + 1;
+          continue;
+        }
+      }
+    }
+    out.append(p.substr(i, 2));  // any other escape (also \\), copied as is
+    i += 2;
   }
   return out;
 }

@@ -66,10 +66,15 @@ void normalize(std::string_view s, Form form, std::vector<Change>& out);
 // Cheap test: true when `s` is certainly unchanged by `form`.
 bool quick_normalized(std::string_view s, Form form);
 
-// Rewrites \p{L} and \p{N} in an Oniguruma pattern so that they also cover
-// the letters and numbers assigned in Unicode versions newer than the system
-// library's tables (the reference bundles a newer Oniguruma).
-std::string widen_unicode_classes(std::string_view pattern);
+// The Unicode version of the regex classes below (the reference's Oniguruma).
+const char* regex_unicode_version();
+
+// Rewrites an Oniguruma pattern so that its general-category classes
+// (\p{L}, \p{Lu}, ..., \P{..}, \p{^..}) and \d, \D, \w, \W become explicit
+// ranges of regex_unicode_version(): the system library's own tables are
+// older than the reference's (Debian's Oniguruma 6.9.8 has Unicode 14).
+// Other properties (scripts, long names) are left to the library.
+std::string expand_unicode_classes(std::string_view pattern);
 
 // Full lowercase mapping of one character (1 to 3 characters).
 int lowercase(char32_t cp, char32_t out[3]);

@@ -1,0 +1,178 @@
+// dataset_num_proc: every trainer's dataset preparation gives, on several
+// threads, the examples one thread gives (same order, same tokens, same
+// counts), on the quickstart data (plain text) and on a conversational copy
+// of it (through the chat template).
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "catch_torch.hpp"
+#include "config/loader.hpp"
+#include "support.hpp"
+#include "text/template/chat_template.hpp"
+#include "text/tokenizer/tokenizer.hpp"
+#include "trainers/cpo.hpp"
+#include "trainers/dpo.hpp"
+#include "trainers/grpo_config.hpp"
+#include "trainers/kto.hpp"
+#include "trainers/kto_config.hpp"
+#include "trainers/online.hpp"
+#include "trainers/reward.hpp"
+#include "trainers/reward_config.hpp"
+#include "trainers/sft.hpp"
+#include "trainers/sft_config.hpp"
+
+namespace fs = std::filesystem;
+using namespace trlx;
+
+namespace {
+
+fs::path examples_dir() { return fs::path(TRLX_SOURCE_DIR) / "examples"; }
+
+template <class C>
+C config_for(const config::Schema& schema, const std::string& dataset, int threads) {
+  config::ConfigLoader loader(schema);
+  loader.apply_flag("dataset_name", {dataset});
+  loader.apply_flag("dataset_num_proc", {std::to_string(threads)});
+  C c;
+  loader.resolve(&c);
+  REQUIRE(c.dataset_num_proc == threads);
+  return c;
+}
+
+// The rows of `src` as conversations: prompt/completion (and chosen,
+// rejected) become user and assistant messages.
+fs::path conversational_copy(const fs::path& src, const fs::path& dir) {
+  fs::create_directories(dir);
+  const fs::path out = dir / "train.jsonl";
+  std::ifstream in(src);
+  std::ofstream o(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto row = nlohmann::ordered_json::parse(line);
+    nlohmann::ordered_json conv = nlohmann::ordered_json::object();
+    for (auto& [k, v] : row.items()) {
+      if (k == "prompt")
+        conv[k] = nlohmann::ordered_json::array({{{"role", "user"}, {"content", v}}});
+      else if (v.is_string())
+        conv[k] = nlohmann::ordered_json::array({{{"role", "assistant"}, {"content", v}}});
+      else
+        conv[k] = v;
+    }
+    o << conv.dump() << "\n";
+  }
+  return out;
+}
+
+struct Inputs {
+  text::Tokenizer tok = text::Tokenizer::from_dir(examples_dir() / "tiny-model");
+  text::ChatTemplate tmpl{tok.chat_template(), "tiny-model"};
+};
+
+}  // namespace
+
+TEST_CASE("dataset_num_proc threads prepare the examples one thread prepares",
+          "[tokenizer][parallel][trainers]") {
+  Inputs in;
+  const fs::path tmp = fs::temp_directory_path() / ("trlx_num_proc_" + std::to_string(::getpid()));
+  const fs::path data = examples_dir() / "data";
+  for (const bool conversational : {false, true}) {
+    auto file = [&](const std::string& task) {
+      const fs::path src = data / task / "train.jsonl";
+      return (conversational ? conversational_copy(src, tmp / task) : src).string();
+    };
+    INFO((conversational ? "conversational" : "plain text"));
+    for (const int threads : {2, 3}) {
+      INFO(threads << " threads");
+      {
+        const auto one = trainers::prepare_sft_split(
+            config_for<trainers::SFTConfig>(trainers::sft_schema(), file("sft"), 1), in.tok,
+            &in.tmpl, "train", true);
+        const auto many = trainers::prepare_sft_split(
+            config_for<trainers::SFTConfig>(trainers::sft_schema(), file("sft"), threads), in.tok,
+            &in.tmpl, "train", true);
+        REQUIRE(one.size() == many.size());
+        REQUIRE(one.size() > 1000);
+        for (size_t i = 0; i < one.size(); ++i) {
+          CHECK(one[i].ids == many[i].ids);
+          CHECK(one[i].loss_mask == many[i].loss_mask);
+          CHECK(one[i].source_row == many[i].source_row);
+        }
+      }
+      {
+        trainers::PreferenceDataOptions o;
+        o.dataset_name = file("dpo");
+        const auto one = trainers::prepare_preference_split(o, in.tok, &in.tmpl, "train", true);
+        o.dataset_num_proc = threads;
+        const auto many = trainers::prepare_preference_split(o, in.tok, &in.tmpl, "train", true);
+        REQUIRE(one.examples.size() == many.examples.size());
+        REQUIRE(one.examples.size() > 500);
+        for (size_t i = 0; i < one.examples.size(); ++i) {
+          CHECK(one.examples[i].prompt_ids == many.examples[i].prompt_ids);
+          CHECK(one.examples[i].chosen_ids == many.examples[i].chosen_ids);
+          CHECK(one.examples[i].rejected_ids == many.examples[i].rejected_ids);
+          CHECK(one.examples[i].where == many.examples[i].where);
+        }
+        o.dataset_num_proc = std::nullopt;
+        o.trainer = "cpo";
+        const auto sided_one =
+            trainers::prepare_sided_preference_split(o, in.tok, &in.tmpl, "train", true);
+        o.dataset_num_proc = threads;
+        const auto sided_many =
+            trainers::prepare_sided_preference_split(o, in.tok, &in.tmpl, "train", true);
+        REQUIRE(sided_one.pairs.size() == sided_many.pairs.size());
+        for (size_t i = 0; i < sided_one.pairs.size(); ++i) {
+          CHECK(sided_one.pairs[i].chosen == sided_many.pairs[i].chosen);
+          CHECK(sided_one.pairs[i].rejected == sided_many.pairs[i].rejected);
+          CHECK(sided_one.pairs[i].chosen_prompt_len == sided_many.pairs[i].chosen_prompt_len);
+        }
+      }
+      {
+        const auto one = trainers::prepare_kto_split(
+            config_for<trainers::KTOConfig>(trainers::kto_schema(), file("kto"), 1), in.tok,
+            &in.tmpl, "train", true);
+        const auto many = trainers::prepare_kto_split(
+            config_for<trainers::KTOConfig>(trainers::kto_schema(), file("kto"), threads), in.tok,
+            &in.tmpl, "train", true);
+        REQUIRE(one.examples.size() == many.examples.size());
+        REQUIRE(one.examples.size() > 500);
+        for (size_t i = 0; i < one.examples.size(); ++i) {
+          CHECK(one.examples[i].prompt_ids == many.examples[i].prompt_ids);
+          CHECK(one.examples[i].completion_ids == many.examples[i].completion_ids);
+          CHECK(one.examples[i].label == many.examples[i].label);
+        }
+      }
+      {
+        const auto one = trainers::prepare_reward_split(
+            config_for<trainers::RewardConfig>(trainers::reward_schema(), file("reward"), 1),
+            in.tok, &in.tmpl, "train", true);
+        const auto many = trainers::prepare_reward_split(
+            config_for<trainers::RewardConfig>(trainers::reward_schema(), file("reward"), threads),
+            in.tok, &in.tmpl, "train", true);
+        REQUIRE(one.examples.size() == many.examples.size());
+        REQUIRE(one.examples.size() > 500);
+        for (size_t i = 0; i < one.examples.size(); ++i) {
+          CHECK(one.examples[i].chosen_ids == many.examples[i].chosen_ids);
+          CHECK(one.examples[i].rejected_ids == many.examples[i].rejected_ids);
+        }
+      }
+      {
+        const auto one = trainers::prepare_prompts(
+            config_for<trainers::GRPOConfig>(trainers::grpo_schema(), file("grpo"), 1), "grpo",
+            in.tok, &in.tmpl, "train");
+        const auto many = trainers::prepare_prompts(
+            config_for<trainers::GRPOConfig>(trainers::grpo_schema(), file("grpo"), threads),
+            "grpo", in.tok, &in.tmpl, "train");
+        REQUIRE(one.examples.size() == many.examples.size());
+        REQUIRE(one.examples.size() > 1000);
+        for (size_t i = 0; i < one.examples.size(); ++i)
+          CHECK(one.examples[i].prompt_ids == many.examples[i].prompt_ids);
+      }
+    }
+  }
+  fs::remove_all(tmp);
+}
