@@ -110,7 +110,7 @@ DataSource data_source(const config::TrainingConfig& c, std::string trainer) {
 std::optional<data::Shaped> read_split(data::Task task, const DataSource& source, const std::string& split,
                                        bool required) {
   if (!source.dataset_name)
-    fail_input("{}: no dataset: set dataset_name (a JSONL/JSON file or a directory)", source.trainer);
+    fail_input("{}: no dataset: set dataset_name (a JSONL, JSON, Parquet or Arrow file, or a directory)", source.trainer);
   data::LoadOptions lo;
   lo.split = split;
   lo.skip_bad_rows = source.skip_bad_rows;

@@ -20,11 +20,15 @@
 //                known split, every file is "train".
 //   * A file path is read whole: the split only picks the list inside a JSON
 //     object file.
-//   * .parquet / .arrow (and .csv, compressed files) are not read yet: an
-//     InputError says how to convert. A directory split holding any of them
-//     is refused too, rather than silently reading only its JSON files.
+//   * Parquet (.parquet), Arrow (.arrow; save_to_disk directories, whose
+//     state.json lists the data files; DatasetDict directories with
+//     dataset_dict.json) and .jsonl/.json compressed with gzip or Zstandard,
+//     through Apache Arrow (text/data/columnar.hpp; every rule is in the
+//     README's "Datasets" section). One split never mixes JSON, Parquet and
+//     Arrow files. .csv and other compressed files are refused with advice.
 // Files must be UTF-8 (a leading byte-order mark is allowed). Errors name the
-// file and 1-based line (and, in JSON arrays, the element index).
+// file and 1-based line (and, in JSON arrays, the element index); for Parquet
+// and Arrow the file, row group (record batch) and column.
 //
 // Shaping (shape_for): validates the columns of each row for a task, decides
 // the dataset's form (plain text or conversational) from its first good row
@@ -52,10 +56,10 @@ using Value = nlohmann::ordered_json;
 struct Row {
   Value value;       // the row object, keys in file order
   std::string file;  // where it came from, for later errors
-  size_t line = 0;   // 1-based line (of the element's start in a JSON array)
-  std::optional<size_t> element;  // 0-based index in a JSON array file
+  size_t line = 0;   // 1-based line (of the element's start in a JSON array); 0: Parquet/Arrow
+  std::optional<size_t> element;  // 0-based index in a JSON array file, or of the row in a Parquet/Arrow file
 
-  // "file:line" or "file:line (element N)", the prefix of every row error.
+  // "file:line", "file:line (element N)" or "file (row N)", the prefix of every row error.
   std::string where() const;
 };
 

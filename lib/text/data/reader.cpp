@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/strings.hpp"
+#include "text/data/columnar.hpp"
 #include "text/data/dataset.hpp"
 #include "text/data/internal.hpp"
 
@@ -14,6 +15,7 @@ namespace fs = std::filesystem;
 namespace trlx::data {
 
 std::string Row::where() const {
+  if (line == 0 && element) return fmt::format("{} (row {})", file, *element);  // Parquet, Arrow
   if (element) return fmt::format("{}:{} (element {})", file, line, *element);
   return fmt::format("{}:{}", file, line);
 }
@@ -302,15 +304,32 @@ std::vector<std::string> path_words(const fs::path& rel) {
   return words;
 }
 
-enum class Kind { jsonl, json, unsupported, other };
+enum class Kind { jsonl, json, jsonl_compressed, json_compressed, parquet, arrow, unsupported, other };
 
 Kind kind_of(const fs::path& p) {
   const std::string name = to_lower(p.filename().string());
   if (ends_with(name, ".jsonl") || ends_with(name, ".ndjson")) return Kind::jsonl;
   if (ends_with(name, ".json")) return Kind::json;
-  for (const char* ext : {".parquet", ".arrow", ".csv", ".tsv", ".gz", ".zst", ".bz2", ".xz", ".zip"})
+  if (ends_with(name, ".parquet")) return Kind::parquet;
+  if (ends_with(name, ".arrow")) return Kind::arrow;
+  for (const char* ext : {".gz", ".zst"}) {
+    if (!ends_with(name, ext)) continue;
+    const std::string inner = name.substr(0, name.size() - std::string_view(ext).size());
+    if (ends_with(inner, ".jsonl") || ends_with(inner, ".ndjson")) return Kind::jsonl_compressed;
+    if (ends_with(inner, ".json")) return Kind::json_compressed;
+  }
+  for (const char* ext : {".csv", ".tsv", ".gz", ".zst", ".bz2", ".xz", ".zip"})
     if (ends_with(name, ext)) return Kind::unsupported;
   return Kind::other;
+}
+
+// Files of one format family are never mixed in a split (see the README).
+const char* family_of(Kind k) {
+  switch (k) {
+    case Kind::parquet: return "Parquet";
+    case Kind::arrow: return "Arrow";
+    default: return "JSON";
+  }
 }
 
 // How to turn an unsupported file into JSON Lines.
@@ -319,19 +338,16 @@ Kind kind_of(const fs::path& p) {
   const std::string name = to_lower(p.filename().string());
   for (const char* ext : {".gz", ".zst", ".bz2", ".xz", ".zip"}) {
     if (ends_with(name, ext))
-      fail_input("{}: compressed data files are not supported yet; decompress it first "
-                 "(e.g. `gunzip -k`, `zstd -d`, `unzip`) and point trlx at the .jsonl/.json file",
+      fail_input("{}: trlx reads compressed JSON Lines and JSON (.jsonl.gz, .jsonl.zst, .json.gz, .json.zst) but "
+                 "not this file; decompress it first (e.g. `gunzip -k`, `unxz -k`, `unzip`) and point trlx at the "
+                 "data file",
                  f);
   }
-  std::string builder = "csv";
-  if (ends_with(name, ".parquet")) builder = "parquet";
-  else if (ends_with(name, ".arrow")) builder = "arrow";
   const bool tsv = ends_with(name, ".tsv");
-  fail_input("{}: {} files are not supported yet; trlx reads JSON Lines (.jsonl) and JSON (.json). "
+  fail_input("{}: {} files are not supported yet; trlx reads JSON Lines (.jsonl), JSON (.json), Parquet and Arrow. "
              "Convert it once with Python's datasets library:\n  python3 -c \"from datasets import "
-             "load_dataset; load_dataset('{}', data_files='{}'{}, split='train').to_json('{}.jsonl')\"",
-             f, tsv ? "tsv" : builder, builder, f, tsv ? ", delimiter='\\t'" : "",
-             (p.parent_path() / p.stem()).string());
+             "load_dataset; load_dataset('csv', data_files='{}'{}, split='train').to_parquet('{}.parquet')\"",
+             f, tsv ? "tsv" : "csv", f, tsv ? ", delimiter='\\t'" : "", (p.parent_path() / p.stem()).string());
 }
 
 std::string read_file(const fs::path& p) {
@@ -343,29 +359,93 @@ std::string read_file(const fs::path& p) {
   return std::move(ss).str();
 }
 
-// Files of one split below a directory (see the header for the rules).
+// A datasets save_to_disk directory (one Dataset: state.json and
+// dataset_info.json beside its data-*.arrow files): the data files state.json
+// lists, in its order; nullopt when `dir` is not one. A state.json without
+// dataset_info.json counts only if it lists data files (another tool's
+// state.json is then just a metadata file).
+std::optional<std::vector<fs::path>> saved_dataset_files(const fs::path& dir) {
+  const fs::path state = dir / "state.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(state, ec)) return std::nullopt;
+  const bool has_info = fs::is_regular_file(dir / "dataset_info.json", ec);
+  Value doc;
+  try {
+    doc = Value::parse(read_file(state));
+  } catch (const Value::exception& e) {
+    if (!has_info) return std::nullopt;
+    fail_input("{}: invalid JSON: {}", state.string(), parse_reason(e));
+  }
+  const auto files = doc.is_object() ? doc.find("_data_files") : doc.end();
+  if (!has_info && (!doc.is_object() || files == doc.end())) return std::nullopt;
+  if (!doc.is_object() || files == doc.end() || !files->is_array())
+    fail_input("{}: expected an object with a \"_data_files\" list (the state.json datasets' save_to_disk writes)",
+               state.string());
+  std::vector<fs::path> out;
+  for (size_t i = 0; i < files->size(); ++i) {
+    const Value& entry = (*files)[i];
+    const auto name = entry.is_object() ? entry.find("filename") : entry.end();
+    if (!entry.is_object() || name == entry.end() || !name->is_string())
+      fail_input("{}: \"_data_files\"[{}]: expected {{\"filename\": ...}}, found {}", state.string(), i,
+                 describe_value(entry));
+    const fs::path rel = name->get<std::string>();
+    if (rel.empty() || rel.is_absolute() || rel.filename() != rel)
+      fail_input("{}: \"_data_files\"[{}]: \"{}\" is not a file name in this directory", state.string(), i,
+                 rel.string());
+    const fs::path file = dir / rel;
+    if (!fs::is_regular_file(file, ec))
+      fail_input("{}: lists data file {}, which is not there", state.string(), file.string());
+    out.push_back(file);
+  }
+  if (out.empty()) fail_input("{}: lists no data files", state.string());
+  return out;
+}
+
+// Files of one split below a directory (see the README for the rules).
 std::vector<fs::path> split_files(const fs::path& dir, const LoadOptions& options) {
   static const std::set<std::string> kMetadata = {"dataset_info.json", "dataset_infos.json",
                                                   "dataset_dict.json", "state.json"};
-  std::vector<fs::path> candidates;
-  std::error_code ec;
-  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
-  if (ec) fail_input("{}: cannot list directory: {}", dir.string(), ec.message());
-  for (; it != end; it.increment(ec)) {
-    if (ec) fail_input("{}: cannot list directory: {}", dir.string(), ec.message());
-    const std::string name = it->path().filename().string();
-    if (!name.empty() && name[0] == '.') {
-      if (it->is_directory(ec)) it.disable_recursion_pending();
-      continue;
+  // (sort key, file): a save_to_disk directory's files keep state.json's order.
+  std::vector<std::pair<fs::path, fs::path>> found;
+  std::set<fs::path> saved;  // files listed by some state.json
+  auto add_saved = [&](const fs::path& d, const std::vector<fs::path>& files) {
+    for (size_t i = 0; i < files.size(); ++i) {
+      found.emplace_back(d / fmt::format("{:08}", i), files[i]);
+      saved.insert(files[i]);
     }
-    if (!it->is_regular_file(ec)) continue;
-    const Kind k = kind_of(it->path());
-    if (k == Kind::other || kMetadata.count(to_lower(name))) continue;
-    candidates.push_back(it->path());
+  };
+  std::error_code ec;
+  if (auto files = saved_dataset_files(dir)) {
+    add_saved(dir, *files);
+  } else {
+    fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+    if (ec) fail_input("{}: cannot list directory: {}", dir.string(), ec.message());
+    for (; it != end; it.increment(ec)) {
+      if (ec) fail_input("{}: cannot list directory: {}", dir.string(), ec.message());
+      const std::string name = it->path().filename().string();
+      if (!name.empty() && name[0] == '.') {
+        if (it->is_directory(ec)) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_directory(ec)) {
+        if (auto files = saved_dataset_files(it->path())) {
+          it.disable_recursion_pending();
+          add_saved(it->path(), *files);
+        }
+        continue;
+      }
+      if (!it->is_regular_file(ec)) continue;
+      const Kind k = kind_of(it->path());
+      if (k == Kind::other || kMetadata.count(to_lower(name))) continue;
+      found.emplace_back(it->path(), it->path());
+    }
   }
-  std::sort(candidates.begin(), candidates.end());
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> candidates;
+  for (auto& [key, file] : found) candidates.push_back(std::move(file));
   if (candidates.empty())
-    fail_input("{}: no data files in this directory (looked for .jsonl and .json files)",
+    fail_input("{}: no data files in this directory (looked for .jsonl, .json, .parquet and save_to_disk "
+               "directories)",
                dir.string());
 
   const auto aliases = split_aliases(options.split);
@@ -393,20 +473,91 @@ std::vector<fs::path> split_files(const fs::path& dir, const LoadOptions& option
                                           join(std::vector<std::string>(known_splits.begin(), known_splits.end()), ", ")));
     }
   }
-  for (const auto& p : chosen)
-    if (kind_of(p) == Kind::unsupported) fail_unsupported(p);
+  const fs::path* first_of_family = nullptr;
+  for (const auto& p : chosen) {
+    const Kind k = kind_of(p);
+    if (k == Kind::unsupported) fail_unsupported(p);
+    if (k == Kind::arrow && !saved.count(p))
+      fail_input("{}: an Arrow file in a directory without state.json; trlx reads .arrow files of a directory "
+                 "only from a datasets save_to_disk directory, whose state.json lists its data files (a "
+                 "directory of .arrow files may also hold other datasets' cache-*.arrow files). Save the "
+                 "dataset again with save_to_disk, or name one .arrow file as the dataset",
+                 p.string());
+    if (!first_of_family) {
+      first_of_family = &p;
+    } else if (std::string_view(family_of(kind_of(*first_of_family))) != family_of(k)) {
+      fail_input("{}: split \"{}\" mixes {} files ({}) and {} files ({}); trlx reads one format per split, as "
+                 "the same rows are often kept in both (a converted copy beside its source) and would be read "
+                 "twice. Keep one format in the directory or name the files to read",
+                 dir.string(), options.split, family_of(kind_of(*first_of_family)), first_of_family->string(),
+                 family_of(k), p.string());
+    }
+  }
   return chosen;
+}
+
+// A datasets DatasetDict directory (dataset_dict.json, one save_to_disk
+// directory per split): the directory of the split asked for; nullopt when
+// `dir` is not one.
+std::optional<fs::path> saved_dict_split(const fs::path& dir, const LoadOptions& options) {
+  const fs::path index = dir / "dataset_dict.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(index, ec)) return std::nullopt;
+  Value doc;
+  try {
+    doc = Value::parse(read_file(index));
+  } catch (const Value::exception& e) {
+    fail_input("{}: invalid JSON: {}", index.string(), parse_reason(e));
+  }
+  const auto splits = doc.is_object() ? doc.find("splits") : doc.end();
+  if (!doc.is_object() || splits == doc.end() || !splits->is_array())
+    fail_input("{}: expected an object with a \"splits\" list (the dataset_dict.json datasets' save_to_disk "
+               "writes)",
+               index.string());
+  std::vector<std::string> names;
+  for (const auto& s : *splits) {
+    if (!s.is_string() || s.get<std::string>().empty() || fs::path(s.get<std::string>()).filename() != s.get<std::string>())
+      fail_input("{}: \"splits\": expected split names, found {}", index.string(), describe_value(s));
+    names.push_back(s.get<std::string>());
+  }
+  // The split by its exact name; else the one split of its alias group
+  // ("test" finds a DatasetDict's "eval").
+  std::vector<std::string> matches;
+  for (const auto& n : names)
+    if (n == options.split) matches = {n};
+  if (matches.empty()) {
+    const auto aliases = split_aliases(options.split);
+    for (const auto& n : names)
+      if (std::find(aliases.begin(), aliases.end(), to_lower(n)) != aliases.end()) matches.push_back(n);
+  }
+  if (matches.size() != 1)
+    throw MissingSplitError(fmt::format("{}: this DatasetDict has no split \"{}\"; its splits: {} (choose one with "
+                                        "dataset_train_split / dataset_test_split)",
+                                        dir.string(), options.split, join(names, ", ")));
+  const fs::path split_dir = dir / matches.front();
+  if (!fs::is_directory(split_dir, ec))
+    fail_input("{}: lists split \"{}\" but {} is not a directory", index.string(), matches.front(),
+               split_dir.string());
+  return split_dir;
 }
 
 void read_file_into(const fs::path& p, const LoadOptions& options, Dataset& out) {
   const Kind k = kind_of(p);
   if (k == Kind::unsupported) fail_unsupported(p);
   if (k == Kind::other)
-    fail_input("{}: unsupported data file type; trlx reads JSON Lines (.jsonl) and JSON (.json)",
+    fail_input("{}: unsupported data file type; trlx reads JSON Lines (.jsonl), JSON (.json), their .gz/.zst "
+               "compressed forms, Parquet (.parquet) and Arrow (.arrow)",
                p.string());
-  const std::string text = read_file(p);
   out.files.push_back(p.string());
-  if (k == Kind::jsonl) read_jsonl_text(text, p.string(), options, out);
+  if (k == Kind::parquet || k == Kind::arrow) {
+    auto sink = [&](Row&& row) { out.rows.push_back(std::move(row)); };
+    if (k == Kind::parquet) detail::read_parquet(p, sink);
+    else detail::read_arrow_ipc(p, sink);
+    return;
+  }
+  const std::string text =
+      (k == Kind::jsonl_compressed || k == Kind::json_compressed) ? detail::read_compressed(p) : read_file(p);
+  if (k == Kind::jsonl || k == Kind::jsonl_compressed) read_jsonl_text(text, p.string(), options, out);
   else read_json_text(text, p.string(), options, out);
 }
 
@@ -510,7 +661,18 @@ Dataset load_dataset(const fs::path& path, const LoadOptions& options) {
   const auto st = fs::status(path, ec);
   if (ec || !fs::exists(st)) fail_input("{}: no such data file or directory", path.string());
   if (fs::is_directory(st)) {
-    for (const auto& p : split_files(path, options)) read_file_into(p, options, out);
+    std::vector<fs::path> files;
+    if (const auto split_dir = saved_dict_split(path, options)) {
+      auto saved = saved_dataset_files(*split_dir);
+      if (!saved)
+        fail_input("{}: split directory without state.json; trlx reads a DatasetDict's splits as datasets' "
+                   "save_to_disk writes them (state.json lists each split's data files)",
+                   split_dir->string());
+      files = std::move(*saved);
+    } else {
+      files = split_files(path, options);
+    }
+    for (const auto& p : files) read_file_into(p, options, out);
   } else {
     read_file_into(path, options, out);
   }
