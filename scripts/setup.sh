@@ -22,6 +22,7 @@ APT_PACKAGES=(
   python3 python3-pip python3-venv
   libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev catch2 libonig-dev
   openmpi-bin libopenmpi-dev
+  libcurl4-openssl-dev
 )
 
 if [ "${TRLX_SKIP_APT:-0}" != 1 ]; then
@@ -72,6 +73,19 @@ else
   PREFIX=$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
   say "Using LibTorch $("$PY" -c 'import torch; print(torch.__version__)') from $PREFIX"
   CMAKE_ARGS+=(-DCMAKE_PREFIX_PATH="$PREFIX" -DPython3_EXECUTABLE="$(command -v "$PY" || echo "$PY")")
+fi
+
+# Apache Arrow C++ (Parquet and Arrow datasets) from the pyarrow wheel, in the
+# interpreter that has torch (python3 when LibTorch is an unpacked archive).
+# Without it trlx still builds and refuses Parquet/Arrow files.
+ARROW_PY=${PY:-${PYTHON:-python3}}
+if ! "$ARROW_PY" -c "import pyarrow" 2>/dev/null; then
+  say "Installing the pyarrow wheel (Apache Arrow's C++ libraries, for Parquet and Arrow datasets)"
+  "$ARROW_PY" -m pip install pyarrow || say "pyarrow could not be installed: this build will refuse Parquet/Arrow datasets"
+fi
+if ARROW_DIRS=$("$ARROW_PY" -c 'import pyarrow as pa; print(pa.get_include()); print(pa.get_library_dirs()[0])' 2>/dev/null); then
+  say "Using Apache Arrow $("$ARROW_PY" -c 'import pyarrow; print(pyarrow.__version__)') from pyarrow"
+  CMAKE_ARGS+=(-DTRLX_ARROW_INCLUDE_DIR="$(sed -n 1p <<<"$ARROW_DIRS")" -DTRLX_ARROW_LIB_DIR="$(sed -n 2p <<<"$ARROW_DIRS")")
 fi
 
 say "Configuring ($BUILD_DIR)"

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "config/accelerate.hpp"
+#include "config/hub_paths.hpp"
 #include "config/loader.hpp"
 #include "config/training.hpp"
 #include "core/error.hpp"
@@ -171,6 +172,7 @@ struct ResolvedRun {
   std::shared_ptr<config::ConfigLoader> loader;
   std::unique_ptr<trainers::ResolvedTrainer> resolved;
   std::optional<config::DistributedConfig> dist;
+  std::vector<config::HubResolution> hub;  // hub names in the config and their cache paths
 };
 
 // Reads the trainer named by `trainer:` in a YAML file, if any.
@@ -211,8 +213,11 @@ const trainers::TrainerEntry& require_trainer(const std::string& name, const std
 
 // Shared by the trainer commands, validate and print-config: parse flags for
 // `trainer`, load the YAML, resolve, read the accelerate config.
+// Hub names (model_name_or_path: org/name, ...) become snapshot paths in the
+// Hugging Face cache here, for every command: `hub` says whether missing ones
+// are downloaded (a run) or only noted (validate, print-config).
 std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, const std::string& cmd,
-                                       std::vector<std::string> args, int* exit_code) {
+                                       std::vector<std::string> args, int* exit_code, config::HubMode hub) {
   const config::Schema& schema = trainer.schema();
   CLI::App app(fmt::format("{} - {}", cmd == trainer.name ? "trlx " + trainer.name : "trlx " + cmd + " " + trainer.name,
                            schema.summary()),
@@ -258,13 +263,16 @@ std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, co
   const auto& tc = out.resolved->config();
   log::set_level(tc.log_level);
   if (tc.accelerate_config) out.dist = config::read_accelerate_config(*tc.accelerate_config);
+  out.hub = config::resolve_hub_paths(schema, out.resolved->config_struct(), hub, out.loader.get());
+  if (hub == config::HubMode::Fetch)
+    for (const auto& h : out.hub) log::info("{}", h.note);
   return out;
 }
 
 int run_trainer(const std::string& name, std::vector<std::string> args) {
   const auto& trainer = require_trainer(name, "");
   int rc = 0;
-  auto run = resolve_run(trainer, name, std::move(args), &rc);
+  auto run = resolve_run(trainer, name, std::move(args), &rc, config::HubMode::Fetch);
   if (!run) return rc;
   if (!trainer.trains)
     throw Error(fmt::format("the {} trainer is not built yet in trlx {}: its config is checked "
@@ -276,7 +284,8 @@ int run_trainer(const std::string& name, std::vector<std::string> args) {
 // validate / print-config take an optional trainer name, else `trainer:` from
 // the file; an accelerate config file is recognised and checked as one.
 std::optional<ResolvedRun> resolve_for_tool(const std::string& cmd, std::vector<std::string>& args, int* rc,
-                                            std::optional<config::DistributedConfig>* accel_only) {
+                                            std::optional<config::DistributedConfig>* accel_only,
+                                            config::HubMode hub) {
   std::string trainer_name;
   if (!args.empty() && !starts_with(args[0], "-")) {
     trainer_name = args[0];
@@ -306,7 +315,7 @@ std::optional<ResolvedRun> resolve_for_tool(const std::string& cmd, std::vector<
         "trlx {}: which trainer is {} for? Name it (`trlx {} dpo --config {}`) or add `trainer: dpo` to the file",
         cmd, path.empty() ? "the config" : path, cmd, path.empty() ? "FILE" : path));
   }
-  return resolve_run(require_trainer(trainer_name, cmd), cmd, args, rc);
+  return resolve_run(require_trainer(trainer_name, cmd), cmd, args, rc, hub);
 }
 
 int run_preview(const std::string& cmd, std::vector<std::string> args) {
@@ -329,7 +338,7 @@ int run_preview(const std::string& cmd, std::vector<std::string> args) {
   }
   int rc = 0;
   std::optional<config::DistributedConfig> accel;
-  auto run = resolve_for_tool(cmd, rest, &rc, &accel);
+  auto run = resolve_for_tool(cmd, rest, &rc, &accel, config::HubMode::Fetch);
   if (accel) throw InputError("trlx preview needs a training config, not an accelerate config");
   if (!run) return rc;
   if (!run->trainer->previews)
@@ -341,7 +350,7 @@ int run_preview(const std::string& cmd, std::vector<std::string> args) {
 int run_validate(const std::string& cmd, std::vector<std::string> args) {
   int rc = 0;
   std::optional<config::DistributedConfig> accel;
-  auto run = resolve_for_tool(cmd, args, &rc, &accel);
+  auto run = resolve_for_tool(cmd, args, &rc, &accel, config::HubMode::CacheOnly);
   if (accel) {
     std::cout << fmt::format("{}: valid accelerate config ({}{}{})\n", peek_config(args), accel->describe(),
                              accel->mixed_precision != "no" ? ", mixed_precision " + accel->mixed_precision : "",
@@ -354,13 +363,14 @@ int run_validate(const std::string& cmd, std::vector<std::string> args) {
                            run->dist ? fmt::format("; distributed: {}", run->dist->describe()) : "",
                            run->resolved->config().use_bf16() ? "bf16 (mixed)" : "fp32",
                            warnings ? fmt::format(" ({} warning{})", warnings, warnings == 1 ? "" : "s") : "");
+  for (const auto& h : run->hub) std::cout << "hub: " << h.note << "\n";
   return 0;
 }
 
 int run_print_config(const std::string& cmd, std::vector<std::string> args) {
   int rc = 0;
   std::optional<config::DistributedConfig> accel;
-  auto run = resolve_for_tool(cmd, args, &rc, &accel);
+  auto run = resolve_for_tool(cmd, args, &rc, &accel, config::HubMode::Describe);
   if (accel) {
     const auto& d = *accel;
     std::cout << fmt::format("# accelerate config {} as trlx reads it\n", d.source)
@@ -375,7 +385,10 @@ int run_print_config(const std::string& cmd, std::vector<std::string> args) {
   if (!run) return rc;
   std::cout << fmt::format("# trlx {} config, resolved (defaults < {} < flags)\n", run->trainer->name,
                            peek_config(args).empty() ? "no file" : peek_config(args));
+  // The hub names stay as written (the config stays portable to another
+  // machine's cache); where each one is found here follows as a comment.
   std::cout << run->loader->to_yaml();
+  for (const auto& h : run->hub) std::cout << "# hub: " << h.note << "\n";
   if (run->dist) std::cout << fmt::format("# distributed: {} (from {})\n", run->dist->describe(), run->dist->source);
   return 0;
 }

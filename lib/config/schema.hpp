@@ -49,6 +49,14 @@ struct FieldSpec {
   // A string list whose items may also be mappings ({command: ...}); such an
   // item is kept as its JSON text (it starts with '{').
   bool mapping_items = false;
+  // A string field that names a model or a dataset: a local path, or a
+  // Hugging Face hub name (`org/name`) resolved through the hub cache before
+  // training (config/hub_paths). Model names may carry the revision field
+  // named in `hub_revision_field`.
+  enum class HubRef { None, Model, Dataset } hub = HubRef::None;
+  std::string hub_revision_field;
+  // Reads the bound member as a Value (null for an empty optional).
+  std::function<Value(const void*)> read;
 
   // Chainable constraints.
   FieldSpec& min(double v, bool exclusive = false) { min_value = v; min_exclusive = exclusive; return *this; }
@@ -60,6 +68,12 @@ struct FieldSpec {
   // Refuse any value other than the default, giving `reason`.
   FieldSpec& not_built(std::string reason) { not_built_reason = std::move(reason); return *this; }
   FieldSpec& items_may_be_mappings() { mapping_items = true; return *this; }
+  FieldSpec& hub_model(std::string revision_field = "") {
+    hub = HubRef::Model;
+    hub_revision_field = std::move(revision_field);
+    return *this;
+  }
+  FieldSpec& hub_dataset() { hub = HubRef::Dataset; return *this; }
   std::string constraint_text() const;  // "> 0", "one of a, b", ""
 };
 
@@ -162,6 +176,15 @@ class SchemaBuilder {
         }
       }
       c->*member = std::get<typename detail::FieldTraits<Inner>::V>(v);
+    };
+    spec.read = [member](const void* obj) -> Value {
+      const C* c = static_cast<const C*>(obj);
+      if constexpr (U::nullable) {
+        if (!(c->*member)) return std::monostate{};
+        return Value(*(c->*member));
+      } else {
+        return Value(c->*member);
+      }
     };
     return schema_.add(std::move(spec));
   }

@@ -17,6 +17,8 @@ struct TrainingConfig {
   std::string trainer;
   std::optional<std::string> model_name_or_path;
   std::optional<std::string> dataset_name;
+  std::string model_revision;
+  std::optional<int64_t> dataset_num_proc;
   std::string dataset_train_split;
   std::string dataset_test_split;
   bool skip_bad_rows = false;
@@ -111,9 +113,18 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
         return v;
       }());
   b.field(&T::model_name_or_path, "model_name_or_path", std::nullopt,
-          "Directory of a Hugging Face model (config.json + safetensors) to start from.");
+          "Model to start from: a Hugging Face model directory (config.json + safetensors) or a hub name "
+          "(org/name) found in the Hugging Face cache or downloaded into it.")
+      .hub_model("model_revision");
+  b.field(&T::model_revision, "model_revision", "main",
+          "Hub revision (branch, tag or commit) of model_name_or_path when it is a hub name.");
   b.field(&T::dataset_name, "dataset_name", std::nullopt,
-          "Dataset: a JSONL/JSON file or a directory of them (train/test splits).");
+          "Dataset: a JSONL/JSON/Parquet file, a directory of them (train/test splits), a save_to_disk "
+          "directory, or a hub dataset name (org/name).")
+      .hub_dataset();
+  b.field(&T::dataset_num_proc, "dataset_num_proc", std::nullopt,
+          "Threads that tokenize and shape the dataset; null: one.")
+      .min(1);
   b.field(&T::dataset_train_split, "dataset_train_split", "train", "Split used for training.");
   b.field(&T::dataset_test_split, "dataset_test_split", "test", "Split used for evaluation.");
   b.field(&T::skip_bad_rows, "skip_bad_rows", false,

@@ -153,7 +153,11 @@ void Engine::print_startup(Trainer& trainer) {
   const double mem = static_cast<double>(total) * 4 + static_cast<double>(trainable) * 12;
   std::vector<std::pair<std::string, std::string>> rows = {
       {"trainer", trainer_name_},
-      {"model", config_.model_name_or_path.value_or("?")},
+      // A hub name is a cache snapshot path by now; the revision it came from
+      // (model_revision) is shown when it is not the default branch.
+      {"model", config_.model_revision == "main"
+                    ? config_.model_name_or_path.value_or("?")
+                    : fmt::format("{} (revision {})", config_.model_name_or_path.value_or("?"), config_.model_revision)},
       {"parameters", fmt::format("{} total, {} trainable", human(static_cast<double>(total)), human(static_cast<double>(trainable)))},
       {"train examples", std::to_string(trainer.num_examples("train"))},
       {"eval examples", std::to_string(trainer.num_examples("test"))},

@@ -39,7 +39,9 @@ const config::Schema& dpo_schema() {
     b.field(&C::use_weighting, "use_weighting", false, "WPO-style weighting of pairs by their policy probability.");
     b.field(&C::discopop_tau, "discopop_tau", 0.05, "Temperature of the discopop loss.");
     b.field(&C::ref_model, "ref_model", std::nullopt,
-            "Reference model directory; null uses the starting policy (or the base with adapters off under use_peft).");
+            "Reference model directory or hub name; null uses the starting policy (or the base with adapters off under "
+            "use_peft).")
+        .hub_model();
     b.field(&C::precompute_ref_log_probs, "precompute_ref_log_probs", false,
             "Compute reference log-probs once before training and cache them on disk.");
     b.field(&C::precompute_ref_batch_size, "precompute_ref_batch_size", std::nullopt, "Batch size of the precompute pass.").min(1);

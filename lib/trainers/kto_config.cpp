@@ -26,7 +26,9 @@ const config::Schema& kto_schema() {
     b.field(&C::undesirable_weight, "undesirable_weight", 1.0, "Weight of undesirable (label false) examples' losses.")
         .min(0);
     b.field(&C::ref_model, "ref_model", std::nullopt,
-            "Reference model directory; null uses the starting policy (or the base with adapters off under use_peft).");
+            "Reference model directory or hub name; null uses the starting policy (or the base with adapters off under "
+            "use_peft).")
+        .hub_model();
     // Accepted so that TRL's KTO configs load; refused unless left at the default.
     b.field(&C::precompute_ref_log_probs, "precompute_ref_log_probs", false,
             "Compute reference log-probs once before training.")

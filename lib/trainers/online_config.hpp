@@ -108,7 +108,8 @@ void add_sampling_fields(config::SchemaBuilder<C>& b, double temperature) {
   b.group("update");
   b.field(&O::ref_model, "ref_model", std::nullopt,
           "Reference model directory (beta > 0); null uses a copy of the starting policy, or the base with adapters "
-          "off under use_peft.");
+          "off under use_peft. A hub name works too.")
+      .hub_model();
   b.rule([](const C& c, config::Conflicts& out) {
     const size_t functions = c.reward_funcs.size() + (c.reward_model_path ? 1 : 0);
     if (c.reward_weights && c.reward_weights->size() != functions)

@@ -17,7 +17,8 @@ const config::Schema& online_dpo_schema() {
     b.group("rewards");
     b.field(&C::reward_model_path, "reward_model_path", std::nullopt,
             "A reward model directory (one `trlx reward` saved, or any ...ForSequenceClassification); scored before "
-            "the reward_funcs entries.");
+            "the reward_funcs entries. A hub name works too.")
+        .hub_model();
     b.field(&C::judge, "judge", std::vector<std::string>{},
             "A program that says which of two completions is better ({command: \"python3 my_judge.py\"}; "
             "docs/reward_programs.md), instead of reward_model_path / reward_funcs.")

@@ -15,13 +15,16 @@ const config::Schema& ppo_schema() {
     b.field(&C::reward_model, "reward_model_path", "",
             "The reward model directory (one `trlx reward` saved, or any ...ForSequenceClassification with one label), "
             "sharing the policy's tokenizer: it scores each response's token ids.")
-        .bound_to("reward_model");
+        .bound_to("reward_model")
+        .hub_model();
     b.field(&C::value_model_path, "value_model_path", std::nullopt,
             "The value model's starting weights (a one-label sequence-classification model); null starts it from the "
-            "reward model. It trains with the policy and is saved in value_model/.");
+            "reward model. It trains with the policy and is saved in value_model/.")
+        .hub_model();
     b.field(&C::ref_model, "ref_model", std::nullopt,
             "Reference model directory; null uses a copy of the starting policy, or the base with adapters off under "
-            "use_peft.");
+            "use_peft.")
+        .hub_model();
     b.field(&C::sft_model_path, "sft_model_path", std::nullopt, "TRL's scripts' policy path.")
         .not_built("the policy is model_name_or_path; remove sft_model_path");
     b.field(&C::model_adapter_name, "model_adapter_name", std::nullopt, "Train one of several PEFT adapters.")

@@ -22,6 +22,9 @@ class ResolvedTrainer {
   virtual ~ResolvedTrainer() = default;
   // The fields every trainer has (accelerate_config, output_dir, ...).
   virtual const config::TrainingConfig& config() const = 0;
+  // The trainer's own config struct, the object its schema's assign/read
+  // expect (hub names are replaced by cache paths there before run()).
+  virtual void* config_struct() = 0;
   // Training; the process exit code.
   virtual int run() const = 0;
   // `trlx preview <trainer>`: what the trainer will train on.
@@ -53,6 +56,7 @@ TrainerEntry entry(std::string name, const config::Schema& (*schema)(), RunFn<C>
         : name_(std::move(name)), run_(run), preview_(preview) {}
     C typed;
     const config::TrainingConfig& config() const override { return typed; }
+    void* config_struct() override { return &typed; }
     int run() const override {
       if (!run_) throw Error(fmt::format("the {} trainer is not built yet in this version of trlx", name_));
       return run_(typed);

@@ -1,0 +1,183 @@
+// Configs that name hub repos: model_name_or_path / dataset_name / ref_model
+// as `org/name` become snapshot directories of the Hugging Face cache (here
+// the one huggingface_hub wrote, tests/data/hub_cache), offline.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "config/hub_paths.hpp"
+#include "config/loader.hpp"
+#include "core/error.hpp"
+#include "env_guard.hpp"
+#include "io/hub.hpp"
+#include "model/adapter_dir.hpp"
+#include "support.hpp"
+#include "trainers/dpo_config.hpp"
+#include "trainers/sft_config.hpp"
+
+using namespace trlx;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fixture_cache() { return test::data_dir() / "hub_cache"; }
+
+std::string commit_of(const std::string& repo_id) {
+  std::ifstream in(fixture_cache() / "expected.json");
+  return nlohmann::json::parse(in).at(repo_id).at("commit");
+}
+
+fs::path model_snapshot() {
+  return fixture_cache() / "models--trlx-test--tiny-qwen2" / "snapshots" /
+         commit_of("trlx-test/tiny-qwen2");
+}
+
+template <class C>
+C load(const config::Schema& schema, const std::string& yaml,
+       std::shared_ptr<config::ConfigLoader>* keep = nullptr) {
+  auto loader = std::make_shared<config::ConfigLoader>(schema);
+  loader->load_yaml_text(yaml, "hub.yaml");
+  C c{};
+  loader->resolve(&c);
+  if (keep) *keep = loader;
+  return c;
+}
+
+// Offline, with the fixture cache: nothing here may reach a network.
+void offline_fixture_env(test::EnvGuard& env) {
+  env.clear_hub();
+  env.set("HF_HUB_CACHE", fixture_cache().string());
+  env.set("HF_HUB_OFFLINE", "1");
+}
+
+}  // namespace
+
+TEST_CASE("a config naming hub repos resolves to their snapshot directories", "[hub][config]") {
+  test::EnvGuard env;
+  offline_fixture_env(env);
+  std::shared_ptr<config::ConfigLoader> loader;
+  auto c = load<trainers::DPOConfig>(trainers::dpo_schema(),
+                                     "model_name_or_path: trlx-test/tiny-qwen2\n"
+                                     "ref_model: trlx-test/tiny-qwen2\n"
+                                     "dataset_name: trlx-test/tiny-sft\n",
+                                     &loader);
+  const auto res =
+      config::resolve_hub_paths(trainers::dpo_schema(), &c, config::HubMode::Fetch, loader.get());
+  CHECK(res.size() == 3);
+  CHECK(c.model_name_or_path == model_snapshot().string());
+  CHECK(c.ref_model == model_snapshot().string());
+  CHECK(c.dataset_name == (fixture_cache() / "datasets--trlx-test--tiny-sft" / "snapshots" /
+                           commit_of("trlx-test/tiny-sft"))
+                              .string());
+  CHECK(fs::exists(fs::path(*c.model_name_or_path) / "tokenizer.json"));
+  // print-config keeps the names as written.
+  CHECK(loader->to_yaml().find("model_name_or_path: trlx-test/tiny-qwen2") != std::string::npos);
+}
+
+TEST_CASE("model_revision picks the snapshot, and a local path takes none", "[hub][config]") {
+  test::EnvGuard env;
+  offline_fixture_env(env);
+  const std::string commit = commit_of("trlx-test/tiny-qwen2");
+  auto c = load<trainers::SFTConfig>(
+      trainers::sft_schema(),
+      "model_name_or_path: trlx-test/tiny-qwen2\nmodel_revision: " + commit + "\n");
+  config::resolve_hub_paths(trainers::sft_schema(), &c, config::HubMode::Fetch);
+  CHECK(c.model_name_or_path == model_snapshot().string());
+
+  auto tagged = load<trainers::SFTConfig>(
+      trainers::sft_schema(), "model_name_or_path: trlx-test/tiny-qwen2\nmodel_revision: v2\n");
+  try {
+    config::resolve_hub_paths(trainers::sft_schema(), &tagged, config::HubMode::Fetch);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("`model_name_or_path`: not a local path, and hub model `trlx-test/tiny-qwen2` "
+                   "(revision v2)") != std::string::npos);
+    CHECK(msg.find("revision v2") != std::string::npos);
+    CHECK(msg.find("hf download trlx-test/tiny-qwen2 --revision v2") != std::string::npos);
+  }
+
+  const std::string local = model_snapshot().string();
+  auto with_local = load<trainers::SFTConfig>(
+      trainers::sft_schema(), "model_name_or_path: " + local + "\nmodel_revision: v2\n");
+  CHECK_THROWS_WITH(
+      config::resolve_hub_paths(trainers::sft_schema(), &with_local, config::HubMode::Fetch),
+      Catch::Contains("which has no revisions"));
+  auto plain_local =
+      load<trainers::SFTConfig>(trainers::sft_schema(), "model_name_or_path: " + local + "\n");
+  CHECK(config::resolve_hub_paths(trainers::sft_schema(), &plain_local, config::HubMode::Fetch)
+            .empty());
+  CHECK(plain_local.model_name_or_path == local);
+}
+
+TEST_CASE("a hub name neither cached nor downloadable names the field and the fetch command",
+          "[hub][config]") {
+  test::EnvGuard env;
+  offline_fixture_env(env);
+  std::shared_ptr<config::ConfigLoader> loader;
+  auto c = load<trainers::SFTConfig>(trainers::sft_schema(),
+                                     "dataset_name: trlx-test/missing-data\n", &loader);
+  try {
+    config::resolve_hub_paths(trainers::sft_schema(), &c, config::HubMode::Fetch, loader.get());
+    FAIL("no error");
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("`dataset_name: trlx-test/missing-data` (hub.yaml:1:1)") != std::string::npos);
+    CHECK(msg.find("not a local path, and hub dataset `trlx-test/missing-data`") !=
+          std::string::npos);
+    CHECK(msg.find("hf download --repo-type dataset trlx-test/missing-data") != std::string::npos);
+    CHECK(msg.find("HF_HUB_OFFLINE") != std::string::npos);
+    CHECK(msg.find((fixture_cache() / "datasets--trlx-test--missing-data").string()) !=
+          std::string::npos);
+  }
+  // print-config describes, changes nothing and fails on nothing.
+  auto d = load<trainers::SFTConfig>(
+      trainers::sft_schema(),
+      "model_name_or_path: trlx-test/tiny-qwen2\ndataset_name: trlx-test/missing-data\n");
+  const auto described =
+      config::resolve_hub_paths(trainers::sft_schema(), &d, config::HubMode::Describe);
+  REQUIRE(described.size() == 2);
+  CHECK(described[0].note.find("(Hugging Face cache)") != std::string::npos);
+  CHECK(
+      described[1].note.find(
+          "a run fails; fetch it with `hf download --repo-type dataset trlx-test/missing-data`") !=
+      std::string::npos);
+  CHECK(d.model_name_or_path == "trlx-test/tiny-qwen2");
+  // validate offline: what a run could not find is an error already.
+  auto offline_validate =
+      load<trainers::SFTConfig>(trainers::sft_schema(), "dataset_name: trlx-test/missing-data\n");
+  CHECK_THROWS_AS(config::resolve_hub_paths(trainers::sft_schema(), &offline_validate,
+                                            config::HubMode::CacheOnly),
+                  InputError);
+  // validate online: a missing repo is a note (training downloads it), not an error.
+  env.set("HF_HUB_OFFLINE", std::nullopt);
+  env.set("HF_ENDPOINT", "http://127.0.0.1:1");
+  auto v =
+      load<trainers::SFTConfig>(trainers::sft_schema(), "dataset_name: trlx-test/missing-data\n");
+  const auto notes =
+      config::resolve_hub_paths(trainers::sft_schema(), &v, config::HubMode::CacheOnly);
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0].note.find("training downloads it") != std::string::npos);
+  CHECK(v.dataset_name == "trlx-test/missing-data");
+  // A relative path that does not exist and cannot be a repo is left to the reader's error.
+  auto rel =
+      load<trainers::SFTConfig>(trainers::sft_schema(), "dataset_name: ./data/train.jsonl\n");
+  CHECK(config::resolve_hub_paths(trainers::sft_schema(), &rel, config::HubMode::Fetch).empty());
+}
+
+TEST_CASE("an adapter whose base is a hub name finds the base in the cache", "[hub][config]") {
+  test::EnvGuard env;
+  offline_fixture_env(env);
+  test::TempDir adapter;
+  adapter.write(
+      "adapter_config.json",
+      R"({"base_model_name_or_path": "trlx-test/tiny-qwen2", "revision": null, "peft_type": "LORA"})");
+  CHECK(model::adapter_base_dir(adapter.path) == model_snapshot());
+  adapter.write("adapter_config.json",
+                R"({"base_model_name_or_path": "trlx-test/not-cached", "peft_type": "LORA"})");
+  CHECK_THROWS_WITH(model::adapter_base_dir(adapter.path),
+                    Catch::Contains("base_model_name_or_path `trlx-test/not-cached`") &&
+                        Catch::Contains("hf download trlx-test/not-cached"));
+}
