@@ -86,11 +86,10 @@ TEST_CASE("model_revision picks the snapshot, and a local path takes none", "[hu
 
   auto tagged = load<trainers::SFTConfig>(
       trainers::sft_schema(), "model_name_or_path: trlx-test/tiny-qwen2\nmodel_revision: v2\n");
-  try {
-    config::resolve_hub_paths(trainers::sft_schema(), &tagged, config::HubMode::Fetch);
-    FAIL("no error");
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
+  {
+    const std::string msg = test::input_error_of([&] {
+      config::resolve_hub_paths(trainers::sft_schema(), &tagged, config::HubMode::Fetch);
+    });
     INFO(msg);
     CHECK(msg.find("`model_name_or_path`: not a local path, and hub model `trlx-test/tiny-qwen2` "
                    "(revision v2)") != std::string::npos);
@@ -118,11 +117,10 @@ TEST_CASE("a hub name neither cached nor downloadable names the field and the fe
   std::shared_ptr<config::ConfigLoader> loader;
   auto c = load<trainers::SFTConfig>(trainers::sft_schema(),
                                      "dataset_name: trlx-test/missing-data\n", &loader);
-  try {
-    config::resolve_hub_paths(trainers::sft_schema(), &c, config::HubMode::Fetch, loader.get());
-    FAIL("no error");
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
+  {
+    const std::string msg = test::input_error_of([&] {
+      config::resolve_hub_paths(trainers::sft_schema(), &c, config::HubMode::Fetch, loader.get());
+    });
     INFO(msg);
     CHECK(msg.find("`dataset_name: trlx-test/missing-data` (hub.yaml:1:1)") != std::string::npos);
     CHECK(msg.find("not a local path, and hub dataset `trlx-test/missing-data`") !=

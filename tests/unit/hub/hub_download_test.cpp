@@ -183,12 +183,11 @@ TEST_CASE("a repo the hub does not know is one clear error, naming how to fetch 
           "[hub][download]") {
   test::HubServer server(fixture_cache());
   test::TempDir cache;
-  try {
-    hub::snapshot({hub::RepoType::Model, "trlx-test/absent", "main"},
-                  options_for(server, cache.path));
-    FAIL("no error");
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
+  {
+    const std::string msg = test::input_error_of([&] {
+      hub::snapshot({hub::RepoType::Model, "trlx-test/absent", "main"},
+                    options_for(server, cache.path));
+    });
     INFO(msg);
     CHECK(msg.find("trlx-test/absent") != std::string::npos);
     CHECK(msg.find("revision main") != std::string::npos);
@@ -197,12 +196,11 @@ TEST_CASE("a repo the hub does not know is one clear error, naming how to fetch 
     CHECK(msg.find("`hf download trlx-test/absent`") != std::string::npos);
   }
   // A model name asked for as a dataset is another repo.
-  try {
-    hub::snapshot({hub::RepoType::Dataset, kModel, "main"}, options_for(server, cache.path));
-    FAIL("no error");
-  } catch (const InputError& e) {
-    CHECK(std::string(e.what()).find("hf download --repo-type dataset trlx-test/tiny-qwen2") !=
-          std::string::npos);
+  {
+    const std::string msg = test::input_error_of([&] {
+      hub::snapshot({hub::RepoType::Dataset, kModel, "main"}, options_for(server, cache.path));
+    });
+    CHECK(msg.find("hf download --repo-type dataset trlx-test/tiny-qwen2") != std::string::npos);
   }
 }
 
@@ -211,21 +209,20 @@ TEST_CASE("a private repo needs HF_TOKEN, which never goes to the CDN", "[hub][d
   server.required_token = "hf_secret";
   test::TempDir cache;
   auto o = options_for(server, cache.path);
-  try {
-    hub::snapshot({hub::RepoType::Model, kModel, "main"}, o);
-    FAIL("no error");
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
+  {
+    const std::string msg = test::input_error_of([&] {
+      hub::snapshot({hub::RepoType::Model, kModel, "main"}, o);
+    });
     INFO(msg);
     CHECK(msg.find("HTTP 401") != std::string::npos);
     CHECK(msg.find("set HF_TOKEN") != std::string::npos);
   }
   o.token = "hf_wrong";
-  try {
-    hub::snapshot({hub::RepoType::Model, kModel, "main"}, o);
-    FAIL("no error");
-  } catch (const InputError& e) {
-    CHECK(std::string(e.what()).find("was refused") != std::string::npos);
+  {
+    const std::string msg = test::input_error_of([&] {
+      hub::snapshot({hub::RepoType::Model, kModel, "main"}, o);
+    });
+    CHECK(msg.find("was refused") != std::string::npos);
   }
   o.token = "hf_secret";
   CHECK(fs::is_directory(hub::snapshot({hub::RepoType::Model, kModel, "main"}, o)));
@@ -249,11 +246,10 @@ TEST_CASE("HF_HUB_OFFLINE uses the cache and never the network", "[hub][download
   o.offline = true;
   test::EnvGuard env;
   env.set("HF_HUB_OFFLINE", "1");
-  try {
-    hub::snapshot({hub::RepoType::Model, kModel, "main"}, o);
-    FAIL("no error");
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
+  {
+    const std::string msg = test::input_error_of([&] {
+      hub::snapshot({hub::RepoType::Model, kModel, "main"}, o);
+    });
     INFO(msg);
     CHECK(msg.find("HF_HUB_OFFLINE") != std::string::npos);
     CHECK(msg.find("`hf download trlx-test/tiny-qwen2`") != std::string::npos);
@@ -272,11 +268,10 @@ TEST_CASE("an unreachable hub is a network error in the message", "[hub][downloa
   o.cache = cache.path;
   o.endpoint = "http://127.0.0.1:1";  // nothing listens on port 1
   o.progress = false;
-  try {
-    hub::snapshot({hub::RepoType::Model, kModel, "main"}, o);
-    FAIL("no error");
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
+  {
+    const std::string msg = test::input_error_of([&] {
+      hub::snapshot({hub::RepoType::Model, kModel, "main"}, o);
+    });
     INFO(msg);
     CHECK(msg.find("network error") != std::string::npos);
     CHECK(msg.find("hf download trlx-test/tiny-qwen2") != std::string::npos);
