@@ -1,5 +1,6 @@
 #include "config/hub_paths.hpp"
 
+#include <mutex>
 #include <variant>
 
 #include "config/loader.hpp"
@@ -23,7 +24,23 @@ bool path_shaped(const std::string& v) {
          v.find('\\') != std::string::npos;
 }
 
+// Every snapshot resolved in this process, for hub_origin.
+std::mutex origins_mutex;
+std::vector<HubResolution>& origins() {
+  static std::vector<HubResolution> all;
+  return all;
+}
+
 }  // namespace
+
+std::optional<HubResolution> hub_origin(const std::filesystem::path& snapshot) {
+  std::lock_guard<std::mutex> lock(origins_mutex);
+  std::error_code ec;
+  const auto wanted = fs::weakly_canonical(snapshot, ec);
+  for (const auto& r : origins())
+    if (r.snapshot == snapshot || (!ec && fs::weakly_canonical(r.snapshot, ec) == wanted)) return r;
+  return std::nullopt;
+}
 
 std::vector<HubResolution> resolve_hub_paths(const Schema& schema, void* config, HubMode mode,
                                              const ConfigLoader* loader) {
@@ -89,8 +106,11 @@ std::vector<HubResolution> resolve_hub_paths(const Schema& schema, void* config,
       res.note = fmt::format("{} {}@{} -> {} (downloaded)", f.name, *text, revision,
                              res.snapshot.string());
     }
-    if (!res.snapshot.empty() && mode != HubMode::Describe)
+    if (!res.snapshot.empty() && mode != HubMode::Describe) {
       f.assign(config, Value(res.snapshot.string()));
+      std::lock_guard<std::mutex> lock(origins_mutex);
+      origins().push_back(res);
+    }
     out.push_back(std::move(res));
   }
   return out;

@@ -6,6 +6,7 @@
 // (downloaded there when missing, io/hub), so the trainers see directories
 // only.
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,5 +38,10 @@ struct HubResolution {
 // `loader` (optional) names where each field was set in messages.
 std::vector<HubResolution> resolve_hub_paths(const Schema& schema, void* config, HubMode mode,
                                              const ConfigLoader* loader = nullptr);
+
+// The hub name and revision a snapshot directory was resolved from in this
+// process (by resolve_hub_paths), if it was: what a saved LoRA adapter
+// records as its base model, as PEFT records the name it was loaded by.
+std::optional<HubResolution> hub_origin(const std::filesystem::path& snapshot);
 
 }  // namespace trlx::config

@@ -20,6 +20,12 @@ check "[ $rc = 0 ]"
 check "grep -q 'model_name_or_path trlx-test/tiny-qwen2@main -> $snap (Hugging Face cache)' '$TMP/run.log'"
 check "grep -q 'dataset_name trlx-test/tiny-sft@main' '$TMP/run.log'"
 check "[ -f '$TMP/run/model.safetensors' ] && [ -f '$TMP/run/tokenizer.json' ]"
+
+# A LoRA run from a hub name records that name as its adapter's base, as
+# PEFT does, so the adapter loads on another machine from its own cache.
+"$TRLX" sft "${ARGS[@]}" --use_peft true --lora_r 2 --output_dir "$TMP/lora" >"$TMP/lora.log" 2>&1
+check "[ $? = 0 ]"
+check "grep -q '\"base_model_name_or_path\": \"trlx-test/tiny-qwen2\"' '$TMP/lora/adapter_config.json'"
 [ $rc = 0 ] || cat "$TMP/run.log"
 
 # validate says where each name is found; print-config keeps the names as written.
