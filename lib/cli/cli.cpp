@@ -216,8 +216,18 @@ const trainers::TrainerEntry& require_trainer(const std::string& name, const std
 // Hub names (model_name_or_path: org/name, ...) become snapshot paths in the
 // Hugging Face cache here, for every command: `hub` says whether missing ones
 // are downloaded (a run) or only noted (validate, print-config).
+// Hub names in the config become cache paths (downloaded when `mode` fetches).
+void resolve_hub(ResolvedRun& run, config::HubMode mode) {
+  run.hub = config::resolve_hub_paths(run.trainer->schema(), run.resolved->config_struct(), mode, run.loader.get());
+  if (mode == config::HubMode::Fetch)
+    for (const auto& h : run.hub) log::info("{}", h.note);
+}
+
+// `hub`: resolve hub names in that mode; nullopt leaves them to the caller
+// (preview resolves them only for a trainer it can preview).
 std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, const std::string& cmd,
-                                       std::vector<std::string> args, int* exit_code, config::HubMode hub) {
+                                       std::vector<std::string> args, int* exit_code,
+                                       std::optional<config::HubMode> hub) {
   const config::Schema& schema = trainer.schema();
   CLI::App app(fmt::format("{} - {}", cmd == trainer.name ? "trlx " + trainer.name : "trlx " + cmd + " " + trainer.name,
                            schema.summary()),
@@ -263,9 +273,7 @@ std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, co
   const auto& tc = out.resolved->config();
   log::set_level(tc.log_level);
   if (tc.accelerate_config) out.dist = config::read_accelerate_config(*tc.accelerate_config);
-  out.hub = config::resolve_hub_paths(schema, out.resolved->config_struct(), hub, out.loader.get());
-  if (hub == config::HubMode::Fetch)
-    for (const auto& h : out.hub) log::info("{}", h.note);
+  if (hub) resolve_hub(out, *hub);
   return out;
 }
 
@@ -285,7 +293,7 @@ int run_trainer(const std::string& name, std::vector<std::string> args) {
 // the file; an accelerate config file is recognised and checked as one.
 std::optional<ResolvedRun> resolve_for_tool(const std::string& cmd, std::vector<std::string>& args, int* rc,
                                             std::optional<config::DistributedConfig>* accel_only,
-                                            config::HubMode hub) {
+                                            std::optional<config::HubMode> hub) {
   std::string trainer_name;
   if (!args.empty() && !starts_with(args[0], "-")) {
     trainer_name = args[0];
@@ -338,12 +346,13 @@ int run_preview(const std::string& cmd, std::vector<std::string> args) {
   }
   int rc = 0;
   std::optional<config::DistributedConfig> accel;
-  auto run = resolve_for_tool(cmd, rest, &rc, &accel, config::HubMode::Fetch);
+  auto run = resolve_for_tool(cmd, rest, &rc, &accel, std::nullopt);
   if (accel) throw InputError("trlx preview needs a training config, not an accelerate config");
   if (!run) return rc;
   if (!run->trainer->previews)
     throw Error(fmt::format("trlx preview {} is not built yet{}", run->trainer->name,
                             run->trainer->trains ? "" : fmt::format(" (the {} trainer is not built)", run->trainer->name)));
+  resolve_hub(*run, config::HubMode::Fetch);
   return run->resolved->preview(num_examples, json);
 }
 
