@@ -7,6 +7,8 @@
 #include "text/data/internal.hpp"
 
 #ifdef TRLX_WITH_ARROW
+#include <cmath>
+
 #include <arrow/api.h>
 #include <arrow/io/compressed.h>
 #include <arrow/io/file.h>
@@ -66,7 +68,17 @@ std::string unmappable(const arrow::DataType& type, const std::string& path, siz
     case arrow::Type::STRING:
     case arrow::Type::LARGE_STRING:
     case arrow::Type::STRING_VIEW:
+    case arrow::Type::DATE32:
+    case arrow::Type::DATE64:
       return "";
+    case arrow::Type::TIMESTAMP: {
+      const std::string& tz = static_cast<const arrow::TimestampType&>(type).timezone();
+      if (tz.empty() || tz == "UTC" || tz == "utc" || tz == "Z" || tz == "+00:00" || tz == "Etc/UTC") return "";
+      return fmt::format(
+          "{} has type {}: trlx reads timestamps without a time zone or in UTC; cast the column to UTC "
+          "(or to text) before saving the dataset",
+          path, type.ToString());
+    }
     case arrow::Type::LIST:
     case arrow::Type::LARGE_LIST:
     case arrow::Type::FIXED_SIZE_LIST:
@@ -83,7 +95,7 @@ std::string unmappable(const arrow::DataType& type, const std::string& path, siz
     default:
       return fmt::format(
           "{} has type {}, which trlx cannot map to a JSON value (it reads strings, integers, "
-          "floats, booleans, nulls, lists and structs); drop or convert the column before saving "
+          "floats, booleans, nulls, dates, timestamps, lists and structs); drop or convert the column before saving "
           "the dataset (datasets' remove_columns / cast_column)",
           path, type.ToString());
   }
@@ -108,6 +120,45 @@ Value string_value(std::string_view s, const Place& at, int64_t row) {
         at.str(), row, static_cast<unsigned char>(s[*bad]), *bad);
   return Value(std::string(s));
 }
+
+// Dates and times as the ISO 8601 text Python's isoformat() gives for the
+// date / datetime values datasets returns: "2024-02-29", "2024-02-29T13:05:00",
+// a fraction only when there is one (6 digits, 9 for nanoseconds that are not
+// whole microseconds), "+00:00" for UTC.
+std::string iso_date(int64_t days) {
+  // Days since 1970-01-01 to the proleptic Gregorian calendar (eras of 400 years).
+  const int64_t z = days + 719468;
+  const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  const int64_t doe = z - era * 146097;
+  const int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const int64_t mp = (5 * doy + 2) / 153;
+  const int64_t d = doy - (153 * mp + 2) / 5 + 1;
+  const int64_t m = mp < 10 ? mp + 3 : mp - 9;
+  const int64_t y = yoe + era * 400 + (m <= 2);
+  return fmt::format("{:04}-{:02}-{:02}", y, m, d);
+}
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+std::string iso_timestamp(int64_t value, arrow::TimeUnit::type unit, bool utc) {
+  const int64_t per_s = unit == arrow::TimeUnit::SECOND ? 1
+                        : unit == arrow::TimeUnit::MILLI ? 1000
+                        : unit == arrow::TimeUnit::MICRO ? 1000000
+                                                         : 1000000000;
+  const int64_t secs = floor_div(value, per_s);
+  const int64_t frac = value - secs * per_s;  // 0 <= frac < per_s
+  const int64_t day = floor_div(secs, 86400), sod = secs - day * 86400;
+  std::string out = fmt::format("{}T{:02}:{:02}:{:02}", iso_date(day), sod / 3600, sod % 3600 / 60, sod % 60);
+  const int64_t nanos = frac * (1000000000 / per_s);
+  if (nanos % 1000 != 0) out += fmt::format(".{:09}", nanos);
+  else if (nanos != 0) out += fmt::format(".{:06}", nanos / 1000);
+  return utc ? out + "+00:00" : out;
+}
+
+// A float cell: JSON has no NaN or infinity; they become null, as
+// Dataset.to_json writes them.
+Value float_value(double v) { return std::isfinite(v) ? Value(v) : Value(nullptr); }
 
 // The JSON value of element i of `a` (whose type unmappable() accepted).
 // `row`: the row's index in the file, for errors.
@@ -135,13 +186,22 @@ Value cell(const arrow::Array& a, int64_t i, const Place& at, int64_t row) {
     case arrow::Type::UINT64:
       return Value(static_cast<const arrow::UInt64Array&>(a).Value(i));
     case arrow::Type::HALF_FLOAT:
-      return Value(
+      return float_value(
           arrow::util::Float16::FromBits(static_cast<const arrow::HalfFloatArray&>(a).Value(i))
               .ToDouble());
     case arrow::Type::FLOAT:
-      return Value(static_cast<double>(static_cast<const arrow::FloatArray&>(a).Value(i)));
+      return float_value(static_cast<double>(static_cast<const arrow::FloatArray&>(a).Value(i)));
     case arrow::Type::DOUBLE:
-      return Value(static_cast<const arrow::DoubleArray&>(a).Value(i));
+      return float_value(static_cast<const arrow::DoubleArray&>(a).Value(i));
+    case arrow::Type::DATE32:
+      return Value(iso_date(static_cast<const arrow::Date32Array&>(a).Value(i)));
+    case arrow::Type::DATE64:
+      return Value(iso_date(floor_div(static_cast<const arrow::Date64Array&>(a).Value(i), 86400000)));
+    case arrow::Type::TIMESTAMP: {
+      const auto& t = static_cast<const arrow::TimestampType&>(*a.type());
+      return Value(iso_timestamp(static_cast<const arrow::TimestampArray&>(a).Value(i), t.unit(),
+                                 !t.timezone().empty()));
+    }
     case arrow::Type::STRING:
       return string_value(static_cast<const arrow::StringArray&>(a).GetView(i), at, row);
     case arrow::Type::LARGE_STRING:
@@ -202,12 +262,26 @@ std::string reason(const arrow::Status& st) {
   return s;
 }
 
+// Whether a column's name and the field names inside its type are UTF-8:
+// they become the keys of the rows' JSON objects.
+bool names_utf8(const std::string& name, const arrow::DataType& type) {
+  if (first_invalid_utf8(name)) return false;
+  if (type.id() == arrow::Type::DICTIONARY)
+    return names_utf8("", *static_cast<const arrow::DictionaryType&>(type).value_type());
+  for (const auto& f : type.fields())
+    if (!names_utf8(f->name(), *f->type())) return false;
+  return true;
+}
+
 // Fills column `column` of rows[0..n) (objects already holding the columns
 // before it) from the chunks of one row group / record batch.
 void fill_column(std::vector<Value>& rows, const arrow::ChunkedArray& data, const std::string& name,
                  const Place& at, int64_t first_row) {
   if (auto why = unmappable(*data.type(), name, 1); !why.empty())
     fail_input("{}: {}", at.str(), why);
+  if (!names_utf8(name, *data.type()))
+    fail_input("{}: the name of the column or of a field in it is not valid UTF-8; trlx reads UTF-8 text only",
+               at.str());
   if (data.length() != static_cast<int64_t>(rows.size()))
     fail_input("{}: holds {} values but the {} has {} rows; the file is damaged", at.str(),
                data.length(), at.unit, rows.size());
@@ -304,6 +378,9 @@ void read_arrow_ipc(const fs::path& path, const RowSink& sink) {
       auto batch = (*reader)->ReadRecordBatch(b);
       if (!batch.ok())
         fail_input("{}: record batch {} cannot be read: {}", f, b, reason(batch.status()));
+      // Full validation: offsets and dictionary indices must lie inside their buffers.
+      if (auto st = (*batch)->ValidateFull(); !st.ok())
+        fail_input("{}: record batch {} is damaged: {}", f, b, reason(st));
       convert(**batch, b);
     }
     return;
@@ -317,7 +394,7 @@ void read_arrow_ipc(const fs::path& path, const RowSink& sink) {
     if (auto st = (*reader)->ReadNext(&batch); !st.ok())
       fail_input("{}: record batch {} cannot be read: {}", f, b, reason(st));
     if (!batch) break;
-    if (auto st = batch->Validate(); !st.ok())
+    if (auto st = batch->ValidateFull(); !st.ok())
       fail_input("{}: record batch {} is damaged: {}", f, b, reason(st));
     convert(*batch, b);
   }

@@ -59,9 +59,9 @@ void copy_into(const fs::path& from, const fs::path& to) {
 
 TEST_CASE("formats: Parquet and save_to_disk rows are the JSON Lines rows", "[data][formats]") {
   REQUIRE_ARROW_BUILD();
-  for (const std::string name : {"prompt_completion", "conversational", "preference"}) {
+  for (const std::string name : {"prompt_completion", "conversational", "preference", "typed"}) {
     const auto want = reference(name);
-    REQUIRE(want.size() >= 6);
+    REQUIRE(want.size() >= 5);
     check_same_rows(values(load_dataset(formats() / (name + ".parquet"))), want, name + ".parquet");
     check_same_rows(values(load_dataset(formats() / (name + "_arrow"))), want, name + "_arrow");
   }
@@ -243,6 +243,15 @@ TEST_CASE("formats: a column of a type trlx cannot map is refused by name",
   const auto nested = formats() / "errors" / "nested_binary.parquet";
   CHECK_THAT(input_error([&] { load_dataset(nested); }),
              Contains("column \"messages\": messages[].data has type binary"));
+}
+
+TEST_CASE("formats: timestamps in a zone other than UTC are refused with the advice to cast",
+          "[data][formats][errors]") {
+  REQUIRE_ARROW_BUILD();
+  const auto p = formats() / "errors" / "zoned_timestamp.parquet";
+  CHECK_THAT(input_error([&] { load_dataset(p); }),
+             Contains(p.string() + ": row group 0, column \"at\"") &&
+                 Contains("tz=Europe/Paris]") && Contains("cast the column to UTC"));
 }
 
 TEST_CASE("formats: text that is not UTF-8 names the row", "[data][formats][errors]") {
