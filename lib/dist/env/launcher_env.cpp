@@ -66,8 +66,10 @@ struct MpiVars {
 
 const MpiVars* mpi_launcher(const Reader& env) {
   static const MpiVars table[] = {
+      // OMPI_COMM_WORLD_NODE_RANK is not the node's index: it counts the
+      // processes of all jobs on the node (rank 2 of one node gets 2).
       {Launcher::OpenMPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-       "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK"},
+       "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr},
       // Hydra sets MPI_LOCALRANKID; PMI servers (srun --mpi=pmi2, Intel MPI) PMI_LOCAL_RANK.
       {Launcher::MPICH, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", nullptr},
       {Launcher::MVAPICH, "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",

@@ -59,6 +59,12 @@ TEST_CASE("Open MPI", "[launcher]") {
   CHECK(e.num_nodes == 2);
   CHECK(e.node_rank == 1);
   CHECK(e.master_addr.empty());
+  // Open MPI's NODE_RANK counts processes on the node (as mpirun sets it for
+  // rank 2 of 3 on one node): not the node's index.
+  e = detect({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "3"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+              {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}, {"OMPI_COMM_WORLD_NODE_RANK", "2"}});
+  CHECK(e.num_nodes == 1);
+  CHECK(e.node_rank == 0);
 }
 
 TEST_CASE("MPICH / Intel MPI", "[launcher]") {
