@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <iostream>
 #include <sstream>
 
@@ -17,6 +18,8 @@
 
 #include "cli/cli.hpp"
 #include "core/strings.hpp"
+#include "core/error.hpp"
+#include "dist/comm/rendezvous_check.hpp"
 #include "dist/env/launcher_env.hpp"
 
 namespace trlx::cli {
@@ -86,17 +89,61 @@ std::string torch_build_detail(const std::string& key) {
 
 }  // namespace
 
+namespace {
+
+// `trlx env --rendezvous`: rank 0 prints who met where; the others one line.
+int run_rendezvous_check(const dist::LauncherEnv& env, std::chrono::seconds timeout) {
+  const auto check = dist::check_rendezvous(env, timeout);
+  if (env.rank != 0) {
+    std::cout << fmt::format("rank {} of {} on {}: met rank 0 at {} in {:.2f} s\n", env.rank, env.world_size,
+                             check.members.front().host, check.where, check.seconds);
+    return 0;
+  }
+  std::cout << fmt::format("rendezvous {} ({}): {} rank(s) met in {:.2f} s\n", check.where,
+                           dist::launcher_name(env.launcher), check.members.size(), check.seconds);
+  std::cout << fmt::format("  {:<6}{:<6}{:<8}{:<10}{}\n", "rank", "node", "local", "pid", "host");
+  for (const auto& m : check.members)
+    std::cout << fmt::format("  {:<6}{:<6}{:<8}{:<10}{}\n", m.rank, m.node_rank < 0 ? "-" : std::to_string(m.node_rank),
+                             fmt::format("{}/{}", m.local_rank, m.local_world_size), m.pid, m.host);
+  for (const auto& p : check.problems) std::cout << "problem: " << p << "\n";
+  if (!check.problems.empty()) {
+    std::cout << "the ranks met, but this layout would put two ranks on one GPU or miscount the nodes: fix the "
+                 "launcher's LOCAL_RANK / LOCAL_WORLD_SIZE / node rank settings\n";
+    return static_cast<int>(ExitCode::kBadInput);
+  }
+  return 0;
+}
+
+}  // namespace
+
 int run_env(const std::vector<std::string>& args) {
-  for (const auto& a : args) {
+  bool rendezvous = false;
+  long timeout_s = 60;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[i];
     if (a == "--help" || a == "-h") {
-      std::cout << "Usage: trlx env\nPrints versions, devices, threads and the launcher environment.\n";
+      std::cout << "Usage: trlx env [--rendezvous [--timeout SECONDS]]\n"
+                   "Prints versions, devices, threads and the launcher environment.\n"
+                   "  --rendezvous   run under the job's launcher: every rank meets at the rendezvous GPU ranks use\n"
+                   "                 (MASTER_ADDR:MASTER_PORT, torchrun's store, or rank 0's port shared over MPI)\n"
+                   "                 and rank 0 prints each rank's node, local rank and host; exit 0 when all met\n"
+                   "                 with a consistent layout, 1 when some did not arrive, 2 for a wrong layout\n"
+                   "  --timeout S    how long to wait for the others (default 60)\n";
       return 0;
     }
+    if (a == "--rendezvous") {
+      rendezvous = true;
+    } else if (a == "--timeout" && i + 1 < args.size()) {
+      const std::string& v = args[++i];
+      long n = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || end != v.data() + v.size() || n <= 0) throw InputError(fmt::format("trlx env --timeout {}: expected a positive number of seconds", args[i]));
+      timeout_s = n;
+    } else {
+      throw InputError(fmt::format("trlx env: unknown argument `{}` (it takes --rendezvous and --timeout SECONDS)", a));
+    }
   }
-  if (!args.empty()) {
-    std::cerr << "trlx env takes no arguments\n";
-    return 2;
-  }
+  if (rendezvous) return run_rendezvous_check(dist::detect_launcher(), std::chrono::seconds(timeout_s));
   auto row = [](const std::string& k, const std::string& v) { std::cout << fmt::format("{:<18}{}\n", k, v); };
   row("trlx", TRLX_VERSION);
   row("LibTorch", TORCH_VERSION);

@@ -24,9 +24,9 @@
 #include <thread>
 
 #include <c10/cuda/CUDAFunctions.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "dist/comm/store.hpp"
 #endif
 
 namespace trlx::dist {
@@ -299,48 +299,13 @@ class NcclCommunicator : public Communicator {
   int64_t bytes_ = 0;
 };
 
-c10::intrusive_ptr<c10d::Store> connect_store(const Rendezvous& rv, std::chrono::seconds timeout) {
-  auto make = [&](const std::string& host, int port, bool server) {
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<uint16_t>(port);
-    o.isServer = server;
-    if (server) o.numWorkers = static_cast<size_t>(rv.world_size);
-    o.waitWorkers = false;
-    o.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
-    try {
-      return c10::make_intrusive<c10d::TCPStore>(host, o);
-    } catch (const std::exception& e) {
-      throw CommError(fmt::format("rank {} of {}: the rendezvous store at {}:{} ({}) failed: {}", rv.rank,
-                                  rv.world_size, host, port, server ? "hosted by this rank" : "client", e.what()));
-    }
-  };
-  c10::intrusive_ptr<c10d::TCPStore> store;
-  if (rv.share_over_mpi) {
-    // Rank 0 hosts the store on a free port; MPI tells the other ranks where.
-    std::string where;
-    if (rv.rank == 0) {
-      store = make(rv.host, 0, true);
-      where = fmt::format("{}:{}", rv.host, store->getPort());
-    }
-    where = detail::mpi_broadcast_string(where, timeout);
-    if (rv.rank != 0) {
-      const auto colon = where.rfind(':');
-      store = make(where.substr(0, colon), std::stoi(where.substr(colon + 1)), false);
-    }
-  } else {
-    store = make(rv.host, rv.port, rv.is_server);
-  }
-  if (rv.prefix.empty()) return store;
-  return c10::make_intrusive<c10d::PrefixStore>(rv.prefix, store);
-}
-
 }  // namespace
 
 std::unique_ptr<Communicator> make_nccl_communicator(const Rendezvous& rv, torch::Device device,
                                                      std::chrono::seconds timeout) {
   if (!device.is_cuda()) fail("NCCL communicator: {} is not a CUDA device", device.str());
   if (!device.has_index()) device = torch::Device(torch::kCUDA, 0);
-  auto store = connect_store(rv, timeout);
+  auto store = detail::connect_store(rv, timeout);
   return std::make_unique<NcclCommunicator>(std::move(store), rv.rank, rv.world_size, device, timeout);
 }
 

@@ -11,6 +11,7 @@
 
 #include "dist/comm/communicator.hpp"
 #include "dist/comm/make_communicator.hpp"
+#include "dist/comm/rendezvous_check.hpp"
 #include "dist/env/launcher_env.hpp"
 #include "mpi_world.hpp"
 
@@ -323,4 +324,39 @@ TEST_CASE("rank 1 is killed (SIGKILL) mid-run", "[.kill]") {
 
 TEST_CASE("rank 1 hangs instead of joining a collective", "[.hang]") {
   fail_rank1_midrun([] { std::this_thread::sleep_for(std::chrono::seconds(60)); }, std::chrono::seconds(3));
+}
+
+TEST_CASE("rendezvous check: the layouts that cannot be right are named", "[single]") {
+  using trlx::dist::RendezvousMember;
+  using trlx::dist::rendezvous_problems;
+  auto m = [](int rank, int world, int local, int local_world, int node, const char* host) {
+    RendezvousMember x;
+    x.rank = rank, x.world_size = world, x.local_rank = local, x.local_world_size = local_world;
+    x.node_rank = node, x.host = host;
+    return x;
+  };
+  // Two nodes of two ranks each: nothing to say.
+  CHECK(rendezvous_problems({m(0, 4, 0, 2, 0, "a"), m(1, 4, 1, 2, 0, "a"), m(2, 4, 0, 2, 1, "b"), m(3, 4, 1, 2, 1, "b")},
+                            4)
+            .empty());
+  auto one = [&](std::vector<RendezvousMember> ms, int world) {
+    const auto p = rendezvous_problems(ms, world);
+    REQUIRE(p.size() == 1);
+    return p.front();
+  };
+  CHECK_THAT(one({m(0, 2, 0, 2, 0, "a"), m(1, 3, 1, 2, 0, "a")}, 2),
+             Catch::Matchers::Contains("rank 1 on a was started with world size 3, rank 0 with 2"));
+  CHECK_THAT(one({m(0, 2, 0, 2, 0, "a"), m(1, 2, 0, 2, 0, "a")}, 2),
+             Catch::Matchers::Contains("ranks 0 and 1 on a both have local rank 0"));
+  CHECK_THAT(one({m(0, 2, 0, 2, 0, "a"), m(1, 2, 0, 1, 1, "b")}, 2),
+             Catch::Matchers::Contains("a runs 1 rank(s) but they were told the local world size is 2"));
+  CHECK_THAT(one({m(0, 2, 0, 1, 0, "a"), m(1, 2, 0, 1, 0, "b")}, 2),
+             Catch::Matchers::Contains("a and b both say they are node 0"));
+  CHECK_THAT(one({m(0, 2, 0, 2, 0, "a"), m(1, 2, 1, 2, 1, "a")}, 2),
+             Catch::Matchers::Contains("the ranks on a disagree on their node rank"));
+  // Node ranks an MPI launcher does not give (-1) are not held against anyone.
+  CHECK(rendezvous_problems({m(0, 4, 0, 2, -1, "a"), m(1, 4, 1, 2, -1, "a"), m(2, 4, 0, 2, -1, "b"),
+                             m(3, 4, 1, 2, -1, "b")},
+                            4)
+            .empty());
 }

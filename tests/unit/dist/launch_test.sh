@@ -78,6 +78,54 @@ step1=$(grep -o '\[rank 1\] training stopped at step [0-9]*' "$TMP/stop.log" | g
 [ -d "$TMP/stop/checkpoint-$step0" ] && ok || bad "no checkpoint-$step0"
 lacks 'MPI_ABORT|most likely because another rank failed'
 
+# `trlx env --rendezvous`: the ranks meet where GPU ranks would and rank 0
+# lists them. Under `trlx launch` on CPU (mpirun: rank 0's port over MPI):
+run 0 launch --nproc_per_node 3 -- trlx env --rendezvous --timeout 30
+has '^\[rank 0\] rendezvous .*: 3 rank\(s\) met in'
+has '^\[rank 0\]   2 +- +2/3 '
+has '^\[rank 2\] rank 2 of 3 on .*: met rank 0 at'
+# Started by hand as torchrun would start them: MASTER_ADDR and MASTER_PORT.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# by_hand <world> <timeout> <rank:local_rank:local_world:group_rank>...: one process each, in
+# the background; waits for all, leaves rank 0's output in OUT and its exit code in RC.
+by_hand() {
+  local world=$1 t=$2 spec r lr lw gr
+  shift 2
+  local pids=()
+  for spec in "$@"; do
+    IFS=: read -r r lr lw gr <<<"$spec"
+    env RANK=$r WORLD_SIZE=$world LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$lw GROUP_RANK=$gr MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$port timeout 60 "$TRLX" env --rendezvous --timeout "$t" >"$TMP/rdzv.$r" 2>&1 &
+    pids+=($!)
+  done
+  local rcs=()
+  for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
+  RC=${rcs[0]}
+  OUT=$(cat "$TMP"/rdzv.*)
+  rm -f "$TMP"/rdzv.*
+}
+by_hand 3 30 0:0:3:0 1:1:3:0 2:2:3:0
+[ "$RC" = 0 ] && ok || bad "torchrun-style rendezvous: rank 0 exited $RC"
+has "rendezvous 127\.0\.0\.1:$port \(torchrun\): 3 rank\(s\) met"
+has '^  1 +0 +1/3 '
+has "rank 2 of 3 on .*: met rank 0 at 127\.0\.0\.1:$port"
+# Two ranks told they are local rank 0 of one host: they would share a GPU.
+by_hand 2 30 0:0:2:0 1:0:2:0
+[ "$RC" = 2 ] && ok || bad "a duplicated local rank: rank 0 exited $RC, expected 2"
+has 'problem: ranks 0 and 1 on .* both have local rank 0'
+# A rank that never comes: rank 0 names it after the timeout, exit 1.
+by_hand 3 3 0:0:3:0 1:1:3:0
+[ "$RC" = 1 ] && ok || bad "a missing rank: rank 0 exited $RC, expected 1"
+has 'rank\(s\) 2 of 3 did not reach the rendezvous at 127\.0\.0\.1:'"$port"' within 3 s'
+lacks '^frame #'
+# Nobody at MASTER_ADDR:MASTER_PORT: the rank says where it dialled.
+by_hand 2 3 1:1:2:0
+[ "$RC" = 1 ] && ok || bad "no store: rank 1 exited $RC, expected 1"
+has "rank 1 of 2: the rendezvous store at 127\.0\.0\.1:$port \(client\) failed"
+lacks '^frame #'  # a message, not LibTorch's stack trace
+run 2 env --rendezvous --timeout -3
+has 'expected a positive number of seconds'
+
 # Usage errors.
 run 2 launch --nproc_per_node 2
 has 'no command'
