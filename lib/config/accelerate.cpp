@@ -101,7 +101,7 @@ bool is_false_like(const YAML::Node& n) {
 void read_deepspeed(const YAML::Node& map, Reader& r, DistributedConfig& out, bool& have_stage) {
   for (auto it = map.begin(); it != map.end(); ++it) {
     const std::string key = it->first.Scalar();
-    const YAML::Node& v = it->second;
+    const YAML::Node v = it->second;  // a copy: `it->` returns a temporary proxy
     const std::string name = "deepspeed_config." + key;
     r.key([&] {
     if (key == "zero_stage") {
@@ -135,7 +135,7 @@ void read_deepspeed(const YAML::Node& map, Reader& r, DistributedConfig& out, bo
 void read_fsdp(const YAML::Node& map, Reader& r, DistributedConfig& out) {
   for (auto it = map.begin(); it != map.end(); ++it) {
     const std::string key = it->first.Scalar();
-    const YAML::Node& v = it->second;
+    const YAML::Node v = it->second;  // a copy: `it->` returns a temporary proxy
     const std::string name = "fsdp_config." + key;
     r.key([&] {
     if (key == "fsdp_version") {
@@ -205,7 +205,7 @@ DistributedConfig parse_accelerate_config(const std::string& yaml_text, const st
   YAML::Node deepspeed, fsdp, dist_key;
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string key = it->first.Scalar();
-    const YAML::Node& v = it->second;
+    const YAML::Node v = it->second;  // a copy: `it->` returns a temporary proxy
     r.key([&] {
     if (key == "distributed_type") {
       dist_key = it->first;

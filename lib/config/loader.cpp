@@ -57,6 +57,15 @@ nlohmann::json yaml_to_json(const YAML::Node& node) {
   return t;
 }
 
+// A mapping given where a list of mappings is taken, as the JSON text kept for it.
+std::string mapping_text(const YAML::Node& node, const std::string& at, const std::string& field) {
+  try {
+    return yaml_to_json(node).dump();
+  } catch (const nlohmann::json::type_error&) {  // 316: a string that is not UTF-8
+    fail_input("{}: `{}` holds text that is not valid UTF-8; config files are UTF-8", at, field);
+  }
+}
+
 std::string format_double(double d) {
   if (std::isinf(d)) return d > 0 ? ".inf" : "-.inf";
   if (std::isnan(d)) return ".nan";
@@ -350,8 +359,8 @@ std::string ConfigLoader::unknown_key_message(const std::string& key, bool is_fl
 void ConfigLoader::walk(const YAML::Node& map, const std::string& prefix, const std::string& file) {
   std::map<std::string, int> seen;  // key -> line, to catch duplicates
   for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& k = it->first;
-    const YAML::Node& v = it->second;
+    const YAML::Node k = it->first;  // a copy: `it->` returns a temporary proxy
+    const YAML::Node v = it->second;
     const int line = k.Mark().line + 1, col = k.Mark().column + 1;
     if (!k.IsScalar()) {
       errors_.push_back(fmt::format("{}:{}:{}: keys must be plain names", file, line, col));
@@ -396,7 +405,7 @@ void ConfigLoader::set_from_yaml(const FieldSpec& f, const YAML::Node& node, Ori
   }
   // One mapping where a list of mappings is taken: that list of one.
   if (node.IsMap() && f.kind == Kind::StringList && f.mapping_items)
-    return set_value(f, std::vector<std::string>{yaml_to_json(node).dump()}, origin);
+    return set_value(f, std::vector<std::string>{mapping_text(node, at, f.name)}, origin);
   if (node.IsMap()) return bad("a mapping");
   const bool is_list = f.kind == Kind::StringList || f.kind == Kind::FloatList;
   if (node.IsSequence()) {
@@ -405,7 +414,7 @@ void ConfigLoader::set_from_yaml(const FieldSpec& f, const YAML::Node& node, Ori
       std::vector<std::string> out;
       for (const auto& item : node) {
         if (item.IsMap() && f.mapping_items) {
-          out.push_back(yaml_to_json(item).dump());
+          out.push_back(mapping_text(item, at, f.name));
           continue;
         }
         if (!item.IsScalar()) return bad(f.mapping_items ? "a list with an item that is neither a string nor a mapping"
