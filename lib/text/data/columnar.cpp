@@ -13,6 +13,7 @@
 #include <arrow/io/compressed.h>
 #include <arrow/io/file.h>
 #include <arrow/ipc/reader.h>
+#include <arrow/util/byte_size.h>
 #include <arrow/util/compression.h>
 #include <arrow/util/float16.h>
 #include <parquet/arrow/reader.h>
@@ -327,7 +328,8 @@ void read_parquet(const fs::path& path, const RowSink& sink) {
   const int groups = reader->num_row_groups();
   for (int g = 0; g < groups; ++g) {
     const int64_t n = reader->parquet_reader()->metadata()->RowGroup(g)->num_rows();
-    rows.assign(static_cast<size_t>(n), Value::object());
+    if (n < 0) fail_input("{}: row group {} has {} rows; the file is damaged", f, g, n);
+    rows.clear();
     // One column at a time: what the reader holds is one column chunk.
     for (int c = 0; c < schema->num_fields(); ++c) {
       const std::string& name = schema->field(c)->name();
@@ -340,6 +342,14 @@ void read_parquet(const fs::path& path, const RowSink& sink) {
         fail_input("{}: cannot be read: {}", at.str(), e.what());
       }
       if (!st.ok()) fail_input("{}: cannot be read: {}", at.str(), reason(st));
+      // The rows are made once a column is read: their count is then one the
+      // file's data backs, not only its metadata.
+      if (c == 0) {
+        if (data->length() != n)
+          fail_input("{}: holds {} values but the row group has {} rows; the file is damaged", at.str(),
+                     data->length(), n);
+        rows.assign(static_cast<size_t>(n), Value::object());
+      }
       fill_column(rows, *data, name, at, first_row);
     }
     emit(rows, f, first_row, sink);
@@ -362,6 +372,12 @@ void read_arrow_ipc(const fs::path& path, const RowSink& sink) {
   int64_t first_row = 0;
   std::vector<Value> rows;
   auto convert = [&](const arrow::RecordBatch& batch, int64_t index) {
+    // ValidateFull held every column to the batch's row count, but a column of
+    // type null has no data: a count that no column's data backs is damage.
+    const int64_t bytes = arrow::util::TotalBufferSize(batch);
+    if (batch.num_rows() > 8 * bytes + 1024)
+      fail_input("{}: record batch {} has {} rows but {} bytes of data; the file is damaged", f, index,
+                 batch.num_rows(), bytes);
     rows.assign(static_cast<size_t>(batch.num_rows()), Value::object());
     for (int c = 0; c < batch.num_columns(); ++c) {
       const std::string& name = batch.schema()->field(c)->name();
