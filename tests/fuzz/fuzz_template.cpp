@@ -63,7 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifdef TRLX_TEMPLATE_RENDER_MAIN
-// Differential-check driver (scripts/fuzz/template.sh diff): renders each file
+// Differential-check driver (scripts/fuzz/run.sh template-diff): renders each file
 // given as template [\0 context JSON] and prints one JSON line per file, for
 // scripts/fixtures/template_fixtures.py to compare with jinja2.
 #include <fstream>

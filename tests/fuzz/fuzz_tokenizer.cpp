@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "text/tokenizer/tokenizer.hpp"
 
 namespace {
@@ -41,6 +42,7 @@ const char* kValid = R"({
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  trlx::log::init(0, 1, "off");  // the loader's warnings would flood the output
   if (const char* p = std::getenv("TRLX_FUZZ_WRITE_SEED")) {
     if (FILE* f = std::fopen(p, "wb")) {
       std::fputs(kValid, f);
