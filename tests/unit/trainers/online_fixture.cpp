@@ -240,13 +240,16 @@ double check_ppo_rollouts(const std::vector<engine::TensorMap>& rollouts, const 
     return ((got.to(torch::kFloat64) - t).abs() / t.abs().clamp_min(1.0)).max().item<double>();
   };
   double worst = 0;
+  // The fixture's own tolerance where its reference moves more than 1e-4
+  // between machines (scripts/fixtures/ppo_fixtures.py says which and why).
+  const double later = cs.value("tolerance", 1e-4);
   for (size_t u = 0; u < want.size(); ++u)
     for (const char* k : {"scores", "rewards", "values", "advantages", "returns", "logprobs", "ref_logprobs"}) {
       // The first batch comes from the starting models alone; later ones
-      // from models trained as TRL trained them, to the updates' 1e-4.
+      // from models trained as TRL trained them, to the updates' tolerance.
       const double d = difference(rollouts[u].at(k), want[u].at(k));
       INFO("rank " << rank << " update " << u + 1 << " " << k << ": largest difference " << d);
-      CHECK(d <= (u == 0 ? 1e-5 : 1e-4));
+      CHECK(d <= (u == 0 ? 1e-5 : later));
       worst = std::max(worst, d);
     }
   return worst;
@@ -254,6 +257,7 @@ double check_ppo_rollouts(const std::vector<engine::TensorMap>& rollouts, const 
 
 Comparison ppo_comparison(const nlohmann::json& cs) {
   Comparison cmp;
+  cmp.tolerance = cs.value("tolerance", 1e-4);
   // TRL's timing and epoch; trlx's step values (TRL's PPO logs no loss,
   // gradient norm or token count).
   cmp.ignored = {"eps", "val/ratio_var", "epoch", "loss", "grad_norm", "learning_rate", "num_tokens"};

@@ -119,7 +119,7 @@ void Comparison::check(double got, double want, const std::string& what) {
   worst = std::max(worst, d);
   ++checked;
   INFO(what << ": trlx " << got << ", reference " << want);
-  CHECK(d <= 1e-4 * std::max(1.0, std::abs(want)));
+  CHECK(d <= tolerance * std::max(1.0, std::abs(want)));
 }
 
 double mean_of(const engine::MetricSums& m, const std::string& name) {

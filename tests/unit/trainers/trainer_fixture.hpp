@@ -41,6 +41,7 @@ struct Run {
 struct Comparison {
   std::set<std::string> ignored;
   std::set<std::string> known_divergent;
+  double tolerance = 1e-4;     // relative to max(1, |reference|)
   double worst = 0;            // largest |trlx - reference| over the checked values
   double divergent_worst = 0;  // the same over known_divergent
   size_t checked = 0;
