@@ -206,6 +206,8 @@ class Engine {
   void set_reward_model(model::LanguageModel reward);
   // Sums values over ranks (counts a trainer's loss needs globally).
   void sum_across_ranks(std::vector<double>& values) { strategy_->sum_across_ranks(values); }
+  // `t` summed over ranks, as a new tensor on t's device; no host round trip.
+  torch::Tensor sum_across_ranks(const torch::Tensor& t) { return strategy_->sum_across_ranks(t); }
   // The largest of each value over ranks (metrics such as max_reward).
   void max_across_ranks(std::vector<double>& values) { strategy_->max_across_ranks(values); }
   // True while loss() runs on a stand-in example (see Trainer::loss).

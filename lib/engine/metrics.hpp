@@ -8,11 +8,16 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <torch/torch.h>
+
+namespace trlx::dist {
+class Communicator;
+}
 
 namespace trlx::engine {
 
@@ -32,6 +37,14 @@ struct MetricSums {
   // (SFT's mean_token_accuracy and entropy, which TRL appends once per
   // micro-batch and averages at logging).
   std::map<std::string, std::map<int64_t, std::pair<double, double>>> per_batch;
+  // Per-batch metrics whose micro-batches without items (count 0 over all
+  // ranks) are left out of the mean instead of counting as 0: the reference
+  // appends a value only when there is one (KTO's rewards/chosen when a
+  // micro-batch holds no desirable row).
+  std::set<std::string> skip_empty;
+  // name -> (a, b): over the micro-batches where per-batch metrics a and b
+  // both have items, the mean of a's ratio minus b's (KTO's rewards/margins).
+  std::map<std::string, std::pair<std::string, std::string>> differences;
   // Entries: one value per event (a generation round, a micro-batch), the
   // mean over the window's entries that are not NaN (the online trainers'
   // reward, completion-length and min/max metrics, which TRL appends once
@@ -72,6 +85,13 @@ struct MetricSums {
   void add_per_batch(const std::string& name, const torch::Tensor& sum, const torch::Tensor& count) {
     accumulate(pending_per_batch[name][0], sum, count);
   }
+  // The same, leaving micro-batches without items out of the mean.
+  void add_per_batch_nonempty(const std::string& name, const torch::Tensor& sum, const torch::Tensor& count) {
+    skip_empty.insert(name);
+    add_per_batch(name, sum, count);
+  }
+  // Logs `name` as the mean difference of two per-batch metrics (see differences).
+  void add_difference(const std::string& name, const std::string& a, const std::string& b) { differences[name] = {a, b}; }
   // In a loss's (or a round's) own sums: this event's value of an entry metric.
   void add_entry(const std::string& name, double value, EntryReduce reduce = EntryReduce::Same) {
     entries[name][0] = {value, reduce};
@@ -95,6 +115,8 @@ struct MetricSums {
       for (const auto& [i, v] : e) entries[k][batches + i] = v;
     for (const auto& [k, e] : o.pending_entries)
       for (const auto& [i, v] : e) pending_entries[k][batches + i] = v;
+    skip_empty.insert(o.skip_empty.begin(), o.skip_empty.end());
+    differences.insert(o.differences.begin(), o.differences.end());
     batches += o.batches > 0 ? o.batches : 1;
   }
   // Moves every pending device sum into `values` and `per_batch`, reading
@@ -144,11 +166,29 @@ struct MetricSums {
       if (n == 0) return std::nullopt;  // every entry NaN: not logged
       return total / n;
     }
+    if (auto d = differences.find(name); d != differences.end()) {
+      auto a = per_batch.find(d->second.first), b = per_batch.find(d->second.second);
+      if (a == per_batch.end() || b == per_batch.end()) return std::nullopt;
+      double total = 0, n = 0;
+      for (const auto& [i, va] : a->second) {
+        auto vb = b->second.find(i);
+        if (va.second > 0 && vb != b->second.end() && vb->second.second > 0)
+          total += va.first / va.second - vb->second.first / vb->second.second, n += 1;
+      }
+      if (n == 0) return std::nullopt;
+      return total / n;
+    }
     auto it = per_batch.find(name);
     if (it == per_batch.end() || it->second.empty()) return std::nullopt;
-    double total = 0;
-    for (const auto& [i, v] : it->second) total += v.second > 0 ? v.first / v.second : 0.0;
-    return total / static_cast<double>(it->second.size());
+    const bool skip = skip_empty.count(name) > 0;
+    double total = 0, n = 0;
+    for (const auto& [i, v] : it->second) {
+      if (skip && v.second <= 0) continue;
+      total += v.second > 0 ? v.first / v.second : 0.0;
+      n += 1;
+    }
+    if (n == 0) return std::nullopt;
+    return total / n;
   }
   std::map<std::string, double> means() const {
     read();
@@ -157,6 +197,8 @@ struct MetricSums {
     for (const auto& [k, v] : per_batch)
       if (auto m = mean(k)) out[k] = *m;
     for (const auto& [k, v] : entries)
+      if (auto m = mean(k)) out[k] = *m;
+    for (const auto& [k, v] : differences)
       if (auto m = mean(k)) out[k] = *m;
     return out;
   }
@@ -168,5 +210,12 @@ struct MetricSums {
     into.second = into.second.defined() ? into.second + c : c;
   }
 };
+
+// Sums `m`'s values and per-batch sums over the ranks of `comm` and takes
+// its extreme entries' extremes, so that every rank holds the window's
+// global metrics. Ranks may hold different names and micro-batch indices (a
+// rank that stood in for a micro-batch has none of its metrics): the union
+// is reduced, a missing value counting as nothing.
+void reduce_over_ranks(dist::Communicator& comm, MetricSums& m);
 
 }  // namespace trlx::engine

@@ -31,9 +31,11 @@ std::string human(double n) {
 
 }  // namespace
 
-void Engine::reduce_metrics(MetricSums& m) {
+void Engine::reduce_metrics(MetricSums& m) { reduce_over_ranks(*comm_, m); }
+
+void reduce_over_ranks(dist::Communicator& comm, MetricSums& m) {
   m.read();
-  if (comm_->backend() == "single") return;
+  if (comm.backend() == "single") return;
   // Ranks normally log the same names; if one has a name another lacks (a
   // rank that saw no data in the window), the window is summed by name over
   // the union of names. A per-micro-batch entry is named by its metric and
@@ -43,11 +45,18 @@ void Engine::reduce_metrics(MetricSums& m) {
   for (const auto& [k, v] : m.values) names += k + '\n';
   for (const auto& [k, entries] : m.per_batch)
     for (const auto& [i, v] : entries) names += fmt::format("{}{}{}\n", k, kSep, i);
-  std::set<std::string> keys;
-  for (const auto& theirs : dist::all_gather_strings(*comm_, names)) {
+  // An entry of one rank's extreme: name, index and which extreme.
+  for (const auto& [k, e] : m.entries)
+    for (const auto& [idx, v] : e)
+      if (v.reduce != EntryReduce::Same)
+        names += fmt::format("{}{}{}{}{}\n", k, kSep, idx, kSep, v.reduce == EntryReduce::Max ? "max" : "min");
+  std::set<std::string> keys, extreme_keys;
+  for (const auto& theirs : dist::all_gather_strings(comm, names)) {
     size_t start = 0;
-    for (size_t end; (end = theirs.find('\n', start)) != std::string::npos; start = end + 1)
-      keys.insert(theirs.substr(start, end - start));
+    for (size_t end; (end = theirs.find('\n', start)) != std::string::npos; start = end + 1) {
+      auto key = theirs.substr(start, end - start);
+      (std::count(key.begin(), key.end(), kSep) == 2 ? extreme_keys : keys).insert(std::move(key));
+    }
   }
   auto find = [&](const std::string& key) -> std::pair<double, double> {
     const size_t sep = key.find(kSep);
@@ -66,7 +75,7 @@ void Engine::reduce_metrics(MetricSums& m) {
     flat.push_back(sum);
     flat.push_back(count);
   }
-  strategy_->sum_across_ranks(flat);
+  dist::all_reduce_values(comm, flat, dist::ReduceOp::Sum);
   m.values.clear();
   m.per_batch.clear();
   size_t i = 0;
@@ -77,24 +86,33 @@ void Engine::reduce_metrics(MetricSums& m) {
     i += 2;
   }
   // Entries of one rank's extreme: the extreme over ranks (a min as the
-  // max of its negation). Every rank holds the same entries.
+  // max of its negation), over the union of every rank's entries, since a
+  // rank that stood in for a micro-batch has none for it.
+  if (extreme_keys.empty()) return;
+  struct Key {
+    std::string name;
+    int64_t index;
+    EntryReduce reduce;
+  };
+  std::vector<Key> parsed;
   std::vector<double> extremes;
-  for (const auto& [k, e] : m.entries)
-    for (const auto& [idx, v] : e)
-      if (v.reduce != EntryReduce::Same) extremes.push_back(v.reduce == EntryReduce::Max ? v.value : -v.value);
-  if (extremes.empty()) return;
-  // NaN (no value on this rank) loses to any number.
-  for (auto& x : extremes)
-    if (std::isnan(x)) x = -std::numeric_limits<double>::infinity();
-  strategy_->max_across_ranks(extremes);
-  size_t j = 0;
-  for (auto& [k, e] : m.entries)
-    for (auto& [idx, v] : e)
-      if (v.reduce != EntryReduce::Same) {
-        double x = extremes[j++];
-        if (std::isinf(x) && x < 0) x = std::numeric_limits<double>::quiet_NaN();
-        v.value = v.reduce == EntryReduce::Max ? x : -x;
-      }
+  for (const auto& key : extreme_keys) {
+    const size_t a = key.find(kSep), b = key.rfind(kSep);
+    Key k{key.substr(0, a), std::stoll(key.substr(a + 1, b - a - 1)),
+          key.substr(b + 1) == "max" ? EntryReduce::Max : EntryReduce::Min};
+    double x = std::numeric_limits<double>::quiet_NaN();
+    if (auto e = m.entries.find(k.name); e != m.entries.end())
+      if (auto v = e->second.find(k.index); v != e->second.end()) x = v->second.value;
+    // NaN (no value on this rank) loses to any number.
+    extremes.push_back(std::isnan(x) ? -std::numeric_limits<double>::infinity() : k.reduce == EntryReduce::Max ? x : -x);
+    parsed.push_back(std::move(k));
+  }
+  dist::all_reduce_values(comm, extremes, dist::ReduceOp::Max);
+  for (size_t j = 0; j < parsed.size(); ++j) {
+    double x = extremes[j];
+    if (std::isinf(x) && x < 0) x = std::numeric_limits<double>::quiet_NaN();
+    m.entries[parsed[j].name][parsed[j].index] = {parsed[j].reduce == EntryReduce::Max ? x : -x, parsed[j].reduce};
+  }
 }
 
 void Engine::log_metrics(const std::map<std::string, double>& m) {

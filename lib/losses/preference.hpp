@@ -117,9 +117,11 @@ KtoLossOutput kto_loss(const KtoInputs& inputs, const KtoLossOptions& options);
 
 // float64 [6]: sums of chosen rewards, chosen logps, count chosen, rejected
 // rewards, rejected logps, count rejected (NaNs skipped, as TRL's nansum).
-// All-reduce (sum), then kto_metrics() gives TRL's rewards/chosen,
-// logps/chosen, rewards/rejected, logps/rejected, rewards/margins, each only
-// when its side is non-empty, after "kl" (pass the loss's kl).
+// The trainer keeps them as per-micro-batch device sums, summed over ranks
+// at a logging step; kto_metrics() gives one micro-batch's values from them
+// on the host: TRL's rewards/chosen, logps/chosen, rewards/rejected,
+// logps/rejected, rewards/margins, each only when its side is non-empty,
+// after "kl" (pass the loss's kl).
 torch::Tensor kto_metric_sums(const KtoLossOutput& out);
 std::vector<std::pair<std::string, double>> kto_metrics(const torch::Tensor& sums, double kl);
 

@@ -121,17 +121,17 @@ engine::LossOutput GRPOTrainer::loss(engine::Engine& engine, const engine::Tenso
                     torch::ones({}, loss.options()));
     loss = loss - apply * mean_entropy;
     if (grpo_.use_adaptive_entropy) {
-      window_entropy_ += (lp.entropy.detach() * effective).sum().item<double>();
-      window_tokens_ += effective.sum().item<double>();
+      // Device sums over the step's micro-batches, read once at its end.
+      auto sums = torch::stack({(lp.entropy.detach() * effective).sum(), effective.sum()}).to(torch::kFloat64);
+      window_sums_ = window_sums_.defined() ? window_sums_ + sums : sums;
       if (last_micro) {
-        std::vector<double> w = {window_entropy_, window_tokens_};
-        engine.sum_across_ranks(w);
-        const double world_entropy = w[0] / std::max(1.0, w[1]);
+        const auto w = engine.sum_across_ranks(window_sums_).cpu();
+        const double world_entropy = w[0].item<double>() / std::max(1.0, w[1].item<double>());
         entropy_coef_ = world_entropy <= grpo_.entropy_target
                             ? std::min(entropy_coef_ + grpo_.entropy_coef_delta, grpo_.entropy_coef_max)
                             : std::max(entropy_coef_ - grpo_.entropy_coef_delta, grpo_.entropy_coef_min);
         last_world_entropy_ = world_entropy;
-        window_entropy_ = window_tokens_ = 0;
+        window_sums_ = torch::Tensor();
       }
     }
     if (last_micro) m.add_entry("entropy_coef", entropy_coef_);

@@ -36,7 +36,7 @@ class GRPOTrainer : public GroupTrainer {
   // now, the last step's entropy over all ranks, and this step's sums so far.
   double entropy_coef_ = 0;
   double last_world_entropy_ = std::numeric_limits<double>::infinity();
-  double window_entropy_ = 0, window_tokens_ = 0;
+  torch::Tensor window_sums_;  // entropy and token sums of this step's micro-batches so far
   int64_t micro_in_step_ = 0;
 };
 

@@ -201,10 +201,11 @@ engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::Tensor
     auto kl_ref = completion_logps(engine, engine::Role::Reference, batch, "KL_", false).sums;
     // TRL gathers each rank's batch mean and averages them (a stand-in
     // rank adds nothing).
+    // The sum stays on the device: no host synchronisation per micro-batch.
     const double own = engine.standing_in() ? 0.0 : 1.0;
-    std::vector<double> v = {own * losses::kto_local_kl(kl_policy, kl_ref).item<double>(), own};
-    engine.sum_across_ranks(v);
-    kl = torch::tensor(v[0] / v[1], policy.sums.options().dtype(torch::kFloat32));
+    auto local = losses::kto_local_kl(kl_policy, kl_ref).detach().to(torch::kFloat64).reshape({1}) * own;
+    auto v = engine.sum_across_ranks(torch::cat({local, torch::full({1}, own, local.options())}));
+    kl = (v[0] / v[1]).to(torch::kFloat32);
   }
   losses::KtoInputs in;
   in.logps = policy.sums;
@@ -223,27 +224,24 @@ engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::Tensor
   lo.loss_sum = out.loss * static_cast<double>(labels.size(0));
 
   // Metrics as TRL logs them: each micro-batch's value over all ranks, then
-  // the mean of those values over the logging window. Every rank adds the
-  // same global value with count 1, which the engine's rank sum preserves.
-  auto sums = losses::kto_metric_sums(out).cpu();
-  std::vector<double> g(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel());
+  // the mean of those values over the logging window (a ratio only where the
+  // micro-batch has rows of its kind). They stay device sums until a logging
+  // step, where the engine sums them over ranks per micro-batch.
+  auto& m = lo.metrics;
+  const auto sums = losses::kto_metric_sums(out);  // see kto_metric_sums
+  m.add("kl", out.kl.defined() ? out.kl.detach().to(torch::kFloat64) : torch::zeros({}, sums.options()), 1.0);
+  m.add_per_batch_nonempty("rewards/chosen", sums[0], sums[2]);
+  m.add_per_batch_nonempty("logps/chosen", sums[1], sums[2]);
+  m.add_per_batch_nonempty("rewards/rejected", sums[3], sums[5]);
+  m.add_per_batch_nonempty("logps/rejected", sums[4], sums[5]);
+  m.add_difference("rewards/margins", "rewards/chosen", "rewards/rejected");
   const auto mask = policy.mask.to(torch::kFloat32);
   const auto ml = engine.mean_logits(engine::Role::Policy, policy.hidden) * mask;
   const auto lab = labels.to(torch::kFloat32).unsqueeze(1);
-  g.push_back((policy.entropy.to(torch::kFloat32) * mask).sum().item<double>());
-  g.push_back(mask.sum().item<double>());
-  g.push_back((ml * lab).sum().item<double>());
-  g.push_back((mask * lab).sum().item<double>());
-  g.push_back((ml * (1 - lab)).sum().item<double>());
-  g.push_back((mask * (1 - lab)).sum().item<double>());
-  if (engine.standing_in()) std::fill(g.begin(), g.end(), 0.0);
-  engine.sum_across_ranks(g);
-  const double kl_value = out.kl.defined() ? out.kl.item<double>() : 0.0;
-  for (const auto& [name, value] : losses::kto_metrics(torch::tensor(std::vector<double>(g.begin(), g.begin() + 6), torch::kFloat64), kl_value))
-    lo.metrics.add(name, value, 1);
-  lo.metrics.add("entropy", g[7] > 0 ? g[6] / g[7] : 0.0, 1);
-  if (g[9] > 0) lo.metrics.add("logits/chosen", g[8] / g[9], 1);
-  if (g[11] > 0) lo.metrics.add("logits/rejected", g[10] / g[11], 1);
+  const auto f64 = [](const torch::Tensor& t) { return t.sum().to(torch::kFloat64); };
+  m.add_per_batch("entropy", f64(policy.entropy.to(torch::kFloat32) * mask), f64(mask));
+  m.add_per_batch_nonempty("logits/chosen", f64(ml * lab), f64(mask * lab));
+  m.add_per_batch_nonempty("logits/rejected", f64(ml * (1 - lab)), f64(mask * (1 - lab)));
   return lo;
 }
 

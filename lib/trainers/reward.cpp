@@ -1,6 +1,5 @@
 #include "trainers/reward.hpp"
 
-#include <limits>
 #include <tuple>
 
 #include "core/error.hpp"
@@ -135,17 +134,15 @@ engine::LossOutput RewardTrainer::loss(engine::Engine& engine, const engine::Ten
   lo.loss_sum = out.loss * static_cast<double>(b);
   // TRL logs each micro-batch's values and averages them over the logging
   // window, so each micro-batch counts once. min/max are over the rewards
-  // of all ranks, as TRL takes them over the gathered batch: every rank
-  // adds the same global value (a stand-in adds nothing to it).
-  const double none = -std::numeric_limits<double>::infinity();
-  std::vector<double> extremes = {engine.standing_in() ? none : out.max_reward.item<double>(),
-                                  engine.standing_in() ? none : -out.min_reward.item<double>()};
-  engine.max_across_ranks(extremes);
-  lo.metrics.add("accuracy", out.accuracy.item<double>(), 1);
-  lo.metrics.add("margin", out.margin.item<double>(), 1);
-  lo.metrics.add("min_reward", -extremes[1], 1);
-  lo.metrics.add("mean_reward", out.mean_reward.item<double>(), 1);
-  lo.metrics.add("max_reward", extremes[0], 1);
+  // of all ranks, as TRL takes them over the gathered batch (the engine
+  // takes the extreme over ranks at a logging step). Device values: no host
+  // synchronisation per micro-batch.
+  const auto f64 = [](const torch::Tensor& t) { return t.detach().to(torch::kFloat64); };
+  lo.metrics.add("accuracy", f64(out.accuracy), 1.0);
+  lo.metrics.add("margin", f64(out.margin), 1.0);
+  lo.metrics.add_entry("min_reward", f64(out.min_reward), engine::EntryReduce::Min);
+  lo.metrics.add("mean_reward", f64(out.mean_reward), 1.0);
+  lo.metrics.add_entry("max_reward", f64(out.max_reward), engine::EntryReduce::Max);
   return lo;
 }
 

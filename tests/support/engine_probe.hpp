@@ -16,6 +16,8 @@ struct EngineProbe {
   static dist::Strategy& strategy(Engine& e) { return *e.strategy_; }
   // The rows the run logged (JSON), as trainer_state.json keeps them.
   static const std::vector<std::string>& log_history(Engine& e) { return e.log_history_; }
+  // `m` reduced over ranks as the engine reduces a logging window.
+  static void reduce_metrics(Engine& e, MetricSums& m) { e.reduce_metrics(m); }
   static std::pair<double, double> step_on(Engine& e, Trainer& trainer,
                                            const std::vector<std::vector<size_t>>& micro_batches) {
     return e.step_on(trainer, micro_batches);

@@ -77,6 +77,16 @@ void Strategy::lerp_by_name(model::LanguageModelImpl& dst, model::LanguageModelI
 }
 
 void Strategy::sum_across_ranks(std::vector<double>& values) { all_reduce_values(*comm_, values, ReduceOp::Sum); }
+torch::Tensor Strategy::sum_across_ranks(const torch::Tensor& t) {
+  if (comm_->backend() == "single") return t;
+  // Already on the communicator's device (the model's): reduced there. Any
+  // other tensor goes through the host, as host values do.
+  const bool on_device = t.device() == comm_->device();
+  auto x = on_device ? t.contiguous().clone() : comm_->host_to_device(t.to(torch::kCPU).contiguous());
+  comm_->all_reduce(x, ReduceOp::Sum)->wait();
+  return on_device ? x : comm_->device_to_host(x).to(t.device());
+}
+
 void Strategy::max_across_ranks(std::vector<double>& values) { all_reduce_values(*comm_, values, ReduceOp::Max); }
 
 std::unique_ptr<Strategy> make_single_strategy(std::shared_ptr<Communicator> comm) {

@@ -128,6 +128,9 @@ class Strategy {
 
   // Sums `values` over ranks, in place (metrics, token counts).
   void sum_across_ranks(std::vector<double>& values);
+  // `t` summed over ranks, as a new tensor on t's device: the reduction
+  // runs on the communicator's device and nothing is read on the host.
+  torch::Tensor sum_across_ranks(const torch::Tensor& t);
   // The largest of each value over ranks, in place.
   void max_across_ranks(std::vector<double>& values);
 

@@ -14,6 +14,7 @@
 #include "dist/env/launcher_env.hpp"
 #include "dist/strategy/grad_buckets.hpp"
 #include "dist/strategy/strategy.hpp"
+#include "engine/metrics.hpp"
 #include "mpi_world.hpp"
 
 using namespace trlx;
@@ -122,6 +123,12 @@ TEST_CASE("strategies' sums, parameter agreement and gradient-sync check keep to
   std::vector<double> maxes = {static_cast<double>(r)};
   s.max_across_ranks(maxes);
   CHECK(maxes[0] == gpu->world_size() - 1);
+  // A tensor sum (KTO's KL estimate): reduced without a host value, and a
+  // tensor off the communicator's device goes through its host_to_device.
+  const auto t = s.sum_across_ranks(torch::tensor({1.0, static_cast<double>(r)}, torch::kFloat64));
+  CHECK(t.device().is_cpu());
+  CHECK(t[0].item<double>() == gpu->world_size());
+  CHECK(t[1].item<double>() == gpu->world_size() * (gpu->world_size() - 1) / 2);
 
   auto a = torch::ones({4, 3}, torch::requires_grad());
   auto b = torch::zeros({5}, torch::requires_grad());
@@ -134,4 +141,34 @@ TEST_CASE("strategies' sums, parameter agreement and gradient-sync check keep to
   // A gradient that differs on one rank is named.
   if (r == 1) b.mutable_grad()[2] = 7.0;
   CHECK_THROWS_WITH(s.check_grads_in_sync(), Catch::Contains("parameter b"));
+}
+
+TEST_CASE("a metric window is reduced over the union of the ranks' names, micro-batches and extremes", "[mpi]") {
+  auto gpu = std::make_shared<DeclaresGpu>(mpi_comm());
+  const int w = gpu->world_size(), r = gpu->rank();
+  // Two micro-batches; every rank but 0 stood in for the second, so only
+  // rank 0 holds its metrics.
+  engine::MetricSums window;
+  for (int mb = 0; mb < 2; ++mb) {
+    if (mb == 1 && r != 0) {
+      window.skip_batch();
+      continue;
+    }
+    engine::MetricSums m;
+    m.add("loss", torch::tensor(1.0 + r, torch::kFloat64), 1.0);
+    m.add_per_batch("acc", torch::tensor(static_cast<double>(r + mb), torch::kFloat64), torch::tensor(2.0, torch::kFloat64));
+    m.add_entry("max_reward", torch::tensor(10.0 * r + mb, torch::kFloat64), engine::EntryReduce::Max);
+    m.add_entry("min_reward", torch::tensor(-10.0 * r - mb, torch::kFloat64), engine::EntryReduce::Min);
+    window.merge(m);
+  }
+  engine::reduce_over_ranks(*gpu, window);
+  // loss: rank 0 twice (1 + 1), every other rank once (r + 1).
+  const double loss_sum = 2.0 + (w * (w + 1) / 2.0 - 1.0), loss_n = 1.0 + w;
+  CHECK(*window.mean("loss") == Approx(loss_sum / loss_n));
+  // acc: micro-batch 0 over every rank, micro-batch 1 rank 0's alone.
+  const double acc0 = (w * (w - 1) / 2.0) / (2.0 * w), acc1 = 1.0 / 2.0;
+  CHECK(*window.mean("acc") == Approx((acc0 + acc1) / 2));
+  // Extremes: micro-batch 0's over every rank, micro-batch 1's rank 0's.
+  CHECK(*window.mean("max_reward") == Approx((10.0 * (w - 1) + 1.0) / 2));
+  CHECK(*window.mean("min_reward") == Approx((-10.0 * (w - 1) - 1.0) / 2));
 }

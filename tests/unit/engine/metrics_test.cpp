@@ -2,6 +2,8 @@
 // as device tensors read later in one transfer.
 #include "catch_torch.hpp"
 
+#include <array>
+
 #include "engine/metrics.hpp"
 
 using namespace trlx;
@@ -39,4 +41,35 @@ TEST_CASE("metric sums: tensors read later give the numbers' means, per micro-ba
   skipped.read();
   CHECK(skipped.per_batch.at("ratio").count(1) == 1);
   CHECK_FALSE(skipped.mean("absent").has_value());
+}
+
+TEST_CASE("metric sums: per-batch ratios that skip empty micro-batches, and their differences", "[engine][metrics]") {
+  // KTO's rewards/chosen and rewards/rejected: a micro-batch without rows of
+  // a kind adds no value of that kind (the reference appends only when there
+  // is one), and rewards/margins averages chosen minus rejected over the
+  // micro-batches that have both.
+  const std::vector<std::array<double, 4>> batches = {{2, 4, -1, 2}, {0, 0, -3, 3}, {6, 2, 0, 0}, {1, 1, 1, 4}};
+  engine::MetricSums window;
+  for (const auto& [cs, cn, rs, rn] : batches) {
+    engine::MetricSums m;
+    m.add_per_batch_nonempty("chosen", torch::tensor(cs, torch::kFloat64), torch::tensor(cn, torch::kFloat64));
+    m.add_per_batch_nonempty("rejected", torch::tensor(rs, torch::kFloat64), torch::tensor(rn, torch::kFloat64));
+    m.add_per_batch("plain", torch::tensor(cs, torch::kFloat64), torch::tensor(cn, torch::kFloat64));
+    m.add_difference("margin", "chosen", "rejected");
+    window.merge(m);
+  }
+  CHECK(*window.mean("chosen") == Approx((0.5 + 3.0 + 1.0) / 3.0));
+  CHECK(*window.mean("rejected") == Approx((-0.5 - 1.0 + 0.25) / 3.0));
+  CHECK(*window.mean("margin") == Approx(((0.5 + 0.5) + (1.0 - 0.25)) / 2.0));
+  CHECK(*window.mean("plain") == Approx((0.5 + 0.0 + 3.0 + 1.0) / 4.0));  // an empty one counts 0
+  const auto all = window.means();
+  CHECK(all.count("margin") == 1);
+  // Nothing of a kind in the whole window: not logged at all.
+  engine::MetricSums none;
+  none.add_per_batch_nonempty("chosen", torch::tensor(0.0, torch::kFloat64), torch::tensor(0.0, torch::kFloat64));
+  none.add_per_batch_nonempty("rejected", torch::tensor(1.0, torch::kFloat64), torch::tensor(2.0, torch::kFloat64));
+  none.add_difference("margin", "chosen", "rejected");
+  CHECK_FALSE(none.mean("chosen").has_value());
+  CHECK_FALSE(none.mean("margin").has_value());
+  CHECK(none.means().count("chosen") == 0);
 }

@@ -130,33 +130,15 @@ double mean_of(const engine::MetricSums& m, const std::string& name) {
 }
 
 engine::MetricSums summed_over_ranks(engine::Engine& engine, const engine::MetricSums& local) {
-  local.read();
-  std::vector<double> v = {static_cast<double>(local.values.size() + local.per_batch.size())};
-  for (const auto& [k, sc] : local.values) {
-    v.push_back(sc.first);
-    v.push_back(sc.second);
-  }
-  for (const auto& [k, entries] : local.per_batch)
-    for (const auto& [i, sc] : entries) {
-      v.push_back(sc.first);
-      v.push_back(sc.second);
-    }
-  std::vector<double> n = {v[0], static_cast<double>(v.size())};
-  engine.sum_across_ranks(n);
-  REQUIRE(n[0] == v[0] * engine.world_size());  // the same names on every rank
-  REQUIRE(n[1] == static_cast<double>(v.size()) * engine.world_size());
-  engine.sum_across_ranks(v);
   engine::MetricSums out = local;
-  size_t i = 1;
-  for (auto& [k, sc] : out.values) {
-    sc = {v[i], v[i + 1]};
-    i += 2;
-  }
-  for (auto& [k, entries] : out.per_batch)
-    for (auto& [j, sc] : entries) {
-      sc = {v[i], v[i + 1]};
-      i += 2;
-    }
+  out.read();
+  // The same names on every rank (a trainer's metrics must not depend on
+  // its rank's data), then the engine's own reduction.
+  std::vector<double> n = {static_cast<double>(out.values.size() + out.per_batch.size() + out.entries.size())};
+  const double mine = n[0];
+  engine.sum_across_ranks(n);
+  REQUIRE(n[0] == mine * engine.world_size());
+  trlx::engine::EngineProbe::reduce_metrics(engine, out);
   return out;
 }
 

@@ -58,8 +58,8 @@ void compare_steps(const StepValues& got, const nlohmann::json& want_steps, cons
 
 // The mean of a metric (sum / count); fails when the metric is missing.
 double mean_of(const engine::MetricSums& m, const std::string& name);
-// A rank's metric sums added over all ranks, as the engine logs them. Every
-// rank must hold the same names.
+// A rank's metric sums reduced over all ranks, as the engine logs them
+// (Engine::reduce_metrics). Every rank must hold the same names.
 engine::MetricSums summed_over_ranks(engine::Engine& engine, const engine::MetricSums& local);
 // The consecutive share of a global batch the engine gives this rank.
 std::vector<size_t> local_share(const engine::Engine& engine, const std::vector<size_t>& global_batch);
