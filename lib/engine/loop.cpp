@@ -11,6 +11,8 @@
 #include <cmath>
 #include <csignal>
 #include <iostream>
+#include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -51,6 +53,51 @@ std::string duration(double s) {
   if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
   return fmt::format("{}m{:02d}s", t / 60, t % 60);
 }
+
+// Where training time goes, when TRLX_PHASE_TIMES=1 is set: wall seconds
+// per phase of the optimizer steps, printed by rank 0 at the end of the run.
+// Off by default: on a GPU each phase then ends with a device
+// synchronisation, so that its kernels are charged to it.
+class PhaseClock {
+ public:
+  static PhaseClock& get() {
+    static PhaseClock clock;
+    return clock;
+  }
+  bool on() const { return on_; }
+  // Starts timing (the first phase begins now).
+  void begin() {
+    if (on_) last_ = Clock::now();
+  }
+  // Charges the time since the last mark to `phase`.
+  void mark(const char* phase, const torch::Device& device) {
+    if (!on_ || !last_) return;
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+    const auto now = Clock::now();
+    auto it = std::find_if(totals_.begin(), totals_.end(), [&](const auto& t) { return t.first == phase; });
+    if (it == totals_.end()) it = totals_.insert(totals_.end(), {phase, 0.0});
+    it->second += std::chrono::duration<double>(now - *last_).count();
+    last_ = now;
+  }
+  void report(int64_t steps) const {
+    if (!on_ || totals_.empty()) return;
+    double total = 0;
+    for (const auto& [name, s] : totals_) total += s;
+    log::info("where the {} steps' {:.2f} s went (TRLX_PHASE_TIMES):", steps, total);
+    for (const auto& [name, s] : totals_)
+      log::info("  {:<48} {:9.3f} s  {:8.1f} ms/step  {:5.1f}%", name, s, 1e3 * s / std::max<int64_t>(1, steps),
+                100.0 * s / std::max(1e-12, total));
+  }
+
+ private:
+  PhaseClock() {
+    const char* v = std::getenv("TRLX_PHASE_TIMES");
+    on_ = v && *v && std::string(v) != "0";
+  }
+  bool on_ = false;
+  std::optional<Clock::time_point> last_;
+  std::vector<std::pair<std::string, double>> totals_;
+};
 
 }  // namespace
 
@@ -199,6 +246,8 @@ std::vector<Engine::Collated> Engine::next_online_micro_batches(Trainer& trainer
 
 std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::function<std::vector<Collated>()>& collect,
                                                  MetricSums& metrics) {
+  auto& phases = PhaseClock::get();
+  phases.mark("between steps: logging, evaluation, saving", device_);
   before_step();
   trailing_masks_.clear();
   round_tokens_ = 0;
@@ -214,6 +263,7 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
     // accumulated update on all ranks, so 1 x 8 and 8 x 1 and 2 ranks x 4
     // give the same gradients; the strategy then sums the ranks' gradients.
     std::vector<Collated> batches = collect();
+    phases.mark("batches: collation (online: generation, scoring)", device_);
     set_training(true);
     double local_items = 0;
     for (const auto& b : batches) {
@@ -224,11 +274,13 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
     strategy_->sum_across_ranks(counts);
     const double denom = std::max(1.0, config_.average_tokens_across_devices ? counts[0] : local_items);
     optimizer_->zero_grad(true);
+    phases.mark("token counts over ranks, zero_grad", device_);
     for (size_t i = 0; i < batches.size(); ++i) {
       auto& b = batches[i];
       strategy_->begin_backward(/*sync=*/i + 1 == batches.size(), /*has_data=*/true);
       standing_in_ = b.stand_in;
       LossOutput out = trainer.loss(*this, b.batch);
+      phases.mark("forward and loss (with reference forwards)", device_);
       auto loss = out.loss_sum / denom;
       // A stand-in's backward runs (so every rank joins the same gathers and
       // reductions) with zero gradients.
@@ -242,6 +294,7 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
       }
       standing_in_ = false;
       strategy_->end_backward();
+      phases.mark("backward and gradient reduction", device_);
     }
     if (config_.debug_check_grad_sync_steps > 0 && (step_ + 1) % config_.debug_check_grad_sync_steps == 0)
       strategy_->check_grads_in_sync();
@@ -255,8 +308,10 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
                               "model for NaN or infinite values, or resume from the last checkpoint",
                               step_ + 1, grad_norm, loss_total.defined() ? loss_total.item<double>() : 0.0,
                               config_.save_strategy == "no" ? "" : "; the last checkpoint is intact"));
+    phases.mark("gradient norm and clipping", device_);
     fused_adamw_step(*optimizer_);
     strategy_->after_optimizer_step();
+    phases.mark("optimizer step (and ZeRO/FSDP parameter updates)", device_);
     norm_sum += grad_norm;
   }
   tokens += round_tokens_;
@@ -267,6 +322,7 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
   strategy_->sum_across_ranks(sums);
   g_stop_agreed = sums[2] > 0;
   tokens_seen_ += sums[1];
+  phases.mark("step-end sums over ranks (loss, tokens)", device_);
   // A step of several updates reports their mean loss and gradient norm.
   const double loss = (config_.average_tokens_across_devices ? sums[0] : sums[0] / world_size()) / updates;
   return {loss, norm_sum / updates};
@@ -362,6 +418,7 @@ RunSummary Engine::train(Trainer& trainer) {
   summary.output_dir = output_dir_;
   bool saved_at_step = false;
   auto batches = epoch_batches(trainer.num_examples("train"), epoch);
+  PhaseClock::get().begin();
   while (step_ < schedule_.total_steps) {
     // (An online trainer moves to the next epoch when it needs the next round.)
     if (online_prompts_per_round_ == 0 && batch_in_epoch >= batches.size()) {
@@ -454,6 +511,8 @@ RunSummary Engine::train(Trainer& trainer) {
     }
   }
   if (tty) std::cerr << "\r\033[K";
+  PhaseClock::get().mark("between steps: logging, evaluation, saving", device_);
+  if (rank() == 0) PhaseClock::get().report(step_ - start_step);
   std::signal(SIGTERM, prev_term);
   std::signal(SIGINT, prev_int);
   summary.steps = step_;

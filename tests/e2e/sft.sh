@@ -24,6 +24,23 @@ check "awk 'BEGIN{exit !($first > $last + 0.5)}'"
 out=$("$TRLX" generate --model "$TMP/run" --prompt "What is 3 plus 4?" --max_new_tokens 4 2>/dev/null)
 check "[ -n \"\$out\" ]"
 
+# TRLX_PHASE_TIMES=1: where the steps' time went, phase by phase, the
+# phases adding up to the total; without it, no table.
+check "! grep -q 'TRLX_PHASE_TIMES' '$TMP/run.log'"
+TRLX_PHASE_TIMES=1 "$TRLX" sft --config configs/sft.yaml --max_steps 4 --eval_strategy no --save_strategy no \
+  --output_dir "$TMP/phases" >"$TMP/phases.log" 2>&1
+check "[ $? = 0 ]"
+for p in "forward and loss" "backward and gradient reduction" "optimizer step" "gradient norm and clipping"; do
+  check "grep -q '  $p.* ms/step' '$TMP/phases.log'"
+done
+check "python3 - '$TMP/phases.log' <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+total = float(re.search(r\"where the 4 steps' ([0-9.]+) s went\", text).group(1))
+parts = [float(x) for x in re.findall(r'  [a-zA-Z].*? ([0-9.]+) s +[0-9.]+ ms/step', text)]
+sys.exit(0 if len(parts) >= 6 and abs(sum(parts) - total) <= 0.01 + 0.01 * total else 1)
+PY"
+
 # SIGTERM mid-run: finish the step, save, exit non-zero; then resume to the end.
 "$TRLX" sft --config configs/sft.yaml --max_steps 60 --logging_steps 1 --save_steps 1000 --eval_strategy no \
   --output_dir "$TMP/term" >"$TMP/term.log" 2>&1 &
