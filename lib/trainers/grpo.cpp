@@ -102,8 +102,11 @@ engine::LossOutput GRPOTrainer::loss(engine::Engine& engine, const engine::Tenso
   } else if (type == "luspo") {
     loss = masked.sum(-1).mean();
   } else {  // dapo, cispo, vespo: over the round's completion tokens
-    const double n = std::max(1.0, batch.at("round_completion_tokens").item<double>());
-    loss = masked.sum() * (static_cast<double>(rounds_.steps_per_generation) * engine.world_size() / n);
+    // The factor is computed on the device (no host read per micro-batch),
+    // in double and rounded to the loss's dtype as a scalar factor would be.
+    const auto n = batch.at("round_completion_tokens").to(masked.device(), torch::kFloat64).clamp_min(1.0);
+    const auto factor = static_cast<double>(rounds_.steps_per_generation) * engine.world_size() / n;
+    loss = masked.sum() * factor.to(masked.scalar_type());
   }
   engine::LossOutput out;
   auto& m = out.metrics;
