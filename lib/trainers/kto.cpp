@@ -200,8 +200,7 @@ engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::Tensor
     }
     auto kl_ref = completion_logps(engine, engine::Role::Reference, batch, "KL_", false).sums;
     // TRL gathers each rank's batch mean and averages them (a stand-in
-    // rank adds nothing).
-    // The sum stays on the device: no host synchronisation per micro-batch.
+    // rank adds nothing); the sum stays on the device, with no host read.
     const double own = engine.standing_in() ? 0.0 : 1.0;
     auto local = losses::kto_local_kl(kl_policy, kl_ref).detach().to(torch::kFloat64).reshape({1}) * own;
     auto v = engine.sum_across_ranks(torch::cat({local, torch::full({1}, own, local.options())}));
