@@ -13,42 +13,7 @@ namespace {
 
 std::string shape(c10::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
 
-TokenLogProbs plain_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                             const torch::Tensor& mask, const LogProbOptions& o) {
-  // Logits only for the tokens whose mask is set (every output is 0 / false
-  // elsewhere): a prompt's positions cost no [tokens x vocab] work. Each
-  // row's logits are the same product as over all rows.
-  const auto token_shape = hidden.sizes().slice(0, hidden.dim() - 1);
-  auto flat_mask = mask.reshape({-1}).to(torch::kBool);
-  auto rows = flat_mask.nonzero().squeeze(1);
-  auto h = hidden.reshape({-1, hidden.size(-1)}).index_select(0, rows);
-  // Log-softmax in fp32 whatever the compute dtype: bf16 log-probs lose the
-  // small differences preference losses are made of.
-  auto logits = torch::matmul(h, weight.t()).to(torch::kFloat32);
-  if (o.logit_softcap > 0) logits = torch::tanh(logits / o.logit_softcap) * o.logit_softcap;
-  if (o.temperature != 1.0) logits = logits / o.temperature;
-  auto lse = logits.logsumexp(-1);
-  auto row_targets = targets.reshape({-1}).index_select(0, rows).to(torch::kInt64);
-  auto picked = logits.gather(-1, row_targets.unsqueeze(-1)).squeeze(-1);
-  const int64_t n = flat_mask.size(0);
-  auto scatter = [&](const torch::Tensor& values) {
-    return torch::zeros({n}, values.options()).index_copy(0, rows, values).view(token_shape);
-  };
-  TokenLogProbs out;
-  out.logps = scatter(picked - lse);
-  if (o.entropy) {
-    torch::NoGradGuard no_grad;
-    auto logp = logits - lse.unsqueeze(-1);
-    out.entropy = scatter(-(logp.exp() * logp).sum(-1));
-  }
-  if (o.accuracy) {
-    torch::NoGradGuard no_grad;
-    out.correct = scatter(logits.argmax(-1) == row_targets);
-  }
-  return out;
-}
-
-// Inside the chunked Function the inputs already have the compute dtype, so
+// Inside the log-prob Functions the inputs already have the compute dtype, so
 // autocast must not recast anything (the fp32 softmax math stays fp32 and the
 // in-place accumulations keep their buffers' dtypes).
 class AutocastOff {
@@ -66,19 +31,30 @@ class AutocastOff {
 };
 
 // fp32 logits of some hidden rows [c, H] against weight [V, H] (soft cap and
-// temperature applied), rounded to the compute dtype first exactly as the
-// plain path rounds them. With a cap, `capped` (when given) receives
-// tanh(raw / cap), which the backward's chain rule needs.
+// temperature applied), rounded to the compute dtype first exactly as a
+// matmul in that dtype rounds them.
 torch::Tensor chunk_logits(const torch::Tensor& hidden_rows, const torch::Tensor& weight, double temperature,
-                           double softcap, torch::Tensor* capped = nullptr) {
+                           double softcap) {
   auto logits = torch::mm(hidden_rows, weight.t()).to(torch::kFloat32);
-  if (softcap > 0) {
-    logits.div_(softcap).tanh_();
-    if (capped) *capped = logits.clone();
-    logits.mul_(softcap);
-  }
+  if (softcap > 0) logits.div_(softcap).tanh_().mul_(softcap);
   if (temperature != 1.0) logits.div_(temperature);
   return logits;
+}
+
+// d log p(target) / d logits for rows of logits, formed in place in `d`
+// (which holds those rows' logits on entry): (onehot(t) - softmax) times the
+// upstream gradient g, through the temperature and the soft cap. `local` are
+// the targets' columns within `d`; `here` says which of them fall inside it.
+void logits_grad_in_place(torch::Tensor& d, const torch::Tensor& lse, const torch::Tensor& g,
+                          const torch::Tensor& local, const torch::Tensor& here, double temperature, double softcap) {
+  // tanh(raw / cap) is what the capped logits are made of; read it back
+  // before the softmax overwrites them.
+  torch::Tensor capped;
+  if (softcap > 0) capped = d * (temperature / softcap);
+  d.sub_(lse).exp_().mul_(-g);
+  d.scatter_add_(1, local, here.defined() ? g * here : g);
+  if (temperature != 1.0) d.div_(temperature);
+  if (softcap > 0) d.mul_(1 - capped.square_());
 }
 
 // Log-probs of targets over token chunks and vocabulary tiles: at most
@@ -202,15 +178,8 @@ struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
         auto w_t = weight.narrow(0, v0, vt);
         auto local = (t_c - v0).unsqueeze(1);
         auto here = local.ge(0).logical_and(local.lt(vt));
-        // d log p(t) / d logits = (onehot(t) - softmax) / temperature, in
-        // place in the recomputed tile.
-        // With a soft cap, times d(cap tanh(raw / cap)) / d raw = 1 - tanh^2.
-        torch::Tensor capped;
-        auto d = chunk_logits(h_c, w_t, temperature, softcap, &capped);
-        d.sub_(lse_c).exp_().mul_(-g);
-        d.scatter_add_(1, local.clamp(0, vt - 1), g * here);
-        if (temperature != 1.0) d.div_(temperature);
-        if (softcap > 0) d.mul_(1 - capped.square_());
+        auto d = chunk_logits(h_c, w_t, temperature, softcap);
+        logits_grad_in_place(d, lse_c, g, local.clamp(0, vt - 1), here, temperature, softcap);
         auto d_c = d.to(compute);
         if (need_hidden) {
           if (compute == torch::kFloat32)
@@ -234,17 +203,93 @@ struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
   }
 };
 
-TokenLogProbs chunked_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                               const torch::Tensor& mask, const LogProbOptions& o) {
+// Log-probs of targets through full [rows x vocab] logits that stay alive
+// until backward, which turns them into their own gradient in place: one
+// [rows x vocab] buffer over forward and backward, where autograd through
+// logsumexp and gather holds three or four. The fastest path when that buffer
+// fits; ChunkedLogProbs never builds it.
+//   inputs and outputs as ChunkedLogProbs.
+struct StoredLogProbs : public torch::autograd::Function<StoredLogProbs> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                                                const torch::Tensor& weight, const torch::Tensor& rows,
+                                                const torch::Tensor& targets, double temperature, double softcap,
+                                                bool want_entropy, bool want_accuracy) {
+    AutocastOff no_autocast(hidden.device().type());
+    const int64_t n_tokens = hidden.size(0), n_rows = rows.size(0), vocab = weight.size(0);
+    auto f32 = hidden.options().dtype(torch::kFloat32);
+    auto logits = chunk_logits(hidden.index_select(0, rows), weight, temperature, softcap);
+    auto lse = logits.logsumexp(-1);
+    auto picked = logits.gather(1, targets.unsqueeze(1)).squeeze(1);
+    auto logps = torch::zeros({n_tokens}, f32).index_copy_(0, rows, picked - lse);
+    torch::autograd::variable_list out{logps};
+    if (want_entropy) {
+      // In blocks of rows, so the softmax's temporaries stay small beside the logits.
+      auto entropy = torch::zeros({n_tokens}, f32);
+      const int64_t block = std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(1, vocab));
+      for (int64_t s = 0; s < n_rows; s += block) {
+        const int64_t e = std::min(n_rows, s + block);
+        auto logp = logits.slice(0, s, e) - lse.slice(0, s, e).unsqueeze(1);
+        entropy.index_copy_(0, rows.slice(0, s, e), -(logp.exp() * logp).sum(-1));
+      }
+      out.push_back(entropy);
+    }
+    if (want_accuracy)
+      out.push_back(torch::zeros({n_tokens}, hidden.options().dtype(torch::kBool))
+                        .index_copy_(0, rows, logits.argmax(-1) == targets));
+    if (out.size() > 1) ctx->mark_non_differentiable(torch::autograd::variable_list(out.begin() + 1, out.end()));
+    // Without gradients (reference models, evaluation) there is no graph to
+    // keep this: the logits go when apply() returns.
+    ctx->save_for_backward({hidden, weight, rows, targets, lse, logits});
+    ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["softcap"] = softcap;
+    ctx->saved_data["consumed"] = false;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    // The logits become the gradient in place, so a second backward through
+    // a retained graph would read a gradient as logits. Refuse it.
+    if (ctx->saved_data["consumed"].toBool())
+      fail("log-probs: a second backward through the same graph (retain_graph) is not supported by the plain "
+           "log-prob path; set use_liger_kernel: true for the chunked path");
+    ctx->saved_data["consumed"] = true;
+    auto saved = ctx->get_saved_variables();
+    const auto &hidden = saved[0], &weight = saved[1], &rows = saved[2], &targets = saved[3], &lse = saved[4];
+    auto d = std::move(saved[5]);
+    const bool need_hidden = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
+    torch::autograd::variable_list grads(8);
+    const auto& grad_logps = grad_outputs[0];
+    if (!grad_logps.defined() || !(need_hidden || need_weight)) return grads;
+    AutocastOff no_autocast(hidden.device().type());
+    auto g = grad_logps.index_select(0, rows).to(torch::kFloat32).unsqueeze(1);
+    logits_grad_in_place(d, lse.unsqueeze(1), g, targets.unsqueeze(1), torch::Tensor(),
+                         ctx->saved_data["temperature"].toDouble(), ctx->saved_data["softcap"].toDouble());
+    auto d_c = d.to(hidden.scalar_type());
+    d = torch::Tensor();
+    if (need_hidden)
+      grads[0] = torch::zeros_like(hidden).index_copy_(0, rows, torch::mm(d_c, weight));
+    if (need_weight) grads[1] = torch::mm(d_c.t(), hidden.index_select(0, rows));
+    return grads;
+  }
+};
+
+}  // namespace
+
+TokenLogProbs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                             const torch::Tensor& mask, const LogProbOptions& o) {
+  if (o.chunk_size < 0) fail_input("log-prob chunk size must be 0 (off) or a positive token count, got {}", o.chunk_size);
+  if (o.temperature <= 0.0) fail_input("temperature must be positive, got {}", o.temperature);
+  if (o.logit_softcap < 0.0) fail_input("logit soft cap must be 0 (off) or positive, got {}", o.logit_softcap);
   if (hidden.dim() < 1 || weight.dim() != 2 || hidden.size(-1) != weight.size(1))
-    fail("chunked log-probs: hidden {} does not match the head weight {}", shape(hidden.sizes()),
+    fail("log-probs: hidden {} does not match the head weight {}", shape(hidden.sizes()),
          shape(weight.sizes()));
   const auto token_shape = hidden.sizes().slice(0, hidden.dim() - 1);
   if (targets.sizes() != token_shape || mask.sizes() != token_shape)
-    fail("chunked log-probs: hidden {} needs targets and mask of shape {}, got {} and {}", shape(hidden.sizes()),
+    fail("log-probs: hidden {} needs targets and mask of shape {}, got {} and {}", shape(hidden.sizes()),
          shape(token_shape), shape(targets.sizes()), shape(mask.sizes()));
-  // The matmul dtype is the one the plain path's matmul would use: the
-  // autocast dtype when autocast is on, otherwise the inputs' common dtype.
+  // The matmul dtype is the one a matmul here would use: the autocast dtype
+  // when autocast is on, otherwise the inputs' common dtype.
   // Casting here, outside the Function, lets autograd return each input's
   // gradient in that input's own dtype.
   const auto device = hidden.device().type();
@@ -256,26 +301,19 @@ TokenLogProbs chunked_logprobs(const torch::Tensor& hidden, const torch::Tensor&
   auto flat_mask = mask.reshape({-1}).to(torch::kBool);
   auto rows = flat_mask.nonzero().squeeze(1);
   auto row_targets = targets.reshape({-1}).index_select(0, rows).to(torch::kInt64);
-  auto outs = ChunkedLogProbs::apply(flat_hidden, weight.to(compute), rows, row_targets, o.chunk_size,
-                                     std::max<int64_t>(1, o.vocab_tile), o.temperature, o.logit_softcap, o.entropy,
-                                     o.accuracy);
+  auto head = weight.to(compute);
+  auto outs = o.chunk_size > 0
+                  ? ChunkedLogProbs::apply(flat_hidden, head, rows, row_targets, o.chunk_size,
+                                           std::max<int64_t>(1, o.vocab_tile), o.temperature, o.logit_softcap,
+                                           o.entropy, o.accuracy)
+                  : StoredLogProbs::apply(flat_hidden, head, rows, row_targets, o.temperature, o.logit_softcap,
+                                          o.entropy, o.accuracy);
   TokenLogProbs out;
   size_t i = 0;
   out.logps = outs[i++].view(token_shape);
   if (o.entropy) out.entropy = outs[i++].view(token_shape);
   if (o.accuracy) out.correct = outs[i++].view(token_shape);
   return out;
-}
-
-}  // namespace
-
-TokenLogProbs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                             const torch::Tensor& mask, const LogProbOptions& o) {
-  if (o.chunk_size < 0) fail_input("log-prob chunk size must be 0 (off) or a positive token count, got {}", o.chunk_size);
-  if (o.temperature <= 0.0) fail_input("temperature must be positive, got {}", o.temperature);
-  if (o.logit_softcap < 0.0) fail_input("logit soft cap must be 0 (off) or positive, got {}", o.logit_softcap);
-  if (o.chunk_size > 0) return chunked_logprobs(hidden, weight, targets, mask, o);
-  return plain_logprobs(hidden, weight, targets, mask, o);
 }
 
 }  // namespace trlx::losses

@@ -5,8 +5,9 @@
 // hidden states come from.
 //
 // Two paths with the same results (fp32 log-probs, 0 where masked):
-//  - plain (chunk_size 0): [tokens x vocab] fp32 logits, autograd keeps them
-//    and their gradient alive through backward;
+//  - plain (chunk_size 0): one [tokens x vocab] fp32 logits buffer, kept from
+//    forward to backward, which turns it into its own gradient in place (a
+//    second backward through a retained graph is refused);
 //  - chunked (chunk_size > 0): at most [chunk_size x vocab_tile] logits
 //    exist at a time (tokens in chunks, the vocabulary in tiles with an online
 //    log-sum-exp), in forward and again in backward, which recomputes them

@@ -1,6 +1,6 @@
-// The chunked log-prob path against the plain one (values, gradients with
-// respect to hidden states and head weight, entropy, accuracy) and against a
-// log-softmax written out in the test itself.
+// Both log-prob paths against a log-softmax written out in the test itself
+// (values, gradients with respect to hidden states and head weight, entropy,
+// accuracy), and the chunked path against the plain one.
 #include "catch_torch.hpp"
 
 #include <ATen/autocast_mode.h>
@@ -101,6 +101,78 @@ TEST_CASE("chunked log-probs equal a log-softmax written out in the test", "[los
   CHECK(r.grad_hidden.slice(1, 0, 2).abs().max().item<float>() == 0.0f);
   // Log-probs are real log-probabilities, not something merely equal to the plain path.
   CHECK(r.out.logps.masked_select(m).max().item<float>() < 0.0f);
+}
+
+// The same quantities through autograd in fp64, as the test writes them:
+// soft cap, then temperature, then log-softmax.
+Run written_out(const Inputs& in, const LogProbOptions& o) {
+  auto h = in.hidden.to(torch::kFloat64).requires_grad_(true);
+  auto w = in.weight.to(torch::kFloat64).requires_grad_(true);
+  auto logits = torch::einsum("bth,vh->btv", {h, w});
+  if (o.logit_softcap > 0) logits = torch::tanh(logits / o.logit_softcap) * o.logit_softcap;
+  auto logp = torch::log_softmax(logits / o.temperature, -1);
+  auto m = in.mask.to(torch::kBool);
+  Run r;
+  r.out.logps = logp.gather(-1, in.targets.clamp_min(0).unsqueeze(-1)).squeeze(-1) * m;
+  r.out.entropy = (-(logp.exp() * logp).sum(-1) * m).detach();
+  r.out.correct = logp.argmax(-1).eq(in.targets).logical_and(m);
+  (r.out.logps * in.upstream).sum().backward();
+  // In the inputs' dtype, as the paths under test return them.
+  r.out.logps = r.out.logps.detach().to(torch::kFloat32);
+  r.out.entropy = r.out.entropy.to(torch::kFloat32);
+  r.grad_hidden = h.grad().to(in.hidden.scalar_type());
+  r.grad_weight = w.grad().to(in.weight.scalar_type());
+  return r;
+}
+
+TEST_CASE("plain log-probs equal a log-softmax written out in the test", "[losses][logprobs]") {
+  auto in = make_inputs(2, 9, 8, 23);
+  // Some targets are the argmax, so accuracy is not trivially all false.
+  auto logits = torch::einsum("bth,vh->btv", {in.hidden, in.weight});
+  in.targets.slice(1, 2, 5).copy_(logits.argmax(-1).slice(1, 2, 5));
+  LogProbOptions o;
+  o.entropy = true;
+  o.accuracy = true;
+  o.temperature = GENERATE(1.0, 0.7);
+  o.logit_softcap = GENERATE(0.0, 2.5);
+  CAPTURE(o.temperature, o.logit_softcap);
+  auto want = written_out(in, o);
+  auto plain = run(in, o);
+  require_same(want, plain, 1e-5);
+  CHECK(plain.out.correct.sum().item<int64_t>() >= 3);
+  CHECK_FALSE(plain.out.entropy.requires_grad());
+  // The chunked path too, against the same written-out values.
+  require_same(want, run(in, chunked(o, 5)), 1e-5);
+}
+
+TEST_CASE("plain log-probs with a frozen head, frozen hidden states, or no gradient", "[losses][logprobs]") {
+  auto in = make_inputs(2, 7, 8, 19);
+  LogProbOptions o;
+  auto want = written_out(in, o);
+  auto frozen_head = run(in, o, true, false);
+  CHECK_FALSE(frozen_head.grad_weight.defined());
+  CHECK(max_diff(frozen_head.grad_hidden, want.grad_hidden) <= 1e-5);
+  auto frozen_hidden = run(in, o, false, true);
+  CHECK_FALSE(frozen_hidden.grad_hidden.defined());
+  CHECK(max_diff(frozen_hidden.grad_weight, want.grad_weight) <= 1e-5);
+  torch::NoGradGuard no_grad;
+  auto h = in.hidden.clone().requires_grad_(true);
+  auto out = token_logprobs(h, in.weight, in.targets, in.mask, o);
+  CHECK_FALSE(out.logps.requires_grad());
+  CHECK(max_diff(out.logps, want.out.logps) <= 1e-5);
+}
+
+TEST_CASE("plain log-probs refuse a second backward through a retained graph", "[losses][logprobs]") {
+  // The plain path turns its saved logits into their gradient in place; a
+  // second backward would read that gradient as logits and be silently wrong.
+  auto in = make_inputs(1, 6, 8, 13);
+  auto h = in.hidden.clone().requires_grad_(true);
+  auto out = token_logprobs(h, in.weight, in.targets, in.mask);
+  auto loss = out.logps.sum();
+  loss.backward({}, /*retain_graph=*/true);
+  auto first = h.grad().clone();
+  CHECK_THROWS_WITH(loss.backward(), Catch::Matchers::Contains("second backward"));
+  CHECK(torch::equal(h.grad(), first));
 }
 
 TEST_CASE("chunked log-probs equal the plain path", "[losses][logprobs]") {
