@@ -143,7 +143,8 @@ engine::LossOutput OnlineDPOTrainer::loss(engine::Engine& engine, const engine::
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(dev);
   const auto ref = batch.at("ref_logps").to(dev, logps.scalar_type());
   const auto mask = batch.at("completion_mask").to(dev, logps.scalar_type());
-  const double beta = batch.at("beta").item<double>();
+  // A device scalar: reading it to the host would synchronise every micro-batch.
+  const auto beta = batch.at("beta").to(dev);
   const int64_t b = batch.at("chosen_first").size(0);
   const auto first = batch.at("chosen_first").to(dev).to(torch::kBool);
 
@@ -191,7 +192,7 @@ engine::LossOutput OnlineDPOTrainer::loss(engine::Engine& engine, const engine::
   per_pair("rewards/rejected", rejected_rewards);
   per_pair("rewards/margins", chosen_rewards - rejected_rewards);
   per_pair("rewards/accuracies", (chosen_rewards > rejected_rewards).to(torch::kFloat32));
-  m.add_entry("beta", beta);
+  m.add_entry("beta", beta, engine::EntryReduce::Same);
   (void)engine;
   return out;
 }
