@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Peak memory and time of one log-prob forward+backward (vocab 128256,
 # sequence 2048, batch 1, hidden 1024, fp32 on CPU):
-#  - trlx plain path (full [tokens x vocab] logits)
+#  - trlx plain path (one [tokens x vocab] logits buffer, made its own
+#    gradient in place in backward)
 #  - trlx chunked path (LogProbOptions::chunk_size = CHUNK)
 #  - PyTorch in Python, measured in the same run: the plain path's math
 #    (full logits, logsumexp, gather, backward), and the log_softmax + gather idiom.
@@ -78,4 +79,6 @@ echo "peak ratio chunked/plain:               $(ratio "${PEAK[chunked]}" "${PEAK
 echo "peak ratio chunked/pytorch:             $(ratio "${PEAK[chunked]}" "${PEAK[pytorch]}")x"
 echo "peak ratio chunked/pytorch_log_softmax: $(ratio "${PEAK[chunked]}" "${PEAK[pytorch_log_softmax]}")x"
 echo "beyond the weight gradient, chunked/plain: $(ratio "(${PEAK[chunked]}-$GRAD)" "(${PEAK[plain]}-$GRAD)")x"
+echo "peak ratio plain/pytorch:               $(ratio "${PEAK[plain]}" "${PEAK[pytorch]}")x, plain/pytorch_log_softmax: $(ratio "${PEAK[plain]}" "${PEAK[pytorch_log_softmax]}")x"
+echo "time ratio plain/pytorch:               $(ratio "${SECS[plain]}" "${SECS[pytorch]}")x, plain/pytorch_log_softmax: $(ratio "${SECS[plain]}" "${SECS[pytorch_log_softmax]}")x"
 echo "time ratio chunked/plain: $(ratio "${SECS[chunked]}" "${SECS[plain]}")x, chunked/pytorch: $(ratio "${SECS[chunked]}" "${SECS[pytorch]}")x"
