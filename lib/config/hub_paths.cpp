@@ -39,6 +39,11 @@ std::optional<HubResolution> hub_origin(const std::filesystem::path& snapshot) {
   const auto wanted = fs::weakly_canonical(snapshot, ec);
   for (const auto& r : origins())
     if (r.snapshot == snapshot || (!ec && fs::weakly_canonical(r.snapshot, ec) == wanted)) return r;
+  // A snapshot this process did not resolve from a name (the base of an
+  // adapter being continued, or a snapshot path given as is): the repo and
+  // revision its place in the cache names.
+  if (const auto repo = io::hub::repo_of_snapshot(snapshot))
+    return HubResolution{"", repo->repo_id, repo->revision, snapshot, ""};
   return std::nullopt;
 }
 

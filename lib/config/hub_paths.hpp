@@ -40,8 +40,10 @@ std::vector<HubResolution> resolve_hub_paths(const Schema& schema, void* config,
                                              const ConfigLoader* loader = nullptr);
 
 // The hub name and revision a snapshot directory was resolved from in this
-// process (by resolve_hub_paths), if it was: what a saved LoRA adapter
-// records as its base model, as PEFT records the name it was loaded by.
+// process (by resolve_hub_paths), or else the repo and revision its place in
+// a Hugging Face cache names (models--org--name/snapshots/<commit>): what a
+// saved LoRA adapter records as its base model, as PEFT records the name it
+// was loaded by.
 std::optional<HubResolution> hub_origin(const std::filesystem::path& snapshot);
 
 }  // namespace trlx::config

@@ -641,10 +641,15 @@ std::string repo_folder(const RepoRef& ref) {
 
 bool looks_like_repo_id(const std::string& s) {
   const size_t slash = s.find('/');
-  if (slash == std::string::npos || s.find('/', slash + 1) != std::string::npos || s.size() > 96)
-    return false;
+  if ((slash != std::string::npos && s.find('/', slash + 1) != std::string::npos) || s.size() > 96) return false;
   if (s.find("--") != std::string::npos || s.find("..") != std::string::npos) return false;
-  for (const std::string& part : {s.substr(0, slash), s.substr(slash + 1)}) {
+  // Without an organisation (`gpt2`, `bert-base-uncased`: the hub's oldest
+  // repos) a dot reads as a file name (`train.jsonl`), which stays a path.
+  if (slash == std::string::npos && s.find('.') != std::string::npos) return false;
+  const std::vector<std::string> parts =
+      slash == std::string::npos ? std::vector<std::string>{s}
+                                 : std::vector<std::string>{s.substr(0, slash), s.substr(slash + 1)};
+  for (const std::string& part : parts) {
     if (part.empty() || part.front() == '-' || part.front() == '.' || part.back() == '-' ||
         part.back() == '.')
       return false;
@@ -652,6 +657,32 @@ bool looks_like_repo_id(const std::string& s) {
       if (!std::isalnum(c) && c != '-' && c != '_' && c != '.') return false;
   }
   return true;
+}
+
+std::optional<RepoRef> repo_of_snapshot(const std::filesystem::path& dir) {
+  const std::filesystem::path d = dir.has_filename() ? dir : dir.parent_path();
+  const std::string commit = d.filename().string();
+  if (!is_commit_hash(commit) || d.parent_path().filename() != "snapshots") return std::nullopt;
+  const std::filesystem::path repo_dir = d.parent_path().parent_path();
+  const std::string folder = repo_dir.filename().string();
+  RepoRef ref;
+  std::string rest;
+  if (folder.rfind("models--", 0) == 0) {
+    ref.type = RepoType::Model;
+    rest = folder.substr(8);
+  } else if (folder.rfind("datasets--", 0) == 0) {
+    ref.type = RepoType::Dataset;
+    rest = folder.substr(10);
+  } else {
+    return std::nullopt;
+  }
+  const size_t sep = rest.find("--");
+  ref.repo_id = sep == std::string::npos ? rest : rest.substr(0, sep) + "/" + rest.substr(sep + 2);
+  if (!looks_like_repo_id(ref.repo_id) || repo_folder(ref) != folder) return std::nullopt;
+  std::ifstream in(repo_dir / "refs" / "main");
+  std::string main_commit;
+  ref.revision = (in >> main_commit) && main_commit == commit ? "main" : commit;
+  return ref;
 }
 
 bool is_commit_hash(const std::string& s) {

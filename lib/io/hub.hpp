@@ -44,9 +44,15 @@ std::filesystem::path default_cache_dir();
 // "models--org--name" / "datasets--org--name".
 std::string repo_folder(const RepoRef& ref);
 // True for `org/name` that the hub would accept as a repo id (letters,
-// digits, `-`, `_`, `.`; no `--` or `..`; at most 96 characters).
+// digits, `-`, `_`, `.`; no `--` or `..`; at most 96 characters), and for
+// a name without an organisation (`gpt2`) that has no dot.
 bool looks_like_repo_id(const std::string& s);
 bool is_commit_hash(const std::string& s);
+// The repo a snapshot directory of a Hugging Face cache holds
+// (<cache>/models--org--name/snapshots/<commit>), at revision "main" when
+// the cache's refs/main names that commit and at the commit otherwise;
+// nullopt for any other path.
+std::optional<RepoRef> repo_of_snapshot(const std::filesystem::path& dir);
 // `hf download org/name` (with --repo-type dataset / --revision as needed).
 std::string fetch_command(const RepoRef& ref);
 

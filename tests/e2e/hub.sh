@@ -26,6 +26,10 @@ check "[ -f '$TMP/run/model.safetensors' ] && [ -f '$TMP/run/tokenizer.json' ]"
 "$TRLX" sft "${ARGS[@]}" --use_peft true --lora_r 2 --output_dir "$TMP/lora" >"$TMP/lora.log" 2>&1
 check "[ $? = 0 ]"
 check "grep -q '\"base_model_name_or_path\": \"trlx-test/tiny-qwen2\"' '$TMP/lora/adapter_config.json'"
+# Continuing that adapter (its base found through the cache) keeps the name.
+"$TRLX" sft "${ARGS[@]}" --model_name_or_path "$TMP/lora" --use_peft true --lora_r 2 --max_steps 1 --output_dir "$TMP/lora2" >"$TMP/lora2.log" 2>&1
+check "[ $? = 0 ]"
+check "grep -q '\"base_model_name_or_path\": \"trlx-test/tiny-qwen2\"' '$TMP/lora2/adapter_config.json'"
 [ $rc = 0 ] || cat "$TMP/run.log"
 
 # validate says where each name is found; print-config keeps the names as written.

@@ -66,13 +66,31 @@ TEST_CASE("repo folders and names follow huggingface_hub", "[hub]") {
         "models--Qwen--Qwen2-0.5B-Instruct");
   CHECK(hub::repo_folder({hub::RepoType::Dataset, "trl-lib/ultrafeedback_binarized", "main"}) ==
         "datasets--trl-lib--ultrafeedback_binarized");
+  CHECK(hub::repo_folder({hub::RepoType::Model, "gpt2", "main"}) == "models--gpt2");
   for (const std::string ok :
-       {"Qwen/Qwen2-0.5B-Instruct", "trl-lib/ultrafeedback_binarized", "a/b.c", "org_1/x"})
+       {"Qwen/Qwen2-0.5B-Instruct", "trl-lib/ultrafeedback_binarized", "a/b.c", "org_1/x", "gpt2",
+        "bert-base-uncased"})
     CHECK(hub::looks_like_repo_id(ok));
-  for (const std::string bad : {"gpt2", "a/b/c", "/abs/path", "a//b", "a--b/c", "a/b..c", "-a/b",
+  // Without an organisation, a dot makes it a file name.
+  for (const std::string bad : {"train.jsonl", "model.safetensors", "-gpt2", "gpt2-", "a/b/c", "/abs/path", "a//b", "a--b/c", "a/b..c", "-a/b",
                                 "a/b-", "", "a/b c", "./a/b"})
     CHECK_FALSE(hub::looks_like_repo_id(bad));
   CHECK(hub::is_commit_hash("b545adb7c5ebf637baaa4c231d47a8287a684ea6"));
+  // A snapshot directory names its repo; refs/main says whether it is main.
+  const std::string commit = "b545adb7c5ebf637baaa4c231d47a8287a684ea6";
+  const auto of_fixture = hub::repo_of_snapshot(fixture_cache() / "models--trlx-test--tiny-qwen2" / "snapshots" / commit);
+  REQUIRE(of_fixture);
+  CHECK(of_fixture->repo_id == "trlx-test/tiny-qwen2");
+  CHECK(of_fixture->revision == "main");
+  CHECK(of_fixture->type == hub::RepoType::Model);
+  const auto other = hub::repo_of_snapshot(fs::path("/c/datasets--gpt2/snapshots") / std::string(40, 'a'));
+  REQUIRE(other);
+  CHECK(other->repo_id == "gpt2");
+  CHECK(other->revision == std::string(40, 'a'));
+  CHECK(other->type == hub::RepoType::Dataset);
+  for (const fs::path bad : {fs::path("/c/models--a--b/snapshots/main"), fs::path("/c/models--a--b") / commit,
+                             fs::path("/c/other--a--b/snapshots") / commit, fs::path("/c/models--a--b--c/snapshots") / commit})
+    CHECK_FALSE(hub::repo_of_snapshot(bad));
   CHECK_FALSE(hub::is_commit_hash("main"));
   CHECK(hub::fetch_command({hub::RepoType::Model, "org/name", "main"}) == "hf download org/name");
   CHECK(hub::fetch_command({hub::RepoType::Dataset, "org/name", "v2"}) ==

@@ -165,6 +165,27 @@ TEST_CASE("a hub name neither cached nor downloadable names the field and the fe
   CHECK(config::resolve_hub_paths(trainers::sft_schema(), &rel, config::HubMode::Fetch).empty());
 }
 
+TEST_CASE("a name without an organisation (gpt2-style) resolves through the cache", "[hub][config]") {
+  // The fixture's repo copied to the folder huggingface_hub uses for a
+  // repo id without an organisation: models--tiny-qwen2.
+  test::TempDir cache;
+  fs::copy(fixture_cache() / "models--trlx-test--tiny-qwen2", cache.path / "models--tiny-qwen2",
+           fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  test::EnvGuard env;
+  env.clear_hub();
+  env.set("HF_HUB_CACHE", cache.path.string());
+  env.set("HF_HUB_OFFLINE", "1");
+  auto c = load<trainers::SFTConfig>(trainers::sft_schema(), "model_name_or_path: tiny-qwen2\n");
+  config::resolve_hub_paths(trainers::sft_schema(), &c, config::HubMode::Fetch);
+  CHECK(c.model_name_or_path ==
+        (cache.path / "models--tiny-qwen2" / "snapshots" / commit_of("trlx-test/tiny-qwen2")).string());
+  CHECK(fs::exists(fs::path(*c.model_name_or_path) / "tokenizer.json"));
+  // A missing file name stays a path: the reader reports it, not the hub.
+  auto f = load<trainers::SFTConfig>(trainers::sft_schema(), "dataset_name: train.jsonl\n");
+  CHECK(config::resolve_hub_paths(trainers::sft_schema(), &f, config::HubMode::Fetch).empty());
+  CHECK(f.dataset_name == "train.jsonl");
+}
+
 TEST_CASE("an adapter whose base is a hub name finds the base in the cache", "[hub][config]") {
   test::EnvGuard env;
   offline_fixture_env(env);
