@@ -31,7 +31,9 @@
 #
 # Needs python3 with trl and peft (dev time). Environment: TRAINERS (default
 # "dpo kto reward cpo orpo"), MODES (default "full lora"), THREADS (default
-# 2), STEPS (default 10), REPEATS (default 3), SEQ (default short),
+# 2), STEPS (default 10), REPEATS (default 3), FIRST_REPEAT (default 1: the
+# number of the first repeat, whose parity says which side goes first, to
+# continue an earlier run's repeats), SEQ (default short),
 # BUILD_DIR (default build), NO_BUILD=1 to skip the build.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -195,7 +197,8 @@ PY
 RESULTS="$WORK/results.txt"
 : >"$RESULTS"
 echo "threads $THREADS, $STEPS steps, $SEQ rows (max_length $MAX_LENGTH), $PARAMS parameters, fp32 matmul peak $PEAK GFLOP/s"
-for ((i = 1; i <= REPEATS; i++)); do
+FIRST_REPEAT=${FIRST_REPEAT:-1}
+for ((i = FIRST_REPEAT; i < FIRST_REPEAT + REPEATS; i++)); do
   for t in $TRAINERS; do
     for mode in $MODES; do
       l0=$(load)
