@@ -53,6 +53,20 @@ Run run(const Inputs& in, const LogProbOptions& o, bool hidden_grad = true, bool
   return r;
 }
 
+// Targets at positions [lo, hi) of every row become the argmax of the
+// logits there, so accuracy has true cases to find.
+void targets_at_argmax(Inputs& in, int64_t lo, int64_t hi) {
+  auto logits = torch::einsum("bth,vh->btv", {in.hidden, in.weight});
+  in.targets.slice(1, lo, hi).copy_(logits.argmax(-1).slice(1, lo, hi));
+}
+
+LogProbOptions with_metrics() {
+  LogProbOptions o;
+  o.entropy = true;
+  o.accuracy = true;
+  return o;
+}
+
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
   REQUIRE(a.defined());
   REQUIRE(b.defined());
@@ -128,11 +142,8 @@ Run written_out(const Inputs& in, const LogProbOptions& o) {
 TEST_CASE("plain log-probs equal a log-softmax written out in the test", "[losses][logprobs]") {
   auto in = make_inputs(2, 9, 8, 23);
   // Some targets are the argmax, so accuracy is not trivially all false.
-  auto logits = torch::einsum("bth,vh->btv", {in.hidden, in.weight});
-  in.targets.slice(1, 2, 5).copy_(logits.argmax(-1).slice(1, 2, 5));
-  LogProbOptions o;
-  o.entropy = true;
-  o.accuracy = true;
+  targets_at_argmax(in, 2, 5);
+  LogProbOptions o = with_metrics();
   o.temperature = GENERATE(1.0, 0.7);
   o.logit_softcap = GENERATE(0.0, 2.5);
   CAPTURE(o.temperature, o.logit_softcap);
@@ -324,11 +335,8 @@ TEST_CASE("log-prob options that make no sense are input errors", "[losses][logp
 TEST_CASE("chunked log-probs over vocabulary tiles equal the plain path", "[losses][logprobs]") {
   auto in = make_inputs(2, 11, 16, 57);
   // Make some targets the argmax (accuracy), one of them in a later tile.
-  auto logits = torch::einsum("bth,vh->btv", {in.hidden, in.weight});
-  in.targets.slice(1, 2, 6).copy_(logits.argmax(-1).slice(1, 2, 6));
-  LogProbOptions o;
-  o.entropy = true;
-  o.accuracy = true;
+  targets_at_argmax(in, 2, 6);
+  LogProbOptions o = with_metrics();
   o.temperature = GENERATE(1.0, 0.7);
   const int64_t tile = GENERATE(1, 5, 16, 56, 57, 100);  // 57 is the vocabulary
   CAPTURE(o.temperature, tile);
