@@ -135,6 +135,17 @@ std::pair<torch::Tensor, torch::Tensor> Rotary::tables(const torch::Tensor& posi
   return {cos.to(dtype), sin.to(dtype)};
 }
 
+namespace {
+
+// A query that may see no key sees itself, so that no row is all -inf; one
+// that sees some key does not (a padding query after real tokens sees just
+// those tokens, as transformers' padding mask gives it).
+torch::Tensor self_if_alone(const torch::Tensor& allowed, const torch::Tensor& diagonal) {
+  return allowed.logical_or(diagonal.logical_and(allowed.any(-1, /*keepdim=*/true).logical_not()));
+}
+
+}  // namespace
+
 torch::Tensor build_attention_mask(const torch::Tensor& key_mask, int64_t num_queries,
                                    std::optional<int64_t> sliding_window) {
   const int64_t tk = key_mask.size(1);
@@ -144,7 +155,7 @@ torch::Tensor build_attention_mask(const torch::Tensor& key_mask, int64_t num_qu
   auto allowed = k <= q;
   if (sliding_window) allowed = allowed.logical_and((q - k) < *sliding_window);
   allowed = allowed.view({1, 1, num_queries, tk}).logical_and(key_mask.to(torch::kBool).view({-1, 1, 1, tk}));
-  return allowed.logical_or((k == q).view({1, 1, num_queries, tk}));
+  return self_if_alone(allowed, (k == q).view({1, 1, num_queries, tk}));
 }
 
 torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
@@ -161,13 +172,17 @@ torch::Tensor branch_mask(const torch::Tensor& position_ids, const torch::Tensor
   const auto* pos = pos_t.data_ptr<int64_t>();
   const auto* doc = doc_t.data_ptr<int64_t>();
   const auto* real = real_t.data_ptr<bool>();
+  // A restart: a real token at or below the position of the row's previous
+  // real token of the same document (padding between them does not count).
   bool branches = false;
-  for (int64_t r = 0; r < b && !branches; ++r)
-    for (int64_t i = r * t + 1; i < (r + 1) * t; ++i)
-      if (real[i] && real[i - 1] && doc[i] == doc[i - 1] && pos[i] <= pos[i - 1]) {
-        branches = true;
-        break;
-      }
+  for (int64_t r = 0; r < b && !branches; ++r) {
+    int64_t prev = -1;
+    for (int64_t i = r * t; i < (r + 1) * t && !branches; ++i) {
+      if (!real[i]) continue;
+      branches = prev >= 0 && doc[i] == doc[prev] && pos[i] <= pos[prev];
+      prev = i;
+    }
+  }
   if (!branches) return {};
   auto out = torch::zeros({b, 1, t, t}, torch::kBool);
   auto* o = out.data_ptr<bool>();
@@ -176,17 +191,18 @@ torch::Tensor branch_mask(const torch::Tensor& position_ids, const torch::Tensor
     const bool* m = real + r * t;
     for (int64_t q = 0; q < t; ++q) {
       bool* row = o + (r * t + q) * t;
-      if (!m[q]) {  // padding: left to the other masks
-        std::fill(row, row + q + 1, true);
-        continue;
-      }
-      // Walking back from q: a key is visible while every real position
-      // between it and q is above its own; a restart at or below it hides it.
+      // Walking back from q: a key is visible while every position between
+      // it and q is above its own; a restart at or below it hides it.
+      // Padding is never visible, but its positions count: padding laid out
+      // in a branch (after the branch's tokens, or as a branch of its own
+      // where a row adds nothing to the shared start) continues that branch.
+      // A padding query walks by its own position too, so it sees its branch
+      // and what it continues, as the same padding after a separate row would
+      // (padding at position 0 sees itself).
       row[q] = true;
       int64_t lowest = p[q];
       for (int64_t k = q - 1; k >= 0 && lowest > 0; --k) {
-        if (!m[k]) continue;
-        row[k] = p[k] < lowest;
+        if (m[k]) row[k] = p[k] < lowest;
         lowest = std::min(lowest, p[k]);
       }
     }
@@ -455,21 +471,21 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     if (padded || packed) full_mask = build_attention_mask(key_mask, t, std::nullopt);
     if (config_.sliding_window) sliding_mask = build_attention_mask(key_mask, t, config_.sliding_window);
     if (packed) {
-      // Block-diagonal: no attention across document boundaries. The diagonal
-      // stays allowed (build_attention_mask's guarantee against empty rows).
+      // Block-diagonal: no attention across document boundaries (a query left
+      // with no key sees itself, as in build_attention_mask).
       const auto& d = batch.document_ids;
       auto same = d.unsqueeze(2).eq(d.unsqueeze(1)).unsqueeze(1);
       auto diag = torch::eye(t, torch::dtype(torch::kBool).device(d.device())).view({1, 1, t, t});
       auto branches = batch.position_ids.defined() ? branch_mask(positions, d, mask2d) : torch::Tensor();
       if (branches.defined()) full_mask = full_mask.logical_and(branches);
-      full_mask = full_mask.logical_and(same).logical_or(diag);
+      full_mask = self_if_alone(full_mask.logical_and(same), diag);
       if (sliding_mask.defined()) {
         if (branches.defined()) {
           // Across branches slots and positions differ: the window counts positions.
           auto dist = positions.unsqueeze(2) - positions.unsqueeze(1);
-          sliding_mask = full_mask.logical_and(dist.lt(*config_.sliding_window).unsqueeze(1));
+          sliding_mask = self_if_alone(full_mask.logical_and(dist.lt(*config_.sliding_window).unsqueeze(1)), diag);
         } else {
-          sliding_mask = sliding_mask.logical_and(same).logical_or(diag);
+          sliding_mask = self_if_alone(sliding_mask.logical_and(same), diag);
         }
       }
     }

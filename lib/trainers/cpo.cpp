@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "engine/shared_prefix.hpp"
 #include "losses/preference.hpp"
 #include "text/data/dataset.hpp"
 #include "text/template/chat_template.hpp"
@@ -140,7 +141,15 @@ size_t ReferenceFreeTrainer::num_examples(const std::string& split) const {
 }
 
 engine::TensorMap ReferenceFreeTrainer::collate(const std::string& split, const std::vector<size_t>& indices) const {
-  return collate_sided_pairs(splits_.at(split), indices, pad_id_);
+  auto out = collate_sided_pairs(splits_.at(split), indices, pad_id_);
+  // Each pair's prompt once. TRL's logits metrics average over padding too,
+  // so the padding slots are laid out as well.
+  engine::ShareOptions share;
+  share.keep_padding = true;
+  for (auto& [k, v] : engine::share_prefixes(out.at("input_ids"), out.at("attention_mask"),
+                                             engine::pair_groups(static_cast<int64_t>(indices.size())), pad_id_, share))
+    out[k] = v;
+  return out;
 }
 
 double ReferenceFreeTrainer::num_items(const engine::TensorMap& batch) const {
@@ -156,11 +165,17 @@ engine::LossOutput ReferenceFreeTrainer::loss(engine::Engine& engine, const engi
   // ORPO's NLL covers every attended token of the chosen rows, so its
   // log-probs are needed there too; CPO needs completion tokens only.
   auto lp_mask = kind_ == Kind::ORPO ? attn.slice(1, 1) : batch.at("completion_mask").slice(1, 1);
-  // Right padding: real tokens sit at positions 0..n-1 either way; explicit
-  // positions also give the padding its index (as transformers does without
-  // position_ids), which TRL's logits metrics average over.
-  auto positions = torch::arange(t, ids.options()).unsqueeze(0).expand({ids.size(0), t});
-  auto hidden = engine.forward(engine::Role::Policy, {ids, attn, positions, torch::Tensor()});
+  // TRL's logits metrics average over padding too. Right padding: real
+  // tokens sit at positions 0..n-1 either way; explicit positions also give
+  // the padding its index (as transformers does without position_ids), and
+  // one document per row masks padding as keys (padding queries then see just
+  // their row's tokens, as transformers' padding mask gives them). The packed
+  // rows lay padding out the same way.
+  auto hidden = batch.count("shared_input_ids")
+                    ? engine::forward_rows(engine, engine::Role::Policy, batch)
+                    : engine.forward(engine::Role::Policy,
+                                     {ids, attn, torch::arange(t, ids.options()).unsqueeze(0).expand({ids.size(0), t}),
+                                      torch::zeros_like(ids)});
   auto lp = engine.logprobs(engine::Role::Policy, hidden.slice(1, 0, t - 1), targets, lp_mask);
   auto per_token = lp.logps * comp;
   auto sums = per_token.sum(1);
@@ -216,8 +231,10 @@ engine::LossOutput ReferenceFreeTrainer::loss(engine::Engine& engine, const engi
   // CPOTrainer takes every position, its ORPOTrainer all but each row's last.
   const auto logit_positions = kind_ == Kind::ORPO ? hidden.slice(1, 0, hidden.size(1) - 1) : hidden;
   auto mean_logits = engine.mean_logits(engine::Role::Policy, logit_positions).chunk(2, 0);
-  m.add("logits/chosen", mean_logits[0].sum(), static_cast<double>(mean_logits[0].numel()));
-  m.add("logits/rejected", mean_logits[1].sum(), static_cast<double>(mean_logits[1].numel()));
+  // Each rank's mean, averaged over ranks (and micro-batches), as TRL
+  // gathers the per-process means.
+  m.add("logits/chosen", mean_logits[0].mean(), 1.0);
+  m.add("logits/rejected", mean_logits[1].mean(), 1.0);
   last_metrics_ = m;
   return result;
 }

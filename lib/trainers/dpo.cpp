@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "engine/reference_cache.hpp"
+#include "engine/shared_prefix.hpp"
 #include "losses/preference.hpp"
 #include "model/loading.hpp"
 #include "text/data/dataset.hpp"
@@ -170,70 +171,18 @@ engine::TensorMap collate_pairs(const std::vector<PreferenceExample>& ex, const 
   return {{"input_ids", ids}, {"attention_mask", attn}, {"completion_mask", comp}};
 }
 
-engine::TensorMap collate_shared_prompts(const std::vector<PreferenceExample>& ex, const std::vector<size_t>& indices,
-                                         int64_t pad_id, std::optional<int64_t> max_length,
-                                         const std::string& truncation_mode, int64_t width) {
-  const size_t b = indices.size();
-  std::vector<int64_t> prompt(b), chosen(b), rejected(b);
-  int64_t len = 1;
-  for (size_t r = 0; r < b; ++r) {
-    const auto& e = ex[indices[r]];
-    const auto p = static_cast<int64_t>(e.prompt_ids.size());
-    auto c = static_cast<int64_t>(e.chosen_ids.size()), j = static_cast<int64_t>(e.rejected_ids.size());
-    if (max_length) {
-      // keep_end cuts prompts (by different amounts for the two sides) and a
-      // prompt of max_length or more leaves no completion: no shared prompt.
-      if (p >= *max_length || (truncation_mode == "keep_end" && p + std::max(c, j) > *max_length)) return {};
-      c = std::min(c, *max_length - p);
-      j = std::min(j, *max_length - p);
-    }
-    prompt[r] = p, chosen[r] = c, rejected[r] = j;
-    len = std::max(len, p + c + j);
-  }
-  // Work of a forward over rows x length: the linear layers per token, plus
-  // attention per token growing with the row (a conservative 1/2048 of the
-  // linear work per key; real models' ratio is smaller).
-  auto cost = [](double rows, double l) { return rows * l * (1.0 + l / 2048.0); };
-  if (cost(static_cast<double>(b), static_cast<double>(len)) > 0.9 * cost(2.0 * static_cast<double>(b), static_cast<double>(width)))
-    return {};
-  const int64_t rows = static_cast<int64_t>(b);
-  auto ids = torch::full({rows, len}, pad_id, torch::kInt64);
-  auto attn = torch::zeros({rows, len}, torch::kInt64);
-  auto pos = torch::zeros({rows, len}, torch::kInt64);
-  auto index = torch::empty({2 * rows, width}, torch::kInt64);
-  auto* pi = ids.data_ptr<int64_t>();
-  auto* pa = attn.data_ptr<int64_t>();
-  auto* pp = pos.data_ptr<int64_t>();
-  auto* px = index.data_ptr<int64_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const auto& e = ex[indices[static_cast<size_t>(r)]];
-    const int64_t p = prompt[static_cast<size_t>(r)], c = chosen[static_cast<size_t>(r)],
-                  j = rejected[static_cast<size_t>(r)];
-    int64_t* row_ids = pi + r * len;
-    std::copy(e.prompt_ids.begin(), e.prompt_ids.end(), row_ids);
-    std::copy(e.chosen_ids.begin(), e.chosen_ids.begin() + c, row_ids + p);
-    std::copy(e.rejected_ids.begin(), e.rejected_ids.begin() + j, row_ids + p + c);
-    std::fill(pa + r * len, pa + r * len + p + c + j, 1);
-    for (int64_t s = 0; s < p + c; ++s) pp[r * len + s] = s;
-    for (int64_t s = 0; s < j; ++s) pp[r * len + p + c + s] = p + s;
-    // Chosen row r reads slots 0..p+c-1, rejected row b+r the prompt's slots
-    // then its own; padding reads the row's first slot (masked downstream).
-    int64_t* chosen_index = px + r * width;
-    int64_t* rejected_index = px + (rows + r) * width;
-    for (int64_t s = 0; s < width; ++s) {
-      chosen_index[s] = r * len + (s < p + c ? s : 0);
-      rejected_index[s] = r * len + (s < p ? s : s < p + j ? s + c : 0);
-    }
-  }
-  return {{"shared_input_ids", ids},
-          {"shared_attention_mask", attn},
-          {"shared_position_ids", pos},
-          {"shared_document_ids", torch::zeros({rows, len}, torch::kInt64)},
-          {"shared_index", index.view({-1})}};
-}
-
 DPOTrainer::DPOTrainer(const DPOConfig& config, std::map<std::string, std::vector<PreferenceExample>> splits, int64_t pad_id)
     : config_(config), splits_(std::move(splits)), pad_id_(pad_id) {}
+
+engine::TensorMap DPOTrainer::collate_shared_pairs(const std::vector<PreferenceExample>& ex,
+                                                   const std::vector<size_t>& indices) const {
+  auto out = collate_pairs(ex, indices, pad_id_, config_.max_length, config_.truncation_mode);
+  // Each pair's prompt once: the chosen and rejected rows share their start.
+  for (auto& [k, v] : engine::share_prefixes(out.at("input_ids"), out.at("attention_mask"),
+                                             engine::pair_groups(static_cast<int64_t>(indices.size())), pad_id_))
+    out[k] = v;
+  return out;
+}
 
 size_t DPOTrainer::num_examples(const std::string& split) const {
   auto it = splits_.find(split);
@@ -241,10 +190,7 @@ size_t DPOTrainer::num_examples(const std::string& split) const {
 }
 
 engine::TensorMap DPOTrainer::collate(const std::string& split, const std::vector<size_t>& indices) const {
-  auto out = collate_pairs(splits_.at(split), indices, pad_id_, config_.max_length, config_.truncation_mode);
-  for (auto& [k, v] : collate_shared_prompts(splits_.at(split), indices, pad_id_, config_.max_length,
-                                             config_.truncation_mode, out.at("input_ids").size(1)))
-    out[k] = v;
+  auto out = collate_shared_pairs(splits_.at(split), indices);
   auto it = ref_.find(split);
   if (it != ref_.end()) {
     auto pick = [&](const std::vector<double>& v) {
@@ -268,21 +214,14 @@ double DPOTrainer::num_items(const engine::TensorMap& batch) const {
 
 engine::LossOutput DPOTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
   const auto& ids = batch.at("input_ids");
-  const auto& attn = batch.at("attention_mask");
   const int64_t t = ids.size(1);
   const int64_t b = ids.size(0) / 2;
   auto targets = ids.slice(1, 1);
   auto mask = batch.at("completion_mask").slice(1, 1);
   const bool ld = config_.ld_alpha.has_value();
 
-  // Final hidden states in the [2B, T] layout; with shared prompts computed
-  // over one row per pair and gathered back.
-  auto forward = [&](engine::Role role) {
-    if (!batch.count("shared_input_ids")) return engine.forward(role, {ids, attn, torch::Tensor(), torch::Tensor()});
-    auto hs = engine.forward(role, {batch.at("shared_input_ids"), batch.at("shared_attention_mask"),
-                                    batch.at("shared_position_ids"), batch.at("shared_document_ids")});
-    return hs.reshape({-1, hs.size(-1)}).index_select(0, batch.at("shared_index")).view({2 * b, t, hs.size(-1)});
-  };
+  // Final hidden states in the [2B, T] layout (shared prompts gathered back).
+  auto forward = [&](engine::Role role) { return engine::forward_rows(engine, role, batch); };
   auto hidden = forward(engine::Role::Policy);
   auto h = hidden.slice(1, 0, t - 1);
   auto lp = engine.logprobs(engine::Role::Policy, h, targets, mask, {.entropy = true, .accuracy = true});
@@ -390,11 +329,11 @@ void DPOTrainer::precompute_reference(engine::Engine& engine, const std::string&
   auto values = engine::cached_reference_values(
       engine, "ref_logps", split, key.hex(), ex.size(), {"chosen", "rejected", "chosen_tail", "rejected_tail"},
       batch_size, [&](const std::vector<size_t>& idx) {
-        auto b = collate_pairs(ex, idx, pad_id_, config_.max_length, config_.truncation_mode);
+        auto b = collate_shared_pairs(ex, idx);
         const auto& ids = b.at("input_ids");
         const int64_t t = ids.size(1);
         auto mask = b.at("completion_mask").slice(1, 1).to(engine.device());
-        auto h = engine.forward(role, {ids, b.at("attention_mask"), torch::Tensor(), torch::Tensor()});
+        auto h = engine::forward_rows(engine, role, b);
         auto lp = engine.logprobs(role, h.slice(1, 0, t - 1), ids.slice(1, 1), mask);
         auto [sums, tails] = sequence_sums(lp.logps, mask, ld);
         auto sc = sums.to(torch::kCPU, torch::kFloat64).contiguous();

@@ -53,22 +53,6 @@ PreferenceSplit prepare_preference_split(const PreferenceDataOptions& options, c
 engine::TensorMap collate_pairs(const std::vector<PreferenceExample>& examples, const std::vector<size_t>& indices,
                                 int64_t pad_id, std::optional<int64_t> max_length, const std::string& truncation_mode);
 
-// The same pairs with each prompt run through the model once: one row per
-// pair, prompt then chosen then rejected completion, the rejected positions
-// going back to where the completions start (a branch of the row's document,
-// see model::Batch::document_ids), so neither completion sees the other.
-// Keys shared_input_ids / shared_attention_mask / shared_position_ids /
-// shared_document_ids [B, L] and shared_index [2B * T]: for every position of
-// collate_pairs' [2B, T] layout (`width` T), the flat index (row * L + slot)
-// of the same token in the shared rows. Empty when a truncated sequence lost
-// part of its prompt (keep_end) or when the shared rows would not save work
-// (short prompts: the attention over rows of prompt + both completions costs
-// more than the prompt tokens saved).
-engine::TensorMap collate_shared_prompts(const std::vector<PreferenceExample>& examples,
-                                         const std::vector<size_t>& indices, int64_t pad_id,
-                                         std::optional<int64_t> max_length, const std::string& truncation_mode,
-                                         int64_t width);
-
 // Reference log-probs computed once (precompute_ref_log_probs), per example.
 struct RefLogps {
   std::vector<double> chosen, rejected;            // sums (shared part with ld_alpha)
@@ -97,6 +81,9 @@ class DPOTrainer : public engine::Trainer {
   const engine::MetricSums& last_metrics() const { return last_metrics_; }
 
  private:
+  // collate_pairs with the packed rows that run each pair's prompt once.
+  engine::TensorMap collate_shared_pairs(const std::vector<PreferenceExample>& examples,
+                                         const std::vector<size_t>& indices) const;
   DPOConfig config_;
   std::map<std::string, std::vector<PreferenceExample>> splits_;
   std::map<std::string, RefLogps> ref_;

@@ -1,11 +1,13 @@
 #include "trainers/kto.hpp"
 
 #include <cmath>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "engine/shared_prefix.hpp"
 #include "losses/preference.hpp"
 #include "model/loading.hpp"
 #include "text/data/dataset.hpp"
@@ -102,7 +104,27 @@ KTOSplit prepare_kto_split(const KTOConfig& c, const text::Tokenizer& tok, const
 }
 
 KTOTrainer::KTOTrainer(const KTOConfig& config, std::map<std::string, std::vector<KTOExample>> splits, int64_t pad_id)
-    : config_(config), splits_(std::move(splits)), pad_id_(pad_id) {}
+    : config_(config), splits_(std::move(splits)), pad_id_(pad_id) {
+  if (config_.loss_type != "kto") return;  // no KL rows
+  const double cap = config_.max_length ? static_cast<double>(*config_.max_length) : 1e18;
+  for (const auto& [name, ex] : splits_) {
+    if (ex.empty()) continue;
+    double prompt = 0, completion = 0;
+    for (const auto& e : ex) {
+      prompt += static_cast<double>(e.prompt_ids.size());
+      completion += static_cast<double>(e.completion_ids.size());
+    }
+    const double n = static_cast<double>(ex.size());
+    const double p = std::min(prompt / n, cap), row = std::min((prompt + completion) / n, cap);
+    // A main row and a KL row against the prompt once and both completions;
+    // a backward costs about two forwards.
+    const double separate = engine::forward_cost(1, row), joint = engine::forward_cost(1, p + 2 * (row - p));
+    Sharing s;
+    s.reference = joint <= 0.9 * 2 * separate;
+    s.policy = s.reference && 3 * joint <= 0.9 * 4 * separate;
+    sharing_[name] = s;
+  }
+}
 
 size_t KTOTrainer::num_examples(const std::string& split) const {
   auto it = splits_.find(split);
@@ -146,7 +168,27 @@ engine::TensorMap KTOTrainer::collate(const std::string& split, const std::vecto
     out[prefix + "completion_mask"] = cm;
   };
   build("", false);
-  if (config_.loss_type == "kto") build("KL_", true);
+  if (config_.loss_type == "kto") {
+    build("KL_", true);
+    // Row i and its KL row share prompt i: one packed row runs it once
+    // (keys joint_*, over the rows of both, main rows first, at the wider width).
+    const int64_t t = std::max(out.at("input_ids").size(1), out.at("KL_input_ids").size(1));
+    auto widen = [&](const torch::Tensor& x, int64_t fill) {
+      return torch::constant_pad_nd(x, {0, t - x.size(1)}, fill);
+    };
+    auto ids = torch::cat({widen(out.at("input_ids"), pad_id_), widen(out.at("KL_input_ids"), pad_id_)});
+    auto attn = torch::cat({widen(out.at("attention_mask"), 0), widen(out.at("KL_attention_mask"), 0)});
+    auto it = sharing_.find(split);
+    if (it != sharing_.end() && it->second.reference) {
+      // Packed whatever this batch's lengths (see Sharing).
+      engine::ShareOptions share;
+      share.max_cost = std::numeric_limits<double>::infinity();
+      share.key_prefix = "joint_";
+      for (auto& [k, v] : engine::share_prefixes(ids, attn, engine::pair_groups(static_cast<int64_t>(n)), pad_id_, share))
+        out[k] = v;
+      if (it->second.policy) out["joint_policy"] = torch::empty({0});
+    }
+  }
   std::vector<uint8_t> labels;
   for (size_t i : indices) labels.push_back(ex[i].label ? 1 : 0);
   out["label"] = torch::tensor(std::vector<int64_t>(labels.begin(), labels.end()), torch::kInt64).to(torch::kBool);
@@ -167,10 +209,9 @@ struct SequenceLogps {
 };
 
 SequenceLogps completion_logps(engine::Engine& engine, engine::Role role, const engine::TensorMap& batch,
-                               const std::string& prefix, bool want_extras) {
+                               const std::string& prefix, const torch::Tensor& hidden, bool want_extras) {
   const auto& ids = batch.at(prefix + "input_ids");
-  auto hidden = engine.forward(role, {ids, batch.at(prefix + "attention_mask"), {}, {}});
-  auto h = hidden.slice(1, 0, hidden.size(1) - 1);
+  auto h = hidden.slice(1, 0, ids.size(1) - 1);
   auto mask = batch.at(prefix + "completion_mask").slice(1, 1);
   auto lp = engine.logprobs(role, h, ids.slice(1, 1), mask, {.entropy = want_extras});
   SequenceLogps out;
@@ -183,12 +224,35 @@ SequenceLogps completion_logps(engine::Engine& engine, engine::Role role, const 
   return out;
 }
 
+// Hidden states of the main rows and the KL rows (undefined without KL rows):
+// through the joint packed rows when the batch has them and `joint` holds,
+// else a forward over each (the KL rows without gradients).
+std::pair<torch::Tensor, torch::Tensor> main_and_kl_hidden(engine::Engine& engine, engine::Role role,
+                                                           const engine::TensorMap& batch, bool kl, bool joint) {
+  const int64_t n = batch.at("input_ids").size(0), t = batch.at("input_ids").size(1);
+  if (kl && joint && batch.count("joint_shared_input_ids")) {
+    const int64_t t_kl = batch.at("KL_input_ids").size(1);
+    auto h = engine::forward_shared(engine, role, batch, "joint_", 2 * n, std::max(t, t_kl));
+    return {h.slice(0, 0, n).slice(1, 0, t), h.slice(0, n).slice(1, 0, t_kl).detach()};
+  }
+  auto main = engine::forward_rows(engine, role, batch);
+  if (!kl) return {main, {}};
+  torch::NoGradGuard no_grad;
+  return {main, engine::forward_rows(engine, role, batch, "KL_")};
+}
+
 }  // namespace
 
 engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
   const bool kto = config_.loss_type == "kto";
-  auto policy = completion_logps(engine, engine::Role::Policy, batch, "", true);
-  auto ref = completion_logps(engine, engine::Role::Reference, batch, "", false);
+  // The policy's KL rows need no gradients: packed with the main rows they
+  // go through the backward too (see Sharing).
+  auto [policy_h, policy_kl_h] =
+      main_and_kl_hidden(engine, engine::Role::Policy, batch, kto, batch.count("joint_policy") != 0);
+  auto policy = completion_logps(engine, engine::Role::Policy, batch, "", policy_h, true);
+  // (The reference runs without gradients: packing its KL rows costs nothing.)
+  auto [ref_h, ref_kl_h] = main_and_kl_hidden(engine, engine::Role::Reference, batch, kto, true);
+  auto ref = completion_logps(engine, engine::Role::Reference, batch, "", ref_h, false);
   const auto dev = policy.sums.device();
   auto labels = batch.at("label").to(dev);
   torch::Tensor kl;
@@ -196,9 +260,9 @@ engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::Tensor
     torch::Tensor kl_policy;
     {
       torch::NoGradGuard no_grad;
-      kl_policy = completion_logps(engine, engine::Role::Policy, batch, "KL_", false).sums;
+      kl_policy = completion_logps(engine, engine::Role::Policy, batch, "KL_", policy_kl_h, false).sums;
     }
-    auto kl_ref = completion_logps(engine, engine::Role::Reference, batch, "KL_", false).sums;
+    auto kl_ref = completion_logps(engine, engine::Role::Reference, batch, "KL_", ref_kl_h, false).sums;
     // TRL gathers each rank's batch mean and averages them (a stand-in
     // rank adds nothing); the sum stays on the device, with no host read.
     const double own = engine.standing_in() ? 0.0 : 1.0;

@@ -46,15 +46,28 @@ class KTOTrainer : public engine::Trainer {
   // input_ids / attention_mask / completion_mask [B, T] and label [B]; for the
   // kto loss also KL_input_ids / KL_attention_mask / KL_completion_mask: each
   // prompt with the completion of the row before it in this micro-batch (the
-  // first row takes the last row's). Sequences are cut at max_length.
+  // first row takes the last row's). Sequences are cut at max_length. Where
+  // the split's prompts are long enough to pay (see Sharing), also joint_*:
+  // each row packed with its KL row (engine/shared_prefix), and the marker
+  // key joint_policy when the policy runs them too.
   engine::TensorMap collate(const std::string& split, const std::vector<size_t>& indices) const override;
   double num_items(const engine::TensorMap& batch) const override;  // examples
   engine::LossOutput loss(engine::Engine& engine, const engine::TensorMap& batch) override;
 
  private:
+  // Which forwards run a row packed with its KL row, decided per split from
+  // its mean prompt and completion lengths, so that every rank (each with
+  // its own rows) runs the same number of forwards, as strategies that
+  // gather parameters per forward need. The reference packs when that saves
+  // work; the policy (whose KL rows then go through the backward too) only
+  // when the prompt saved outweighs that.
+  struct Sharing {
+    bool reference = false, policy = false;
+  };
   KTOConfig config_;
   std::map<std::string, std::vector<KTOExample>> splits_;
   int64_t pad_id_;
+  std::map<std::string, Sharing> sharing_;
 };
 
 // The train split of a KTO run, prepared as training sees it, with TRL's

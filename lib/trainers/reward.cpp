@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "engine/shared_prefix.hpp"
 #include "losses/preference.hpp"
 #include "model/decoder.hpp"
 #include "text/data/dataset.hpp"
@@ -98,6 +99,8 @@ engine::TensorMap RewardTrainer::collate(const std::string& split, const std::ve
     put(b + r, e.rejected_ids);
   }
   engine::TensorMap out = {{"input_ids", ids}, {"attention_mask", attn}};
+  // Each pair's shared start (its prompt) once.
+  for (auto& [k, v] : engine::share_prefixes(ids, attn, engine::pair_groups(b), pad_id_)) out[k] = v;
   if (ex[indices.front()].margin) {
     std::vector<float> m;
     for (size_t i : indices) m.push_back(static_cast<float>(ex[i].margin.value_or(0)));
@@ -112,7 +115,7 @@ double RewardTrainer::num_items(const engine::TensorMap& batch) const {
 
 torch::Tensor RewardTrainer::rewards(engine::Engine& engine, const engine::TensorMap& batch) const {
   const auto& ids = batch.at("input_ids");
-  auto hidden = engine.forward(engine::Role::Policy, {ids, batch.at("attention_mask"), {}, {}});
+  auto hidden = engine::forward_rows(engine, engine::Role::Policy, batch);
   // The score at each row's last non-pad token, as transformers'
   // *ForSequenceClassification reads it.
   auto scores = model::pool_last_non_pad(engine.head(engine::Role::Policy, hidden), ids.to(hidden.device()), pad_id_);

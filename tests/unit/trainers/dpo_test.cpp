@@ -149,34 +149,14 @@ TEST_CASE("DPO shared prompts (one row per pair) give the loss, metrics and grad
   for (const char* form : {"text", "chat"}) {
     INFO(form);
     auto s = make(dpo_config(dpo_data() / form));
-    auto shared = s.trainer->collate("train", {0, 1, 2, 3});
-    REQUIRE(shared.count("shared_input_ids"));
-    auto separate = shared;
-    for (const char* k : {"shared_input_ids", "shared_attention_mask", "shared_position_ids", "shared_document_ids",
-                          "shared_index"})
-      separate.erase(k);
-    auto grads = [&](const engine::TensorMap& b) {
-      for (auto& p : trlx::engine::EngineProbe::policy(*s.engine).parameters()) p.mutable_grad() = torch::Tensor();
-      auto out = s.trainer->loss(*s.engine, b);
-      out.loss_sum.backward();
-      std::vector<torch::Tensor> g;
-      for (auto& p : trlx::engine::EngineProbe::policy(*s.engine).parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
-      return std::make_pair(out.loss_sum.item<double>(), g);
-    };
-    auto [ls, gs] = grads(shared);
-    const auto ms = s.trainer->last_metrics();
-    auto [lp, gp] = grads(separate);
-    const auto mp = s.trainer->last_metrics();
-    CHECK(ls == Approx(lp).margin(1e-5));
-    for (const char* k : {"logps/chosen", "logps/rejected", "rewards/margins", "entropy", "mean_token_accuracy",
-                          "logits/chosen"})
-      CHECK(metric(ms, k) == Approx(metric(mp, k)).margin(1e-4));
-    for (size_t i = 0; i < gs.size(); ++i) CHECK((gs[i] - gp[i]).abs().max().item<double>() < 1e-5);
+    test::check_shared_equals_separate(*s.engine, *s.trainer, s.trainer->collate("train", {0, 1, 2, 3}));
   }
-  // keep_end truncation that cuts a prompt: separate rows only.
+  // keep_end truncation cuts the two rows of a pair by different amounts:
+  // whatever start they still share is packed, and equals separate rows.
   auto c = dpo_config(dpo_data() / "text", {{"max_length", "12"}, {"truncation_mode", "keep_end"}});
   auto s = make(c);
-  CHECK_FALSE(s.trainer->collate("train", {0, 1, 2, 3}).count("shared_input_ids"));
+  auto b = s.trainer->collate("train", {0, 1, 2, 3});
+  if (b.count("shared_input_ids")) test::check_shared_equals_separate(*s.engine, *s.trainer, b);
 }
 
 TEST_CASE("DPO bad input: empty or missing completions, long prompts, a reference of another vocabulary", "[dpo][input]") {

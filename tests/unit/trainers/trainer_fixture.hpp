@@ -89,13 +89,10 @@ StepValues reference_free_steps(const nlohmann::json& fixture_case, const Run& r
 StepValues kto_steps(const nlohmann::json& fixture, const Run& run);
 StepValues reward_steps(const nlohmann::json& fixture, const Run& run);
 
-// TRL's logits/* in CPO/ORPO average over padding positions too, and a
-// padding query attends to itself in trlx's decoder but not in transformers;
-// every real position (all the loss sees) matches. So they are compared only
-// on fixtures whose batches have no padding ("padded": false).
-inline std::set<std::string> reference_free_ignored(const nlohmann::json& fixture_case) {
-  if (!fixture_case.value("padded", true)) return {};
-  return {"logits/chosen", "logits/rejected"};
-}
+// A trainer's loss, gradients and every metric on `batch` as collated (its
+// start-sharing rows packed under `key_prefix`, see engine/shared_prefix)
+// equal those of the same batch without the packed rows.
+void check_shared_equals_separate(engine::Engine& engine, engine::Trainer& trainer, const engine::TensorMap& batch,
+                                  const std::string& key_prefix = "");
 
 }  // namespace trlx::test

@@ -1,0 +1,132 @@
+// Rows sharing their start run it once (engine/shared_prefix): the packed
+// layout and its index, the cases that are not packed, and the tiny model's
+// hidden states through packed rows against the separate rows', at real
+// tokens and (keep_padding) at padding.
+#include "catch_torch.hpp"
+
+#include <limits>
+
+#include "engine/shared_prefix.hpp"
+#include "model/loading.hpp"
+#include "support.hpp"
+
+using namespace trlx;
+
+namespace {
+
+// Right-padded rows [N, T] with pad 0 and their attention mask.
+std::pair<torch::Tensor, torch::Tensor> rows_of(const std::vector<std::vector<int64_t>>& rows, int64_t t) {
+  auto ids = torch::zeros({static_cast<int64_t>(rows.size()), t}, torch::kInt64);
+  auto attn = torch::zeros_like(ids);
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (size_t j = 0; j < rows[r].size(); ++j) {
+      ids[static_cast<int64_t>(r)][static_cast<int64_t>(j)] = rows[r][j];
+      attn[static_cast<int64_t>(r)][static_cast<int64_t>(j)] = 1;
+    }
+  return {ids, attn};
+}
+
+std::vector<int64_t> vec(const torch::Tensor& t) {
+  auto c = t.contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+engine::ShareOptions always(bool keep_padding = false) {
+  engine::ShareOptions o;
+  o.keep_padding = keep_padding;
+  o.max_cost = std::numeric_limits<double>::infinity();
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("share_prefixes packs each group's common start once, then each member's remainder as a branch",
+          "[engine][shared_prefix]") {
+  auto [ids, attn] = rows_of({{1, 2, 3, 4}, {1, 2, 5}, {7, 8, 9, 9, 9}}, 5);
+  auto m = engine::share_prefixes(ids, attn, {{0, 1}, {2}}, /*pad_id=*/0, always());
+  REQUIRE(m.count("shared_input_ids"));
+  // Group {0, 1}: start 1 2, then 3 4 (positions 2 3), then 5 (position 2 again).
+  CHECK(vec(m.at("shared_input_ids")) == std::vector<int64_t>{1, 2, 3, 4, 5, 7, 8, 9, 9, 9});
+  CHECK(vec(m.at("shared_position_ids")) == std::vector<int64_t>{0, 1, 2, 3, 2, 0, 1, 2, 3, 4});
+  CHECK(vec(m.at("shared_attention_mask")) == std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+  CHECK(vec(m.at("shared_document_ids")) == std::vector<int64_t>(10, 0));
+  // Every slot of the collated rows: where its token is (padding: its group's first slot).
+  CHECK(vec(m.at("shared_index")) == std::vector<int64_t>{0, 1, 2, 3, 0, /**/ 0, 1, 4, 0, 0, /**/ 5, 6, 7, 8, 9});
+
+  // keep_padding lays each member's padding out after its tokens, at the
+  // positions a separate row gives it.
+  m = engine::share_prefixes(ids, attn, {{0, 1}, {2}}, 0, always(true));
+  CHECK(vec(m.at("shared_input_ids")) == std::vector<int64_t>{1, 2, 3, 4, 0, 5, 0, 0, 7, 8, 9, 9, 9, 0, 0, 0});
+  CHECK(vec(m.at("shared_position_ids")) == std::vector<int64_t>{0, 1, 2, 3, 4, 2, 3, 4, 0, 1, 2, 3, 4, 0, 0, 0});
+  CHECK(vec(m.at("shared_attention_mask")) == std::vector<int64_t>{1, 1, 1, 1, 0, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0});
+  CHECK(vec(m.at("shared_index")) == std::vector<int64_t>{0, 1, 2, 3, 4, /**/ 0, 1, 5, 6, 7, /**/ 8, 9, 10, 11, 12});
+
+  // Identical rows: the whole row is the start, the remainders are empty.
+  auto [same, same_attn] = rows_of({{4, 5, 6}, {4, 5, 6}}, 3);
+  m = engine::share_prefixes(same, same_attn, engine::pair_groups(1), 0, always());
+  CHECK(vec(m.at("shared_input_ids")) == std::vector<int64_t>{4, 5, 6});
+  CHECK(vec(m.at("shared_index")) == std::vector<int64_t>{0, 1, 2, 0, 1, 2});
+  CHECK(engine::pair_groups(2) == std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}});
+}
+
+TEST_CASE("share_prefixes packs nothing where it saves no work or the rows are not right-padded, and bad groups are errors",
+          "[engine][shared_prefix]") {
+  auto [ids, attn] = rows_of({{1, 2, 3, 4}, {9, 8, 5, 6}}, 4);
+  // No common start: 8 packed slots against 8 is above the default 0.9.
+  CHECK(engine::share_prefixes(ids, attn, {{0, 1}}, 0).empty());
+  CHECK_FALSE(engine::share_prefixes(ids, attn, {{0, 1}}, 0, always()).empty());
+  engine::ShareOptions tight;
+  tight.max_cost = engine::forward_cost(1, 6.5);
+  CHECK(engine::share_prefixes(ids, attn, {{0, 1}}, 0, tight).empty());
+  auto [long_ids, long_attn] = rows_of({{1, 2, 3, 4, 5, 6, 7, 8}, {1, 2, 3, 4, 5, 6, 7, 9}}, 8);
+  auto m = engine::share_prefixes(long_ids, long_attn, {{0, 1}}, 0);
+  REQUIRE(m.count("shared_input_ids"));
+  CHECK(m.at("shared_input_ids").size(1) == 9);
+  // Left padding: not packed.
+  auto left = attn.clone();
+  left[0][0] = 0;
+  CHECK(engine::share_prefixes(ids, left, {{0, 1}}, 0, always()).empty());
+  CHECK_THROWS_WITH(engine::share_prefixes(ids, attn, {{0, 1}, {1}}, 0, always()), Catch::Matchers::Contains("two groups"));
+  CHECK_THROWS_WITH(engine::share_prefixes(ids, attn, {{0}}, 0, always()), Catch::Matchers::Contains("every row"));
+  CHECK_THROWS_WITH(engine::share_prefixes(ids, attn, {{0, 2}}, 0, always()), Catch::Matchers::Contains("out of"));
+}
+
+TEST_CASE("Hidden states through packed rows equal the separate rows' at real tokens, and at padding with keep_padding",
+          "[engine][shared_prefix][model]") {
+  auto model = model::load_language_model(test::tiny_model(), model::HeadKind::CausalLM);
+  model->eval();
+  torch::NoGradGuard ng;
+  torch::manual_seed(3);
+  const int64_t vocab = 200;
+  auto tokens = [&](int64_t n) { return vec(torch::randint(1, vocab, {n}, torch::kInt64)); };
+  // Three groups: a pair with a long common start, three rows of one prompt
+  // (one of them ending where the prompt ends), and a row alone.
+  const auto p1 = tokens(9), p2 = tokens(6);
+  auto cat = [](std::vector<int64_t> a, const std::vector<int64_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<std::vector<int64_t>> rows = {cat(p1, tokens(4)), cat(p1, tokens(2)), cat(p2, tokens(5)),
+                                                  p2,                 cat(p2, tokens(3)), tokens(7)};
+  const int64_t t = 14;
+  auto [ids, attn] = rows_of(rows, t);
+  // Separate rows with explicit positions: padding at its slot index.
+  auto positions = torch::arange(t, torch::kInt64).unsqueeze(0).expand({ids.size(0), t}).contiguous();
+  auto separate = model->hidden_states({ids, attn, positions, {}});
+  for (bool keep : {false, true}) {
+    INFO("keep_padding " << keep);
+    auto m = engine::share_prefixes(ids, attn, {{0, 1}, {2, 3, 4}, {5}}, 0, always(keep));
+    REQUIRE(m.count("shared_input_ids"));
+    auto packed = model->hidden_states({m.at("shared_input_ids"), m.at("shared_attention_mask"),
+                                        m.at("shared_position_ids"), m.at("shared_document_ids")});
+    const int64_t h = packed.size(-1);
+    auto gathered = packed.reshape({-1, h}).index_select(0, m.at("shared_index")).view({ids.size(0), t, h});
+    auto where = keep ? torch::ones_like(attn).to(torch::kBool) : attn.to(torch::kBool);
+    const double diff = (gathered - separate).abs().index({where}).max().item<double>();
+    CHECK(diff < 1e-5);
+    if (!keep) {
+      // Padding is not laid out: some padding slot differs, so the check above can fail.
+      CHECK((gathered - separate).abs().index({attn.logical_not()}).max().item<double>() > 1e-3);
+    }
+  }
+}
