@@ -18,8 +18,10 @@
 # tokens / seconds, against the fp32 matrix-multiply peak measured at the
 # start of the same run with the same threads (scripts/bench/matmul_peak.py).
 # Reference and KL forwards (DPO, KTO) are not counted, so it understates
-# their work; LoRA computes no weight gradients, so 6N would overstate it and
-# it is not printed there.
+# their work; a prompt that trlx runs once for a pair (or a KTO row and its
+# KL row) counts once per row, as TRL computes it, which overstates trlx's;
+# LoRA computes no weight gradients, so 6N would overstate it and it is not
+# printed there.
 #
 # Rows: SEQ=short is the quickstart's arithmetic (8 pairs or 16 KTO rows, or
 # 8 SFT rows, per step); SEQ=long puts ~1000 tokens in a row (2 pairs, 4 KTO
