@@ -11,6 +11,7 @@
 // the collated [N, T] layout, equal to those of a forward over the separate
 // rows at every real token (and, with keep_padding, at every padding slot).
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,7 @@ struct ShareOptions {
   // 0.9 of the separate rows' cost. Callers that weigh a backward too pass
   // their own bound.
   std::optional<double> max_cost;
-  std::string key_prefix;  // the keys' prefix ("KL_", ...)
+  std::string key_prefix;  // the keys' prefix (KTO's "joint_")
 };
 
 // input_ids / attention_mask [N, T] on the host, each row's real tokens first.

@@ -172,14 +172,14 @@ engine::TensorMap KTOTrainer::collate(const std::string& split, const std::vecto
     build("KL_", true);
     // Row i and its KL row share prompt i: one packed row runs it once
     // (keys joint_*, over the rows of both, main rows first, at the wider width).
-    const int64_t t = std::max(out.at("input_ids").size(1), out.at("KL_input_ids").size(1));
-    auto widen = [&](const torch::Tensor& x, int64_t fill) {
-      return torch::constant_pad_nd(x, {0, t - x.size(1)}, fill);
-    };
-    auto ids = torch::cat({widen(out.at("input_ids"), pad_id_), widen(out.at("KL_input_ids"), pad_id_)});
-    auto attn = torch::cat({widen(out.at("attention_mask"), 0), widen(out.at("KL_attention_mask"), 0)});
     auto it = sharing_.find(split);
     if (it != sharing_.end() && it->second.reference) {
+      const int64_t t = std::max(out.at("input_ids").size(1), out.at("KL_input_ids").size(1));
+      auto widen = [&](const torch::Tensor& x, int64_t fill) {
+        return torch::constant_pad_nd(x, {0, t - x.size(1)}, fill);
+      };
+      auto ids = torch::cat({widen(out.at("input_ids"), pad_id_), widen(out.at("KL_input_ids"), pad_id_)});
+      auto attn = torch::cat({widen(out.at("attention_mask"), 0), widen(out.at("KL_attention_mask"), 0)});
       // Packed whatever this batch's lengths (see Sharing).
       engine::ShareOptions share;
       share.max_cost = std::numeric_limits<double>::infinity();
