@@ -190,11 +190,14 @@ void Engine::save_model(const fs::path& dir, bool into_existing_dir) {
     write_on_rank0([&](const io::BeforeWrite& before_write) {
       model::AdapterSaveOptions ao;
       ao.base_model_name_or_path = base_dir_ ? base_dir_->string() : config_.model_name_or_path.value_or("");
-      // A base given by hub name is recorded by that name, as PEFT records
-      // it (another machine finds it in its own cache); at another revision
-      // than main the snapshot path, which names the exact commit.
-      if (const auto origin = config::hub_origin(ao.base_model_name_or_path); origin && origin->revision == "main")
+      // A base given by hub name (or continued from an adapter whose base
+      // is in the cache) is recorded by that name and its revision (null
+      // for main), as PEFT records them: another machine finds it in its
+      // own cache or downloads it, at the same commit.
+      if (const auto origin = config::hub_origin(ao.base_model_name_or_path)) {
         ao.base_model_name_or_path = origin->name;
+        if (origin->revision != "main") ao.revision = origin->revision;
+      }
       ao.tokenizer_dir = tokenizer_dir_;
       ao.into_existing_dir = into_existing_dir;
       ao.before_write = before_write;

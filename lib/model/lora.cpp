@@ -367,7 +367,7 @@ void save_adapter(const fs::path& dir, LanguageModelImpl& m, const LoraInfo& inf
   j["qalora_group_size"] = 16;
   j["r"] = c.r;
   j["rank_pattern"] = nlohmann::json::object();
-  j["revision"] = nullptr;
+  j["revision"] = o.revision ? nlohmann::json(*o.revision) : nlohmann::json(nullptr);
   j["target_modules"] = info.target_modules;
   j["target_parameters"] = nullptr;
   j["task_type"] = m.head_kind() == HeadKind::SequenceClassification ? "SEQ_CLS" : "CAUSAL_LM";

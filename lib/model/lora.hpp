@@ -87,8 +87,10 @@ class AdaptersDisabled {
 };
 
 struct AdapterSaveOptions {
-  // adapter_config.json's base_model_name_or_path.
+  // adapter_config.json's base_model_name_or_path, and its revision (the
+  // base's hub revision when it is a hub name; null when unset).
   std::string base_model_name_or_path;
+  std::optional<std::string> revision;
   // Tokenizer files copied beside the adapter from here.
   std::optional<std::filesystem::path> tokenizer_dir;
   // Write the two adapter files into `dir` beside what it holds (a training

@@ -30,6 +30,17 @@ check "grep -q '\"base_model_name_or_path\": \"trlx-test/tiny-qwen2\"' '$TMP/lor
 "$TRLX" sft "${ARGS[@]}" --model_name_or_path "$TMP/lora" --use_peft true --lora_r 2 --max_steps 1 --output_dir "$TMP/lora2" >"$TMP/lora2.log" 2>&1
 check "[ $? = 0 ]"
 check "grep -q '\"base_model_name_or_path\": \"trlx-test/tiny-qwen2\"' '$TMP/lora2/adapter_config.json'"
+check "grep -q '\"revision\": null' '$TMP/lora2/adapter_config.json'"
+# At a revision other than main, the revision goes beside the name, and a run
+# continuing that adapter finds the base at that revision.
+commit=$(basename "$snap")
+"$TRLX" sft "${ARGS[@]}" --model_revision "$commit" --use_peft true --lora_r 2 --output_dir "$TMP/lora_rev" >"$TMP/lora_rev.log" 2>&1
+check "[ $? = 0 ]"
+check "grep -q '\"base_model_name_or_path\": \"trlx-test/tiny-qwen2\"' '$TMP/lora_rev/adapter_config.json'"
+check "grep -q '\"revision\": \"$commit\"' '$TMP/lora_rev/adapter_config.json'"
+"$TRLX" sft "${ARGS[@]}" --model_name_or_path "$TMP/lora_rev" --use_peft true --lora_r 2 --max_steps 1 --output_dir "$TMP/lora_rev2" >"$TMP/lora_rev2.log" 2>&1
+check "[ $? = 0 ]"
+check "grep -q '\"base_model_name_or_path\": \"trlx-test/tiny-qwen2\"' '$TMP/lora_rev2/adapter_config.json'"
 [ $rc = 0 ] || cat "$TMP/run.log"
 
 # validate says where each name is found; print-config keeps the names as written.
