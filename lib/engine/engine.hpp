@@ -33,6 +33,15 @@ namespace trlx::engine {
 
 using TensorMap = std::map<std::string, torch::Tensor>;
 
+// A count known when a batch is collated, carried in a TensorMap to the
+// trainer's loss() in a tensor's shape ([n, 0]: no storage), so that reading
+// it after the batch moved to the device needs no device read.
+inline torch::Tensor host_count(int64_t n) { return torch::empty({n, 0}); }
+inline int64_t host_count(const TensorMap& batch, const std::string& key) {
+  auto it = batch.find(key);
+  return it == batch.end() ? 0 : it->second.size(0);
+}
+
 struct LossOutput {
   torch::Tensor loss_sum;  // summed over this micro-batch's items; the engine divides by the step's items
   MetricSums metrics;

@@ -302,12 +302,15 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
     const double grad_norm = strategy_->clip_grad_norm(max_norm);
     // The global norm is the same on every rank, so all stop together, before
     // the update: no non-finite weight is ever saved.
-    if (!std::isfinite(grad_norm))
+    if (!std::isfinite(grad_norm)) {
+      // A NaN's sign bit depends on the operations that made it: printed without it.
+      auto shown = [](double v) { return std::isnan(v) ? std::string("nan") : fmt::format("{}", v); };
       throw Error(fmt::format("step {}: the gradient norm is {} (this rank's loss {}): stopping before the update, so "
                               "no non-finite weights are saved{}. Lower learning_rate (or beta), check the data and the "
                               "model for NaN or infinite values, or resume from the last checkpoint",
-                              step_ + 1, grad_norm, loss_total.defined() ? loss_total.item<double>() : 0.0,
+                              step_ + 1, shown(grad_norm), shown(loss_total.defined() ? loss_total.item<double>() : 0.0),
                               config_.save_strategy == "no" ? "" : "; the last checkpoint is intact"));
+    }
     phases.mark("gradient norm and clipping", device_);
     fused_adamw_step(*optimizer_);
     strategy_->after_optimizer_step();

@@ -144,6 +144,7 @@ model::Batch Engine::to_device(const model::Batch& b) const {
   auto mv = [&](const torch::Tensor& t) { return t.defined() ? t.to(device_) : t; };
   model::Batch out{mv(b.input_ids), mv(b.attention_mask), mv(b.position_ids), mv(b.document_ids)};
   out.padding_trails = b.padding_trails;
+  out.outputs_from = b.outputs_from;
   if (!out.padding_trails && b.attention_mask.defined()) {
     // A mask the engine collated: its layout was read on the host then.
     for (const auto& m : trailing_masks_)

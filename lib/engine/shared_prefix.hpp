@@ -37,7 +37,23 @@ struct ShareOptions {
   // their own bound.
   std::optional<double> max_cost;
   std::string key_prefix;  // the keys' prefix (KTO's "joint_")
+  // Per row: the first position whose hidden state the caller reads (T:
+  // none), e.g. from first_predicting. Empty: all. The forward then skips the
+  // last layer's work before the first such position of the packed rows
+  // (model::Batch::outputs_from), and the hidden states handed back are zero
+  // before each row's own.
+  std::vector<int64_t> wanted_from;
 };
+
+// Per row of a [N, T] host mask of target tokens: the position that predicts
+// the first target (one before it, at least 0), or T for a row without one.
+std::vector<int64_t> first_predicting(const torch::Tensor& target_mask);
+
+// For rows of `length` positions that run as they are: the key
+// <prefix>outputs_from (a host_count) holding the first position any row's
+// hidden state is read at, when that is inside the rows and past 0 (nothing
+// otherwise). forward_rows reads it.
+TensorMap rows_outputs_from(const std::vector<int64_t>& wanted_from, int64_t length, const std::string& key_prefix = "");
 
 // input_ids / attention_mask [N, T] on the host, each row's real tokens first.
 // Every row appears in at most one group; rows in no group are not allowed
@@ -45,7 +61,10 @@ struct ShareOptions {
 // shared_attention_mask, shared_position_ids, shared_document_ids [G, L] and
 // shared_index [N * T] (for every slot of the collated layout, the flat index
 // row * L + slot of the same token in the packed rows; padding not kept
-// reads its row's first slot), or nothing when sharing would not save work.
+// reads its row's first slot), and with wanted_from, <prefix>shared_outputs_from
+// (the index then counts the packed rows' slots from there, and positions not
+// wanted read a zero row after them). When sharing would not save work:
+// nothing, or with wanted_from, rows_outputs_from's key.
 TensorMap share_prefixes(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                          const std::vector<std::vector<int64_t>>& groups, int64_t pad_id, const ShareOptions& options = {});
 

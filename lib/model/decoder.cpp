@@ -310,16 +310,17 @@ torch::Tensor softcapped_attention(const torch::Tensor& q, torch::Tensor k, torc
 }  // namespace
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                     const torch::Tensor& mask, KVCache* cache) {
-  const int64_t b = x.size(0), t = x.size(1);
+                                     const torch::Tensor& mask, KVCache* cache, int64_t query_start) {
+  const int64_t b = x.size(0), t = x.size(1), s = query_start, tq = t - query_start;
+  TORCH_CHECK(s == 0 || (!cache && s > 0 && s < t), "queries must start inside the sequence, without a KV cache");
   torch::Tensor q, k, v;
   if (qkv_proj) {
     auto qkv = qkv_proj->forward(x);
-    q = qkv.narrow(-1, 0, heads_ * head_dim_).view({b, t, heads_, head_dim_});
+    q = qkv.narrow(-1, 0, heads_ * head_dim_).narrow(1, s, tq).reshape({b, tq, heads_, head_dim_});
     k = qkv.narrow(-1, heads_ * head_dim_, kv_heads_ * head_dim_).view({b, t, kv_heads_, head_dim_});
     v = qkv.narrow(-1, (heads_ + kv_heads_) * head_dim_, kv_heads_ * head_dim_).view({b, t, kv_heads_, head_dim_});
   } else {
-    q = q_proj->forward(x).view({b, t, heads_, head_dim_});
+    q = q_proj->forward(s ? x.narrow(1, s, tq) : x).view({b, tq, heads_, head_dim_});
     k = k_proj->forward(x).view({b, t, kv_heads_, head_dim_});
     v = v_proj->forward(x).view({b, t, kv_heads_, head_dim_});
   }
@@ -330,9 +331,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   q = q.transpose(1, 2);
   k = k.transpose(1, 2);
-  auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);
-  q = rotate(q, c, s);
-  k = rotate(k, c, s);
+  auto c = cos.unsqueeze(1), sn = sin.unsqueeze(1);
+  q = s ? rotate(q, c.narrow(2, s, tq), sn.narrow(2, s, tq)) : rotate(q, c, sn);
+  k = rotate(k, c, sn);
   if (cache) {
     auto& ck = cache->keys[static_cast<size_t>(layer_)];
     auto& cv = cache->values[static_cast<size_t>(layer_)];
@@ -372,7 +373,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     const bool causal = q.size(2) == k.size(2);
     out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal, scale_, gqa);
   }
-  out = out.transpose(1, 2).reshape({b, t, heads_ * head_dim_});
+  out = out.transpose(1, 2).reshape({b, tq, heads_ * head_dim_});
   return o_proj->forward(out);
 }
 
@@ -414,13 +415,15 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                        const torch::Tensor& mask, KVCache* cache) {
+                                        const torch::Tensor& mask, KVCache* cache, int64_t query_start) {
+  auto attn = self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache, query_start);
+  const auto residual = query_start ? x.narrow(1, query_start, x.size(1) - query_start) : x;
   if (pre_feedforward_layernorm) {
     // Gemma 2/3: each block's output is normed before its residual add.
-    auto h = x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache));
+    auto h = residual + post_attention_layernorm->forward(attn);
     return h + post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)));
   }
-  auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache);
+  auto h = residual + attn;
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -445,6 +448,8 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   TORCH_CHECK(!cache || t <= cache->capacity(), "a prefill longer than the KV cache");
   const bool packed = batch.document_ids.defined();
   TORCH_CHECK(!packed || !cache, "packed sequences (document_ids) cannot be used with a KV cache");
+  const int64_t from = batch.outputs_from;
+  TORCH_CHECK(from == 0 || (!cache && from > 0 && from < t), "outputs_from must lie inside the rows, without a KV cache");
   torch::Tensor positions = batch.position_ids;
   torch::Tensor full_mask, sliding_mask;
   if (decode) {
@@ -514,18 +519,34 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   };
   full_mask = additive(full_mask);
   sliding_mask = additive(sliding_mask);
+  // The last layer's masks when its queries start at `from`: the rows of
+  // those queries, or causal ones offset by `from` where no mask is needed
+  // for all positions (SDPA's own causal flag aligns queries to the first key).
+  torch::Tensor last_full, last_sliding;
+  if (from > 0) {
+    auto rows = [&](const torch::Tensor& m) {
+      if (m.defined()) return m.narrow(2, from, t - from);
+      auto q = torch::arange(from, t, torch::dtype(torch::kInt64).device(device)).view({-1, 1});
+      auto k = torch::arange(t, torch::dtype(torch::kInt64).device(device)).view({1, -1});
+      return additive(k.le(q).view({1, 1, t - from, t}));
+    };
+    last_full = rows(full_mask);
+    if (sliding_mask.defined()) last_sliding = rows(sliding_mask);
+  }
   auto [cos, sin] = rope_->tables(positions, x.scalar_type());
   torch::Tensor local_cos, local_sin;
   if (sliding_rope_) std::tie(local_cos, local_sin) = sliding_rope_->tables(positions, x.scalar_type());
-  for (const auto& m : *layers) {
-    auto& layer = *m->as<DecoderLayerImpl>();
-    const auto& mask = layer.sliding ? sliding_mask : full_mask;
+  for (size_t i = 0; i < layers->size(); ++i) {
+    auto& layer = *layers[i]->as<DecoderLayerImpl>();
+    const bool last = from > 0 && i + 1 == layers->size();
+    const auto& mask = last ? (layer.sliding ? last_sliding : last_full) : (layer.sliding ? sliding_mask : full_mask);
+    const int64_t query_start = last ? from : 0;
     const bool local = sliding_rope_ && layer.local_rope;
     const auto& layer_cos = local ? local_cos : cos;
     const auto& layer_sin = local ? local_sin : sin;
     auto run = [&] {
-      return run_layer ? run_layer(layer, x, layer_cos, layer_sin, mask, cache)
-                       : layer.forward(x, layer_cos, layer_sin, mask, cache);
+      return run_layer ? run_layer(layer, x, layer_cos, layer_sin, mask, cache, query_start)
+                       : layer.forward(x, layer_cos, layer_sin, mask, cache, query_start);
     };
     x = sharding_ ? sharding_->layer(layer, x, run) : run();
   }

@@ -152,8 +152,10 @@ torch::Tensor branch_mask(const torch::Tensor& position_ids, const torch::Tensor
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& c, int64_t layer);
+  // query_start > 0 (no cache): queries only for positions [query_start, T)
+  // of x, keys and values for all; `mask` then has rows for those queries.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask, KVCache* cache);
+                        const torch::Tensor& mask, KVCache* cache, int64_t query_start = 0);
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   Linear qkv_proj{nullptr};  // fused_projections: q, k, v rows in that order
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
@@ -180,8 +182,10 @@ TORCH_MODULE(MLP);
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& c, int64_t layer);
+  // Returns the layer's output at positions [query_start, T) of x (all when
+  // 0); see AttentionImpl::forward.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask, KVCache* cache);
+                        const torch::Tensor& mask, KVCache* cache, int64_t query_start = 0);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich_norms
   Attention self_attn{nullptr};
@@ -208,6 +212,14 @@ struct Batch {
   // tokens. Lets the model skip the attention mask (causal attention is then
   // exact for every real token) without reading the mask on the device.
   bool padding_trails = false;
+  // Final hidden states are wanted only at positions [outputs_from, T)
+  // (known on the host; 0: all), e.g. from just before the first token that
+  // carries loss. The last layer then runs its queries, attention output,
+  // MLP and the final norm only there (its keys and values still cover every
+  // position), and the forward returns [B, T - outputs_from, hidden]: the
+  // same values as the full forward's positions from outputs_from on. No
+  // KV cache.
+  int64_t outputs_from = 0;
 };
 
 // What a strategy that splits parameters across ranks installs in a model
@@ -246,7 +258,8 @@ class DecoderModelImpl : public torch::nn::Module {
   // ShardingHooks::layer.
   using LayerRunner = std::function<torch::Tensor(DecoderLayerImpl& layer, const torch::Tensor& x,
                                                   const torch::Tensor& cos, const torch::Tensor& sin,
-                                                  const torch::Tensor& mask, KVCache* cache)>;
+                                                  const torch::Tensor& mask, KVCache* cache,
+                                                  int64_t query_start)>;
   LayerRunner run_layer;
 
   // Null when the parameters are whole; see LanguageModelImpl.

@@ -178,8 +178,11 @@ engine::TensorMap DPOTrainer::collate_shared_pairs(const std::vector<PreferenceE
                                                    const std::vector<size_t>& indices) const {
   auto out = collate_pairs(ex, indices, pad_id_, config_.max_length, config_.truncation_mode);
   // Each pair's prompt once: the chosen and rejected rows share their start.
+  // Hidden states are read from the position before each completion on.
+  engine::ShareOptions share;
+  share.wanted_from = engine::first_predicting(out.at("completion_mask"));
   for (auto& [k, v] : engine::share_prefixes(out.at("input_ids"), out.at("attention_mask"),
-                                             engine::pair_groups(static_cast<int64_t>(indices.size())), pad_id_))
+                                             engine::pair_groups(static_cast<int64_t>(indices.size())), pad_id_, share))
     out[k] = v;
   return out;
 }

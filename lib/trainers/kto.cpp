@@ -166,6 +166,9 @@ engine::TensorMap KTOTrainer::collate(const std::string& split, const std::vecto
     out[prefix + "input_ids"] = ids;
     out[prefix + "attention_mask"] = attn;
     out[prefix + "completion_mask"] = cm;
+    // Run as they are, the rows' hidden states are read from the position
+    // before their completions on.
+    for (auto& [k, v] : engine::rows_outputs_from(engine::first_predicting(cm), t, prefix)) out[k] = v;
   };
   build("", false);
   if (config_.loss_type == "kto") {
@@ -184,6 +187,8 @@ engine::TensorMap KTOTrainer::collate(const std::string& split, const std::vecto
       engine::ShareOptions share;
       share.max_cost = std::numeric_limits<double>::infinity();
       share.key_prefix = "joint_";
+      share.wanted_from = engine::first_predicting(
+          torch::cat({widen(out.at("completion_mask"), 0), widen(out.at("KL_completion_mask"), 0)}));
       for (auto& [k, v] : engine::share_prefixes(ids, attn, engine::pair_groups(static_cast<int64_t>(n)), pad_id_, share))
         out[k] = v;
       if (it->second.policy) out["joint_policy"] = torch::empty({0});

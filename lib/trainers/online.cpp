@@ -254,20 +254,24 @@ losses::TokenLogProbs OnlineTrainer::completion_logprobs(engine::Engine& engine,
                                                          bool entropy_grad) {
   // Rows are prompt, completion, then padding; hidden state t predicts
   // token t + 1, so completion token j of row b is predicted at
-  // prompt_length_b - 1 + j.
+  // prompt_length_b - 1 + j. Hidden states come from position `from` on
+  // (the shortest prompt's last token): the ones before predict nothing read.
   const auto& ids = batch.at("input_ids");
-  const auto hidden = engine.forward(role, {ids, batch.at("attention_mask"), {}, {}});
+  model::Batch in{ids, batch.at("attention_mask"), {}, {}};
+  in.outputs_from = engine::host_count(batch, "outputs_from");
+  const int64_t from = in.outputs_from;
+  const auto hidden = engine.forward(role, in);
   const auto dev = hidden.device();
   const auto prompt_len = batch.at("prompt_lengths").to(dev);
   const auto lengths = batch.at("completion_lengths").to(dev);
-  const int64_t b = ids.size(0), t = ids.size(1), c = batch.at("completion_mask").size(1);
+  const int64_t b = ids.size(0), t = ids.size(1) - from, c = batch.at("completion_mask").size(1);
   const auto j = torch::arange(c, torch::TensorOptions().dtype(torch::kInt64).device(dev)).unsqueeze(0);
   const auto real = j < lengths.unsqueeze(1);
-  const auto index = (prompt_len.unsqueeze(1) - 1 + j).clamp_max(t - 2).clamp_min(0);
+  const auto index = (prompt_len.unsqueeze(1) - 1 - from + j).clamp_max(t - 2).clamp_min(0);
   // The positions that predict a completion token (index holds them, but
   // clamped past a short row's end, where it repeats).
   const auto pos = torch::arange(t - 1, j.options()).unsqueeze(0);
-  const auto first = prompt_len.unsqueeze(1) - 1;
+  const auto first = prompt_len.unsqueeze(1) - 1 - from;
   const auto positions = (pos >= first) & (pos < first + lengths.unsqueeze(1));
   losses::TokenLogProbs out;
   if (entropy_grad) {
@@ -284,7 +288,7 @@ losses::TokenLogProbs OnlineTrainer::completion_logprobs(engine::Engine& engine,
   losses::LogProbOptions o;
   o.temperature = logprob_temperature_;
   o.entropy = entropy;
-  auto lp = engine.logprobs(role, hidden.slice(1, 0, t - 1), ids.to(dev).slice(1, 1, t), positions, o);
+  auto lp = engine.logprobs(role, hidden.slice(1, 0, t - 1), ids.to(dev).slice(1, from + 1), positions, o);
   const auto realf = real.to(lp.logps.scalar_type());
   out.logps = lp.logps.gather(1, index) * realf;
   if (entropy) out.entropy = lp.entropy.gather(1, index) * realf;
@@ -385,6 +389,17 @@ bool OnlineTrainer::ends(int64_t id) const {
   return id == pad_id_ || std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
 }
 
+void OnlineTrainer::mark_outputs_from(engine::TensorMap& rows) {
+  // Only the positions from the shortest prompt's last token on predict a
+  // completion token (see completion_logprobs). Read from the host lengths,
+  // again for every slice of the rows.
+  rows.erase("outputs_from");
+  const auto& lengths = rows.at("prompt_lengths");
+  if (lengths.numel() == 0) return;
+  const int64_t from = lengths.min().item<int64_t>() - 1;
+  if (from > 0 && from < rows.at("input_ids").size(1)) rows["outputs_from"] = engine::host_count(from);
+}
+
 engine::TensorMap OnlineTrainer::pack_rows(const std::vector<std::vector<int64_t>>& prompts,
                                            const std::vector<std::vector<int64_t>>& completions,
                                            const std::vector<bool>& masked) const {
@@ -415,6 +430,7 @@ engine::TensorMap OnlineTrainer::pack_rows(const std::vector<std::vector<int64_t
   out["completion_ids"] = pad_right(completions, cwidth, pad_id_);
   out["prompt_lengths"] = torch::tensor(prompt_lengths, torch::kInt64);
   out["completion_lengths"] = torch::tensor(lengths, torch::kInt64);
+  mark_outputs_from(out);
   return out;
 }
 
@@ -470,7 +486,9 @@ engine::Trainer::Rollout GroupTrainer::rollout(engine::Engine& engine, const std
   auto micro = [&](int64_t m) {
     engine::TensorMap mb;
     const int64_t lo = m * bs, hi = std::min(local, lo + bs);
-    for (const auto& [k, v] : packed) mb[k] = v.slice(0, lo, hi);
+    for (const auto& [k, v] : packed)
+      if (k != "outputs_from") mb[k] = v.slice(0, lo, hi);
+    mark_outputs_from(mb);
     return mb;
   };
   const int64_t chunks = (local + bs - 1) / bs;

@@ -133,10 +133,14 @@ class OnlineTrainer : public engine::Trainer {
   // Rows of prompt then completion, padded on the right, as
   // completion_logprobs reads them: input_ids, attention_mask,
   // completion_ids, completion_mask (all 0 on rows with masked[i]),
-  // prompt_lengths, completion_lengths.
+  // prompt_lengths, completion_lengths, and outputs_from (mark_outputs_from).
   engine::TensorMap pack_rows(const std::vector<std::vector<int64_t>>& prompts,
                               const std::vector<std::vector<int64_t>>& completions,
                               const std::vector<bool>& masked) const;
+  // Sets the key outputs_from (an engine::host_count) of rows with host
+  // prompt_lengths: the shortest prompt's last position, from which on
+  // completion_logprobs computes hidden states. A slice of the rows calls it again.
+  static void mark_outputs_from(engine::TensorMap& rows);
 
   // Per-token log-probs (and entropy) of a micro-batch's completion tokens
   // under the model in `role`: [B, C], 0 past each completion. The entropy

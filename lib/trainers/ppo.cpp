@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -35,9 +36,9 @@ torch::Tensor masked_whiten(const torch::Tensor& x, const torch::Tensor& mask, b
 
 // Hidden states at the positions that predict each response token: row b's
 // token t is predicted at prompt_length_b - 1 + t.
-torch::Tensor at_response(const torch::Tensor& hidden, const torch::Tensor& prompt_lengths, int64_t t) {
+torch::Tensor at_response(const torch::Tensor& hidden, const torch::Tensor& prompt_lengths, int64_t t, int64_t from) {
   const auto dev = hidden.device();
-  const auto idx = prompt_lengths.to(dev).unsqueeze(1) - 1 +
+  const auto idx = prompt_lengths.to(dev).unsqueeze(1) - 1 - from +
                    torch::arange(t, torch::TensorOptions().dtype(torch::kInt64).device(dev)).unsqueeze(0);
   return hidden.gather(1, idx.unsqueeze(-1).expand({hidden.size(0), t, hidden.size(2)}));
 }
@@ -127,6 +128,10 @@ engine::TensorMap PPOTrainer::pack(const std::vector<int64_t>& rows, const torch
   out["attention_mask"] = mask;
   out["position_ids"] = mask.cumsum(1) - mask;
   out["prompt_lengths"] = torch::tensor(prompt_lengths, torch::kInt64);
+  // Hidden states from the shortest prompt's last token on: the positions
+  // before it predict no response token.
+  const int64_t from = n ? *std::min_element(prompt_lengths.begin(), prompt_lengths.end()) - 1 : 0;
+  if (from > 0) out["outputs_from"] = engine::host_count(from);
   return out;
 }
 
@@ -191,15 +196,16 @@ engine::Trainer::Rollout PPOTrainer::rollout(engine::Engine& engine, const std::
       std::vector<int64_t> rows;
       for (int64_t i = lo; i < hi; ++i) rows.push_back(i);
       const auto packed = pack(rows, responses);
-      const model::Batch b{packed.at("input_ids"), packed.at("attention_mask"), packed.at("position_ids"), {}};
+      model::Batch b{packed.at("input_ids"), packed.at("attention_mask"), packed.at("position_ids"), {}};
+      b.outputs_from = engine::host_count(packed, "outputs_from");
       const auto& plen = packed.at("prompt_lengths");
       const auto targets = responses.slice(0, lo, hi).to(engine.device());
       const auto ones = torch::ones(targets.sizes(), torch::dtype(torch::kBool).device(targets.device()));
       for (auto [role, out] : {std::pair{engine::Role::Policy, &logprobs}, {engine::Role::Reference, &ref_logprobs}}) {
-        const auto h = at_response(engine.forward(role, b), plen, t);
+        const auto h = at_response(engine.forward(role, b), plen, t, b.outputs_from);
         out->push_back(engine.logprobs(role, h, targets, ones, o).logps.to(torch::kFloat32));
       }
-      const auto hv = at_response(engine.forward(engine::Role::Value, b), plen, t);
+      const auto hv = at_response(engine.forward(engine::Role::Value, b), plen, t, b.outputs_from);
       values.push_back(engine.head(engine::Role::Value, hv).select(-1, 0).to(torch::kFloat32));
       // The score at the truncated response's last token.
       const auto packed_post = pack(rows, post);
@@ -302,7 +308,8 @@ engine::Trainer::Rollout PPOTrainer::rollout(engine::Engine& engine, const std::
 }
 
 engine::LossOutput PPOTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {
-  const model::Batch b{batch.at("input_ids"), batch.at("attention_mask"), batch.at("position_ids"), {}};
+  model::Batch b{batch.at("input_ids"), batch.at("attention_mask"), batch.at("position_ids"), {}};
+  b.outputs_from = engine::host_count(batch, "outputs_from");
   const auto& plen = batch.at("prompt_lengths");
   const auto dev = engine.device();
   const auto responses = batch.at("responses").to(dev);
@@ -318,10 +325,10 @@ engine::LossOutput PPOTrainer::loss(engine::Engine& engine, const engine::Tensor
   losses::LogProbOptions o;
   o.temperature = logprob_temperature_;
   o.entropy = true;
-  const auto hp = at_response(engine.forward(engine::Role::Policy, b), plen, t);
+  const auto hp = at_response(engine.forward(engine::Role::Policy, b), plen, t, b.outputs_from);
   const auto lp = engine.logprobs(engine::Role::Policy, hp, responses, torch::ones_like(responses, torch::kBool), o);
   const auto new_logprobs = lp.logps.to(torch::kFloat32).masked_fill(padding, kInvalidLogprob);
-  const auto hv = at_response(engine.forward(engine::Role::Value, b), plen, t);
+  const auto hv = at_response(engine.forward(engine::Role::Value, b), plen, t, b.outputs_from);
   const auto vpred = engine.head(engine::Role::Value, hv).select(-1, 0).to(torch::kFloat32).masked_fill(padding_p1, 0.0);
 
   // The clipped value loss.

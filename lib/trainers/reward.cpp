@@ -99,8 +99,20 @@ engine::TensorMap RewardTrainer::collate(const std::string& split, const std::ve
     put(b + r, e.rejected_ids);
   }
   engine::TensorMap out = {{"input_ids", ids}, {"attention_mask", attn}};
-  // Each pair's shared start (its prompt) once.
-  for (auto& [k, v] : engine::share_prefixes(ids, attn, engine::pair_groups(b), pad_id_)) out[k] = v;
+  // Each pair's shared start (its prompt) once. Only the score at each row's
+  // last token is read (the rightmost that is not the pad id, as
+  // pool_last_non_pad finds it).
+  engine::ShareOptions share;
+  for (int64_t r = 0; r < 2 * b; ++r) {
+    int64_t last = 0;
+    for (int64_t j = t - 1; j >= 0; --j)
+      if (pi[r * t + j] != pad_id_) {
+        last = j;
+        break;
+      }
+    share.wanted_from.push_back(last);
+  }
+  for (auto& [k, v] : engine::share_prefixes(ids, attn, engine::pair_groups(b), pad_id_, share)) out[k] = v;
   if (ex[indices.front()].margin) {
     std::vector<float> m;
     for (size_t i : indices) m.push_back(static_cast<float>(ex[i].margin.value_or(0)));

@@ -222,12 +222,14 @@ engine::TensorMap SFTTrainer::collate(const std::string& split, const std::vecto
   auto* pi = ids.data_ptr<int64_t>();
   auto* pa = attn.data_ptr<int64_t>();
   auto* pl = loss_mask.data_ptr<int64_t>();
+  int64_t first_target = t;  // the first position (from 1) that carries loss, in any row
   for (int64_t r = 0; r < b; ++r) {
     const auto& e = ex[indices[static_cast<size_t>(r)]];
     for (size_t j = 0; j < e.ids.size(); ++j) {
       pi[r * t + static_cast<int64_t>(j)] = e.ids[j];
       pa[r * t + static_cast<int64_t>(j)] = 1;
       pl[r * t + static_cast<int64_t>(j)] = e.loss_mask[j];
+      if (j > 0 && e.loss_mask[j] && static_cast<int64_t>(j) < first_target) first_target = static_cast<int64_t>(j);
     }
     if (packed) {
       positions[r].narrow(0, 0, static_cast<int64_t>(e.ids.size())).copy_(torch::tensor(e.positions, torch::kInt64));
@@ -235,6 +237,10 @@ engine::TensorMap SFTTrainer::collate(const std::string& split, const std::vecto
     }
   }
   engine::TensorMap out = {{"input_ids", ids}, {"attention_mask", attn}, {"loss_mask", loss_mask}};
+  // Final hidden states are needed only from the position that predicts the
+  // first target on (a prompt's last token): the model's last layer skips
+  // the rest.
+  if (first_target < t && first_target > 1) out["outputs_from"] = engine::host_count(first_target - 1);
   if (packed) {
     out["position_ids"] = positions;
     out["document_ids"] = documents;
@@ -284,10 +290,14 @@ engine::LossOutput SFTTrainer::loss(engine::Engine& engine, const engine::Tensor
   // Padding is on the right, so unpacked rows need no position ids; packed
   // rows restart positions at each document and attend within it.
   const bool packed = batch.count("document_ids") != 0;
-  auto hidden = engine.forward(engine::Role::Policy, {ids, batch.at("attention_mask"), packed ? batch.at("position_ids") : torch::Tensor(),
-                                        packed ? batch.at("document_ids") : torch::Tensor()});
-  auto targets = ids.slice(1, 1);
-  auto mask = batch.at("loss_mask").slice(1, 1);
+  model::Batch in{ids, batch.at("attention_mask"), packed ? batch.at("position_ids") : torch::Tensor(),
+                  packed ? batch.at("document_ids") : torch::Tensor()};
+  // Hidden states from position `from` on (the tokens before predict no target).
+  in.outputs_from = engine::host_count(batch, "outputs_from");
+  const int64_t from = in.outputs_from;
+  auto hidden = engine.forward(engine::Role::Policy, in);
+  auto targets = ids.slice(1, from + 1);
+  auto mask = batch.at("loss_mask").slice(1, from + 1);
   auto lp = engine.logprobs(engine::Role::Policy, hidden.slice(1, 0, hidden.size(1) - 1), targets, mask,
                             {.entropy = true, .accuracy = true});
   auto per_token = -lp.logps;

@@ -19,7 +19,9 @@
 # start of the same run with the same threads (scripts/bench/matmul_peak.py).
 # Reference and KL forwards (DPO, KTO) are not counted, so it understates
 # their work; a prompt that trlx runs once for a pair (or a KTO row and its
-# KL row) counts once per row, as TRL computes it, which overstates trlx's;
+# KL row) counts once per row, as TRL computes it, and so does the last
+# layer's work at prompt tokens, which trlx skips (only the hidden states
+# that predict a target are computed there): both overstate trlx's;
 # LoRA computes no weight gradients, so 6N would overstate it and it is not
 # printed there.
 #

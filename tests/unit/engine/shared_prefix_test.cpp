@@ -130,3 +130,71 @@ TEST_CASE("Hidden states through packed rows equal the separate rows' at real to
     }
   }
 }
+
+TEST_CASE("share_prefixes with wanted_from counts the packed slots from the first one read and sends the rest to a zero row",
+          "[engine][shared_prefix]") {
+  auto [ids, attn] = rows_of({{1, 2, 3, 4}, {1, 2, 5}, {7, 8, 9, 9, 9}}, 5);
+  auto o = always();
+  o.wanted_from = {2, 2, 3};
+  auto m = engine::share_prefixes(ids, attn, {{0, 1}, {2}}, 0, o);
+  REQUIRE(m.count("shared_outputs_from"));
+  // Packed slots 1 2 3 4 5 | 7 8 9 9 9; the first slot read is 2 (row 0's),
+  // so each packed row keeps 3 slots and slot 6 is the zero row.
+  CHECK(engine::host_count(m, "shared_outputs_from") == 2);
+  CHECK(vec(m.at("shared_index")) == std::vector<int64_t>{6, 6, 0, 1, 6, /**/ 6, 6, 2, 6, 6, /**/ 6, 6, 6, 4, 5});
+  // Not packed (no saving): the rows' own first position read, for forward_rows.
+  o.max_cost = 0.0;
+  m = engine::share_prefixes(ids, attn, {{0, 1}, {2}}, 0, o);
+  CHECK_FALSE(m.count("shared_input_ids"));
+  CHECK(engine::host_count(m, "outputs_from") == 2);
+  // A row that reads nothing (T) does not hold the others back; none reading: no cut.
+  CHECK(engine::first_predicting(torch::tensor({{0, 0, 1, 1}, {0, 0, 0, 0}, {1, 1, 0, 0}})) ==
+        std::vector<int64_t>{1, 4, 0});
+  CHECK(engine::host_count(engine::rows_outputs_from({3, 4}, 4), "outputs_from") == 3);
+  CHECK(engine::rows_outputs_from({4, 4}, 4).empty());
+  CHECK(engine::rows_outputs_from({0, 3}, 4).empty());
+  o.wanted_from = {2, 9, 3};
+  CHECK_THROWS(engine::share_prefixes(ids, attn, {{0, 1}, {2}}, 0, o));
+}
+
+TEST_CASE("Hidden states through packed rows cut by wanted_from equal the separate rows' where read, zero before",
+          "[engine][shared_prefix][model]") {
+  auto model = model::load_language_model(test::tiny_model(), model::HeadKind::CausalLM);
+  model->eval();
+  torch::NoGradGuard ng;
+  torch::manual_seed(4);
+  auto tokens = [&](int64_t n) { return vec(torch::randint(1, 200, {n}, torch::kInt64)); };
+  auto cat = [](std::vector<int64_t> a, const std::vector<int64_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const auto p1 = tokens(9), p2 = tokens(6);
+  const std::vector<std::vector<int64_t>> rows = {cat(p1, tokens(4)), cat(p1, tokens(2)), cat(p2, tokens(5)),
+                                                  p2,                 cat(p2, tokens(3)), tokens(7)};
+  const int64_t t = 14;
+  auto [ids, attn] = rows_of(rows, t);
+  auto positions = torch::arange(t, torch::kInt64).unsqueeze(0).expand({ids.size(0), t}).contiguous();
+  auto separate = model->hidden_states({ids, attn, positions, {}});
+  const std::vector<int64_t> wanted = {8, 10, 5, t, 6, 3};
+  for (bool keep : {false, true}) {
+    INFO("keep_padding " << keep);
+    auto o = always(keep);
+    o.wanted_from = wanted;
+    auto m = engine::share_prefixes(ids, attn, {{0, 1}, {2, 3, 4}, {5}}, 0, o);
+    REQUIRE(m.count("shared_outputs_from"));
+    model::Batch b{m.at("shared_input_ids"), m.at("shared_attention_mask"), m.at("shared_position_ids"),
+                   m.at("shared_document_ids")};
+    b.outputs_from = engine::host_count(m, "shared_outputs_from");
+    auto packed = model->hidden_states(b);
+    const int64_t h = packed.size(-1);
+    auto flat = torch::cat({packed.reshape({-1, h}), torch::zeros({1, h})});
+    auto gathered = flat.index_select(0, m.at("shared_index")).view({ids.size(0), t, h});
+    for (int64_t r = 0; r < ids.size(0); ++r) {
+      INFO("row " << r);
+      const int64_t w = wanted[static_cast<size_t>(r)], real = static_cast<int64_t>(rows[static_cast<size_t>(r)].size());
+      const int64_t end = keep ? t : real;
+      if (w < end) CHECK((gathered[r].slice(0, w, end) - separate[r].slice(0, w, end)).abs().max().item<double>() < 1e-5);
+      CHECK(gathered[r].slice(0, 0, std::min(w, t)).abs().sum().item<double>() == 0.0);
+    }
+  }
+}

@@ -271,3 +271,75 @@ TEST_CASE("a packed row whose positions branch equals the branches run as separa
   CHECK(torch::equal(m[0][0][3], torch::tensor({true, false, false, true, false})));
   CHECK(torch::equal(m[0][0][4], torch::tensor({true, false, false, true, true})));
 }
+
+TEST_CASE("outputs_from runs the last layer only where hidden states are wanted, with the full forward's values and gradients",
+          "[model][outputs_from]") {
+  // Each family (fused projections, sliding windows, soft-capped attention,
+  // local rope, sandwich norms) on three layouts: the golden padded batch
+  // (masked attention), the same rows with trailing padding (no mask, so the
+  // last layer builds its own causal rows), and a packed row with branches.
+  // The loss is a fixed weighting of the wanted positions: its gradient
+  // through the shortened last layer must equal the full forward's.
+  auto grads_of = [](model::LanguageModelImpl& m) {
+    std::vector<torch::Tensor> out;
+    for (auto& p : m.parameters()) out.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+    m.zero_grad();
+    return out;
+  };
+  for (const char* name : {"llama", "mistral_window", "qwen2", "qwen3", "phi3", "gemma", "gemma2_softcap", "gemma3_text"}) {
+    INFO(name);
+    auto dir = models() / name;
+    auto model = model::load_language_model(dir, model::HeadKind::CausalLM);
+    auto expected = io::Checkpoint::open(dir / "expected.safetensors");
+    auto ids = expected.get("input_ids", true), mask = expected.get("attention_mask", true);
+    const int64_t t = ids.size(1);
+    // Trailing padding: each row's real tokens first.
+    auto rids = torch::zeros_like(ids), rmask = torch::zeros_like(mask);
+    for (int64_t r = 0; r < ids.size(0); ++r) {
+      auto real = mask[r].nonzero().view({-1});
+      rids[r].slice(0, 0, real.size(0)).copy_(ids[r].index_select(0, real));
+      rmask[r].slice(0, 0, real.size(0)).fill_(1);
+    }
+    const int64_t v = model->config().vocab_size;
+    torch::manual_seed(1);
+    auto prompt = torch::randint(1, v, {5}), a = torch::randint(1, v, {4}), b = torch::randint(1, v, {3});
+    auto prow = torch::cat({prompt, a, b, torch::zeros({2}, torch::kInt64)}).unsqueeze(0);
+    auto pattn = torch::tensor({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, torch::kInt64).unsqueeze(0);
+    auto ppos = torch::tensor({0, 1, 2, 3, 4, 5, 6, 7, 8, 5, 6, 7, 0, 0}, torch::kInt64).unsqueeze(0);
+    struct Case {
+      const char* what;
+      model::Batch batch;
+      int64_t from;
+    };
+    model::Batch trailing{rids, rmask, {}};
+    trailing.padding_trails = true;
+    const std::vector<Case> cases = {{"padded", {ids, mask, {}}, t / 2},
+                                     {"trailing padding", trailing, t - 3},
+                                     {"trailing padding, one position", trailing, t - 1},
+                                     {"packed branches", {prow, pattn, ppos, torch::zeros_like(prow)}, 4}};
+    for (const auto& c : cases) {
+      INFO(c.what << ", outputs_from " << c.from);
+      auto full = model->hidden_states(c.batch);
+      auto weights = torch::rand({full.size(0), full.size(1) - c.from, full.size(2)});
+      (full.slice(1, c.from) * weights).sum().backward();
+      const auto want = grads_of(*model);
+      model::Batch shortened = c.batch;
+      shortened.outputs_from = c.from;
+      auto part = model->hidden_states(shortened);
+      REQUIRE(part.sizes() == full.slice(1, c.from).sizes());
+      CHECK((part - full.slice(1, c.from)).abs().max().item<double>() < 1e-5);
+      (part * weights).sum().backward();
+      const auto got = grads_of(*model);
+      for (size_t i = 0; i < got.size(); ++i) {
+        REQUIRE(got[i].defined() == want[i].defined());
+        if (got[i].defined())
+          CHECK((got[i] - want[i]).abs().max().item<double>() < 1e-5 * std::max(1.0, want[i].abs().max().item<double>()));
+      }
+    }
+  }
+  // Outside the rows, or with a KV cache: refused.
+  auto model = model::load_language_model(models() / "qwen2", model::HeadKind::CausalLM);
+  model::Batch bad{torch::ones({1, 4}, torch::kInt64), {}, {}};
+  bad.outputs_from = 4;
+  CHECK_THROWS(model->hidden_states(bad));
+}
