@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "engine/shared_prefix.hpp"
 #include "model/loading.hpp"
 #include "text/data/dataset.hpp"
 #include "text/template/chat_template.hpp"
@@ -222,14 +223,12 @@ engine::TensorMap SFTTrainer::collate(const std::string& split, const std::vecto
   auto* pi = ids.data_ptr<int64_t>();
   auto* pa = attn.data_ptr<int64_t>();
   auto* pl = loss_mask.data_ptr<int64_t>();
-  int64_t first_target = t;  // the first position (from 1) that carries loss, in any row
   for (int64_t r = 0; r < b; ++r) {
     const auto& e = ex[indices[static_cast<size_t>(r)]];
     for (size_t j = 0; j < e.ids.size(); ++j) {
       pi[r * t + static_cast<int64_t>(j)] = e.ids[j];
       pa[r * t + static_cast<int64_t>(j)] = 1;
       pl[r * t + static_cast<int64_t>(j)] = e.loss_mask[j];
-      if (j > 0 && e.loss_mask[j] && static_cast<int64_t>(j) < first_target) first_target = static_cast<int64_t>(j);
     }
     if (packed) {
       positions[r].narrow(0, 0, static_cast<int64_t>(e.ids.size())).copy_(torch::tensor(e.positions, torch::kInt64));
@@ -240,7 +239,7 @@ engine::TensorMap SFTTrainer::collate(const std::string& split, const std::vecto
   // Final hidden states are needed only from the position that predicts the
   // first target on (a prompt's last token): the model's last layer skips
   // the rest.
-  if (first_target < t && first_target > 1) out["outputs_from"] = engine::host_count(first_target - 1);
+  for (auto& [k, v] : engine::rows_outputs_from(engine::first_predicting(loss_mask), t)) out[k] = v;
   if (packed) {
     out["position_ids"] = positions;
     out["document_ids"] = documents;

@@ -146,3 +146,20 @@ TEST_CASE("disable_dropout turns LoRA dropout off: two training-mode forwards th
     CHECK(torch::equal(h1, h2) == disable);
   }
 }
+
+TEST_CASE("SFT collation cuts the forward at the position that predicts the first completion token",
+          "[engine][sft][outputs_from]") {
+  auto c = sft_config({});
+  auto ex = [](std::vector<int64_t> mask) {
+    trainers::SFTExample e;
+    e.ids.assign(mask.size(), 5);
+    e.loss_mask.assign(mask.begin(), mask.end());
+    return e;
+  };
+  // Completions start at 4 and 3: the shortest prompt's last token is 2.
+  trainers::SFTTrainer t(c, {{"train", {ex({0, 0, 0, 0, 1, 1}), ex({0, 0, 0, 1}), ex({1, 1, 1, 1, 1})}}}, 0);
+  auto batch = t.collate("train", {0, 1});
+  CHECK(engine::host_count(batch, "outputs_from") == 2);
+  // A row that learns from its first token on leaves nothing to cut.
+  CHECK_FALSE(t.collate("train", {0, 2}).count("outputs_from"));
+}

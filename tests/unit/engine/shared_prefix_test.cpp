@@ -38,6 +38,20 @@ engine::ShareOptions always(bool keep_padding = false) {
   return o;
 }
 
+// Three groups of rows of width 14, seeded: a pair with a long common start
+// (rows 0, 1), three rows of one prompt (2, 3, 4; row 3 ends where the
+// prompt ends), and a row alone (5).
+std::vector<std::vector<int64_t>> grouped_rows(uint64_t seed) {
+  torch::manual_seed(seed);
+  auto tokens = [&](int64_t n) { return vec(torch::randint(1, 200, {n}, torch::kInt64)); };
+  auto cat = [](std::vector<int64_t> a, const std::vector<int64_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const auto p1 = tokens(9), p2 = tokens(6);
+  return {cat(p1, tokens(4)), cat(p1, tokens(2)), cat(p2, tokens(5)), p2, cat(p2, tokens(3)), tokens(7)};
+}
+
 }  // namespace
 
 TEST_CASE("share_prefixes packs each group's common start once, then each member's remainder as a branch",
@@ -96,18 +110,7 @@ TEST_CASE("Hidden states through packed rows equal the separate rows' at real to
   auto model = model::load_language_model(test::tiny_model(), model::HeadKind::CausalLM);
   model->eval();
   torch::NoGradGuard ng;
-  torch::manual_seed(3);
-  const int64_t vocab = 200;
-  auto tokens = [&](int64_t n) { return vec(torch::randint(1, vocab, {n}, torch::kInt64)); };
-  // Three groups: a pair with a long common start, three rows of one prompt
-  // (one of them ending where the prompt ends), and a row alone.
-  const auto p1 = tokens(9), p2 = tokens(6);
-  auto cat = [](std::vector<int64_t> a, const std::vector<int64_t>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
-  const std::vector<std::vector<int64_t>> rows = {cat(p1, tokens(4)), cat(p1, tokens(2)), cat(p2, tokens(5)),
-                                                  p2,                 cat(p2, tokens(3)), tokens(7)};
+  const auto rows = grouped_rows(3);
   const int64_t t = 14;
   auto [ids, attn] = rows_of(rows, t);
   // Separate rows with explicit positions: padding at its slot index.
@@ -162,15 +165,7 @@ TEST_CASE("Hidden states through packed rows cut by wanted_from equal the separa
   auto model = model::load_language_model(test::tiny_model(), model::HeadKind::CausalLM);
   model->eval();
   torch::NoGradGuard ng;
-  torch::manual_seed(4);
-  auto tokens = [&](int64_t n) { return vec(torch::randint(1, 200, {n}, torch::kInt64)); };
-  auto cat = [](std::vector<int64_t> a, const std::vector<int64_t>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
-  const auto p1 = tokens(9), p2 = tokens(6);
-  const std::vector<std::vector<int64_t>> rows = {cat(p1, tokens(4)), cat(p1, tokens(2)), cat(p2, tokens(5)),
-                                                  p2,                 cat(p2, tokens(3)), tokens(7)};
+  const auto rows = grouped_rows(3);
   const int64_t t = 14;
   auto [ids, attn] = rows_of(rows, t);
   auto positions = torch::arange(t, torch::kInt64).unsqueeze(0).expand({ids.size(0), t}).contiguous();

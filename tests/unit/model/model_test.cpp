@@ -18,6 +18,40 @@ using model_test::max_diff_on_real;
 using model_test::models;
 using Catch::Matchers::Contains;
 
+namespace {
+
+// The same rows with their real tokens first and the padding after.
+std::pair<torch::Tensor, torch::Tensor> with_trailing_padding(const torch::Tensor& ids, const torch::Tensor& mask) {
+  auto rids = torch::zeros_like(ids), rmask = torch::zeros_like(mask);
+  for (int64_t r = 0; r < ids.size(0); ++r) {
+    auto real = mask[r].nonzero().view({-1});
+    rids[r].slice(0, 0, real.size(0)).copy_(ids[r].index_select(0, real));
+    rmask[r].slice(0, 0, real.size(0)).fill_(1);
+  }
+  return {rids, rmask};
+}
+
+// One packed row, seeded: a prompt (5 tokens), branch A (4), branch B (3,
+// positions back to 5), then 2 padding slots; one document.
+struct BranchedRow {
+  torch::Tensor prompt, a, b;
+  model::Batch batch;
+};
+BranchedRow branched_row(int64_t vocab, uint64_t seed) {
+  torch::manual_seed(seed);
+  BranchedRow r;
+  r.prompt = torch::randint(1, vocab, {5});
+  r.a = torch::randint(1, vocab, {4});
+  r.b = torch::randint(1, vocab, {3});
+  auto row = torch::cat({r.prompt, r.a, r.b, torch::zeros({2}, torch::kInt64)}).unsqueeze(0);
+  auto attn = torch::tensor({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, torch::kInt64).unsqueeze(0);
+  auto pos = torch::tensor({0, 1, 2, 3, 4, 5, 6, 7, 8, 5, 6, 7, 0, 0}, torch::kInt64).unsqueeze(0);
+  r.batch = {row, attn, pos, torch::zeros_like(row)};
+  return r;
+}
+
+}  // namespace
+
 
 TEST_CASE("causal LM logits equal transformers' on a padded batch (fp32)", "[model][golden]") {
   torch::NoGradGuard no_grad;
@@ -53,13 +87,11 @@ TEST_CASE("right padding known on the host runs attention unmasked, with transfo
     auto ids = expected.get("input_ids", true), mask = expected.get("attention_mask", true);
     auto want = expected.get("logits");
     // The same rows with their real tokens first and the padding after.
-    auto rids = torch::zeros_like(ids), rmask = torch::zeros_like(mask), rwant = torch::zeros_like(want);
+    auto [rids, rmask] = with_trailing_padding(ids, mask);
+    auto rwant = torch::zeros_like(want);
     for (int64_t r = 0; r < ids.size(0); ++r) {
       auto real = mask[r].nonzero().view({-1});
-      const int64_t n = real.size(0);
-      rids[r].slice(0, 0, n).copy_(ids[r].index_select(0, real));
-      rmask[r].slice(0, 0, n).fill_(1);
-      rwant[r].slice(0, 0, n).copy_(want[r].index_select(0, real));
+      rwant[r].slice(0, 0, real.size(0)).copy_(want[r].index_select(0, real));
     }
     REQUIRE_FALSE(rmask.all().item<bool>());  // some row is padded
     model::Batch b{rids, rmask, {}};
@@ -231,14 +263,9 @@ TEST_CASE("a packed row whose positions branch equals the branches run as separa
   for (const char* name : {"qwen2", "mistral_window"}) {
     INFO(name);
     auto model = model::load_language_model(models() / name, model::HeadKind::CausalLM);
-    const int64_t v = model->config().vocab_size;
-    torch::manual_seed(0);
-    auto prompt = torch::randint(1, v, {5}), a = torch::randint(1, v, {4}), b = torch::randint(1, v, {3});
-    auto row = torch::cat({prompt, a, b, torch::zeros({2}, torch::kInt64)}).unsqueeze(0);
-    auto attn = torch::tensor({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, torch::kInt64).unsqueeze(0);
-    auto pos = torch::tensor({0, 1, 2, 3, 4, 5, 6, 7, 8, 5, 6, 7, 0, 0}, torch::kInt64).unsqueeze(0);
-    auto docs = torch::zeros_like(row);
-    auto packed = model->hidden_states({row, attn, pos, docs});
+    const auto br = branched_row(model->config().vocab_size, 0);
+    const auto &prompt = br.prompt, &a = br.a, &b = br.b;
+    auto packed = model->hidden_states(br.batch);
     auto sep_a = model->hidden_states({torch::cat({prompt, a}).unsqueeze(0), {}, {}});
     auto sep_b = model->hidden_states({torch::cat({prompt, b}).unsqueeze(0), {}, {}});
     CHECK((packed[0].slice(0, 0, 9) - sep_a[0]).abs().max().item<double>() < 1e-5);
@@ -293,19 +320,7 @@ TEST_CASE("outputs_from runs the last layer only where hidden states are wanted,
     auto expected = io::Checkpoint::open(dir / "expected.safetensors");
     auto ids = expected.get("input_ids", true), mask = expected.get("attention_mask", true);
     const int64_t t = ids.size(1);
-    // Trailing padding: each row's real tokens first.
-    auto rids = torch::zeros_like(ids), rmask = torch::zeros_like(mask);
-    for (int64_t r = 0; r < ids.size(0); ++r) {
-      auto real = mask[r].nonzero().view({-1});
-      rids[r].slice(0, 0, real.size(0)).copy_(ids[r].index_select(0, real));
-      rmask[r].slice(0, 0, real.size(0)).fill_(1);
-    }
-    const int64_t v = model->config().vocab_size;
-    torch::manual_seed(1);
-    auto prompt = torch::randint(1, v, {5}), a = torch::randint(1, v, {4}), b = torch::randint(1, v, {3});
-    auto prow = torch::cat({prompt, a, b, torch::zeros({2}, torch::kInt64)}).unsqueeze(0);
-    auto pattn = torch::tensor({1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}, torch::kInt64).unsqueeze(0);
-    auto ppos = torch::tensor({0, 1, 2, 3, 4, 5, 6, 7, 8, 5, 6, 7, 0, 0}, torch::kInt64).unsqueeze(0);
+    auto [rids, rmask] = with_trailing_padding(ids, mask);
     struct Case {
       const char* what;
       model::Batch batch;
@@ -316,7 +331,7 @@ TEST_CASE("outputs_from runs the last layer only where hidden states are wanted,
     const std::vector<Case> cases = {{"padded", {ids, mask, {}}, t / 2},
                                      {"trailing padding", trailing, t - 3},
                                      {"trailing padding, one position", trailing, t - 1},
-                                     {"packed branches", {prow, pattn, ppos, torch::zeros_like(prow)}, 4}};
+                                     {"packed branches", branched_row(model->config().vocab_size, 1).batch, 4}};
     for (const auto& c : cases) {
       INFO(c.what << ", outputs_from " << c.from);
       auto full = model->hidden_states(c.batch);
