@@ -47,6 +47,12 @@ std::optional<HubResolution> hub_origin(const std::filesystem::path& snapshot) {
   return std::nullopt;
 }
 
+void remember_hub_origin(const std::string& name, const std::string& revision,
+                         const std::filesystem::path& snapshot) {
+  std::lock_guard<std::mutex> lock(origins_mutex);
+  origins().push_back(HubResolution{"", name, revision, snapshot, ""});
+}
+
 std::vector<HubResolution> resolve_hub_paths(const Schema& schema, void* config, HubMode mode,
                                              const ConfigLoader* loader) {
   std::vector<HubResolution> out;

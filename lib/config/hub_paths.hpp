@@ -46,4 +46,11 @@ std::vector<HubResolution> resolve_hub_paths(const Schema& schema, void* config,
 // was loaded by.
 std::optional<HubResolution> hub_origin(const std::filesystem::path& snapshot);
 
+// Records that `snapshot` was resolved from hub name `name` at `revision`
+// outside resolve_hub_paths (the base an adapter names, at the revision it
+// pins), so hub_origin gives that revision back even where it is the commit
+// the cache's main also names today.
+void remember_hub_origin(const std::string& name, const std::string& revision,
+                         const std::filesystem::path& snapshot);
+
 }  // namespace trlx::config

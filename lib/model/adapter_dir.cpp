@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/hub_paths.hpp"
 #include "core/error.hpp"
 #include "io/hub.hpp"
 
@@ -31,7 +32,11 @@ fs::path adapter_base_dir(const fs::path& adapter_dir) {
   if (!base.empty() && !fs::exists(base) && io::hub::looks_like_repo_id(base)) {
     const io::hub::RepoRef ref{io::hub::RepoType::Model, base, revision.empty() ? "main" : revision};
     try {
-      return io::hub::snapshot(ref, io::hub::HubOptions::from_env());
+      fs::path snapshot = io::hub::snapshot(ref, io::hub::HubOptions::from_env());
+      // Saving an adapter trained on from here records the same pin, even
+      // when the pinned commit is also what main names in this cache.
+      config::remember_hub_origin(base, ref.revision, snapshot);
+      return snapshot;
     } catch (const InputError& e) {
       fail_input("{}: base_model_name_or_path `{}` is not a local directory, and {}", file.string(), base, e.what());
     }

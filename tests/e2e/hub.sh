@@ -41,6 +41,8 @@ check "grep -q '\"revision\": \"$commit\"' '$TMP/lora_rev/adapter_config.json'"
 "$TRLX" sft "${ARGS[@]}" --model_name_or_path "$TMP/lora_rev" --use_peft true --lora_r 2 --max_steps 1 --output_dir "$TMP/lora_rev2" >"$TMP/lora_rev2.log" 2>&1
 check "[ $? = 0 ]"
 check "grep -q '\"base_model_name_or_path\": \"trlx-test/tiny-qwen2\"' '$TMP/lora_rev2/adapter_config.json'"
+# The pin is kept although it is the commit main names in this cache today.
+check "grep -q '\"revision\": \"$commit\"' '$TMP/lora_rev2/adapter_config.json'"
 [ $rc = 0 ] || cat "$TMP/run.log"
 
 # validate says where each name is found; print-config keeps the names as written.
