@@ -136,10 +136,13 @@ engine::TensorMap PPOTrainer::pack(const std::vector<int64_t>& rows, const torch
 }
 
 torch::Tensor PPOTrainer::score(engine::Engine& engine, const engine::TensorMap& packed, const torch::Tensor& at) {
-  const model::Batch b{packed.at("input_ids"), packed.at("attention_mask"), packed.at("position_ids"), {}};
+  model::Batch b{packed.at("input_ids"), packed.at("attention_mask"), packed.at("position_ids"), {}};
+  // Only each row's response end is read, never before the shortest prompt's
+  // last token: the last layer and the head run from there on.
+  b.outputs_from = engine::host_count(packed, "outputs_from");
   const auto hidden = engine.forward(engine::Role::Reward, b);
   const auto scores = engine.head(engine::Role::Reward, hidden).select(-1, 0).to(torch::kFloat32);
-  return scores.gather(1, at.to(scores.device()).unsqueeze(1)).squeeze(1);
+  return scores.gather(1, (at - b.outputs_from).to(scores.device()).unsqueeze(1)).squeeze(1);
 }
 
 engine::Trainer::Rollout PPOTrainer::rollout(engine::Engine& engine, const std::vector<size_t>& round_prompts) {
