@@ -150,6 +150,47 @@ TEST_CASE("first SFT step on conversations with assistant_only_loss equals TRL's
   CHECK(grad_norm == Approx(want["grad_norm"].get<double>()).epsilon(1e-4));
 }
 
+namespace {
+// The address ranges at which this process maps `file` (from /proc/self/maps).
+std::vector<std::pair<uintptr_t, uintptr_t>> mappings_of(const fs::path& file) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> out;
+  std::ifstream maps("/proc/self/maps");
+  const std::string want = fs::canonical(file).string();
+  for (std::string line; std::getline(maps, line);) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos || line.substr(slash) != want) continue;
+    const auto dash = line.find('-');
+    out.emplace_back(std::stoull(line.substr(0, dash), nullptr, 16),
+                     std::stoull(line.substr(dash + 1, line.find(' ') - dash - 1), nullptr, 16));
+  }
+  return out;
+}
+
+size_t params_in(model::LanguageModelImpl& m, const fs::path& file) {
+  const auto ranges = mappings_of(file);
+  size_t n = 0;
+  for (const auto& p : m.named_parameters(true)) {
+    const auto at = reinterpret_cast<uintptr_t>(p.value().data_ptr());
+    for (const auto& [lo, hi] : ranges) n += at >= lo && at < hi ? 1 : 0;
+  }
+  return n;
+}
+}  // namespace
+
+TEST_CASE("trained parameters get private memory at setup, while a frozen model keeps viewing its checkpoint's mapping",
+          "[engine][sft]") {
+  // A loaded model views its checkpoint file's copy-on-write mapping (no copy
+  // at load); the parameters the engine trains are copied out once at setup,
+  // so the first optimizer step does not copy them page by page.
+  const auto file = test::tiny_model() / "model.safetensors";
+  auto frozen = model::load_language_model(test::tiny_model(), model::HeadKind::CausalLM);
+  const size_t total = frozen->named_parameters(true).size();
+  CHECK(params_in(*frozen, file) == total);
+  auto run = make_sft(sft_config({{"max_steps", "1"}}));
+  CHECK(params_in(trlx::engine::EngineProbe::policy(*run.engine), file) == 0);
+  CHECK(params_in(*frozen, file) == total);
+}
+
 TEST_CASE("batch 1 x accumulation 8 equals batch 8 x accumulation 1", "[engine][sft]") {
   auto a = make_sft(sft_config({{"per_device_train_batch_size", "8"}, {"gradient_accumulation_steps", "1"}, {"max_steps", "1"}}));
   auto b = make_sft(sft_config({{"per_device_train_batch_size", "1"}, {"gradient_accumulation_steps", "8"}, {"max_steps", "1"}}));
