@@ -184,30 +184,34 @@ torch::Tensor branch_mask(const torch::Tensor& position_ids, const torch::Tensor
     }
   }
   if (!branches) return {};
-  auto out = torch::zeros({b, 1, t, t}, torch::kBool);
-  auto* o = out.data_ptr<bool>();
+  // Query q sees key k < q (a real token) while every position between them,
+  // q's included, is above k's: a restart at or below k's position hides k
+  // from there on. Padding is never visible, but its positions count: padding
+  // laid out in a branch continues that branch, and a padding query walks by
+  // its own position too. Every query sees itself. So with next[k] the first
+  // j > k whose position is at or below k's (T if none), q sees k exactly
+  // when k < q < next[k]. next[] takes one stack pass per row on the host
+  // ([B, T]); the [B, T, T] mask is then built where the model runs, with no
+  // T x T work or transfer on the host.
+  auto next_t = torch::empty({b, t}, torch::kInt64);
+  auto* next = next_t.data_ptr<int64_t>();
+  std::vector<int64_t> stack;
   for (int64_t r = 0; r < b; ++r) {
     const int64_t* p = pos + r * t;
-    const bool* m = real + r * t;
-    for (int64_t q = 0; q < t; ++q) {
-      bool* row = o + (r * t + q) * t;
-      // Walking back from q: a key is visible while every position between
-      // it and q is above its own; a restart at or below it hides it.
-      // Padding is never visible, but its positions count: padding laid out
-      // in a branch (after the branch's tokens, or as a branch of its own
-      // where a row adds nothing to the shared start) continues that branch.
-      // A padding query walks by its own position too, so it sees its branch
-      // and what it continues, as the same padding after a separate row would
-      // (padding at position 0 sees itself).
-      row[q] = true;
-      int64_t lowest = p[q];
-      for (int64_t k = q - 1; k >= 0 && lowest > 0; --k) {
-        if (m[k]) row[k] = p[k] < lowest;
-        lowest = std::min(lowest, p[k]);
-      }
+    stack.clear();
+    for (int64_t k = t - 1; k >= 0; --k) {
+      while (!stack.empty() && p[stack.back()] > p[k]) stack.pop_back();
+      next[r * t + k] = stack.empty() ? t : stack.back();
+      stack.push_back(k);
     }
   }
-  return out.to(key_mask.device());
+  const auto device = key_mask.device();
+  const auto idx = torch::arange(t, torch::dtype(torch::kInt64).device(device));
+  const auto q = idx.view({1, t, 1}), k = idx.view({1, 1, t});
+  const auto reach = next_t.to(device).unsqueeze(1);  // [B, 1 (query), T (key)]
+  const auto real_keys = key_mask.to(torch::kBool).unsqueeze(1);
+  auto out = k.lt(q).logical_and(q.lt(reach)).logical_and(real_keys).logical_or(k.eq(q));
+  return out.unsqueeze(1);
 }
 
 namespace {

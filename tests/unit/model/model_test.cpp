@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "io/safetensors.hpp"
+#include <random>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -297,6 +298,41 @@ TEST_CASE("a packed row whose positions branch equals the branches run as separa
   // Token 3 (position 1, a branch after the first token) sees token 0 and itself.
   CHECK(torch::equal(m[0][0][3], torch::tensor({true, false, false, true, false})));
   CHECK(torch::equal(m[0][0][4], torch::tensor({true, false, false, true, true})));
+
+  // Random branched rows with padding inside and after branches, against the
+  // definition walked out pair by pair: q sees itself, and a real key k < q
+  // while every position in (k, q] is above k's.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int64_t b = 2, t = 3 + static_cast<int64_t>(rng() % 14);
+    std::vector<int64_t> pv, rv;
+    for (int64_t r = 0; r < b; ++r) {
+      int64_t p = 0;
+      for (int64_t i = 0; i < t; ++i) {
+        if (i > 0) p = rng() % 4 == 0 ? static_cast<int64_t>(rng() % static_cast<uint64_t>(p + 1)) : p + 1;
+        pv.push_back(p);
+        rv.push_back(rng() % 5 == 0 ? 0 : 1);
+      }
+      rv[static_cast<size_t>(r * t)] = 1;
+    }
+    // One restart of a real token at the start of the second row makes it branch.
+    pv[static_cast<size_t>(t)] = 0, pv[static_cast<size_t>(t + 1)] = 1, pv[static_cast<size_t>(t + 2)] = 0;
+    rv[static_cast<size_t>(t + 1)] = 1, rv[static_cast<size_t>(t + 2)] = 1;
+    const auto pos_r = torch::tensor(pv, torch::kInt64).view({b, t});
+    const auto real_r = torch::tensor(rv, torch::kInt64).view({b, t});
+    const auto got = model::branch_mask(pos_r, torch::zeros({b, t}, torch::kInt64), real_r);
+    REQUIRE(got.defined());
+    auto want = torch::zeros({b, 1, t, t}, torch::kBool);
+    for (int64_t r = 0; r < b; ++r)
+      for (int64_t q = 0; q < t; ++q)
+        for (int64_t k = 0; k <= q; ++k) {
+          bool seen = k == q || rv[static_cast<size_t>(r * t + k)] == 1;
+          for (int64_t j = k + 1; j <= q && seen; ++j) seen = pv[static_cast<size_t>(r * t + j)] > pv[static_cast<size_t>(r * t + k)];
+          want[r][0][q][k] = k == q || seen;
+        }
+    INFO("trial " << trial << " positions " << pos_r << " real " << real_r);
+    CHECK(torch::equal(got, want));
+  }
 }
 
 TEST_CASE("outputs_from runs the last layer only where hidden states are wanted, with the full forward's values and gradients",
