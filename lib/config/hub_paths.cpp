@@ -31,6 +31,15 @@ std::vector<HubResolution>& origins() {
   return all;
 }
 
+// Adds a resolution for hub_origin once (an adapter's base is resolved by
+// every command step that starts from the adapter).
+void remember(const HubResolution& r) {
+  std::lock_guard<std::mutex> lock(origins_mutex);
+  for (const auto& o : origins())
+    if (o.snapshot == r.snapshot && o.name == r.name && o.revision == r.revision) return;
+  origins().push_back(r);
+}
+
 }  // namespace
 
 std::optional<HubResolution> hub_origin(const std::filesystem::path& snapshot) {
@@ -49,8 +58,7 @@ std::optional<HubResolution> hub_origin(const std::filesystem::path& snapshot) {
 
 void remember_hub_origin(const std::string& name, const std::string& revision,
                          const std::filesystem::path& snapshot) {
-  std::lock_guard<std::mutex> lock(origins_mutex);
-  origins().push_back(HubResolution{"", name, revision, snapshot, ""});
+  remember(HubResolution{"", name, revision, snapshot, ""});
 }
 
 std::vector<HubResolution> resolve_hub_paths(const Schema& schema, void* config, HubMode mode,
@@ -119,8 +127,7 @@ std::vector<HubResolution> resolve_hub_paths(const Schema& schema, void* config,
     }
     if (!res.snapshot.empty() && mode != HubMode::Describe) {
       f.assign(config, Value(res.snapshot.string()));
-      std::lock_guard<std::mutex> lock(origins_mutex);
-      origins().push_back(res);
+      remember(res);
     }
     out.push_back(std::move(res));
   }
