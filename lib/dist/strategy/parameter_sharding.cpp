@@ -259,6 +259,11 @@ class ParameterSharding final : public ShardedOptimizer {
       p.set_data(view);
       off += p.numel();
     }
+    // Every rank starts from rank 0's weights. The broadcast runs on the
+    // unit's device buffer: the model as loaded is host memory (a GPU
+    // communicator refuses it), and writing rank 0's values into it would
+    // give every other rank a private host copy of its checkpoint's mapping.
+    comm_->broadcast(g.full, 0)->wait();
     const Shard s = shard_of(g.numel, world_size(), rank());
     g.shard = g.full.narrow(0, s.offset, s.numel).clone();
     mark(g, true);
@@ -380,11 +385,9 @@ class ParameterSharding::Hooks final : public model::ShardingHooks {
 };
 
 std::vector<Unit*> ParameterSharding::shard_model(model::LanguageModelImpl& model) {
-  // Every rank starts from rank 0's weights, frozen ones included, before
-  // the model is split.
-  std::vector<torch::Tensor> all;
-  for (auto& p : model.parameters()) all.push_back(p);
-  broadcast_from_rank0(*comm_, all);
+  // Every rank starts from rank 0's weights, frozen ones included: each
+  // unit's segments are broadcast as they are split (init_segment), and what
+  // stays whole (the final norm) here.
   torch::NoGradGuard ng;
   std::vector<Unit*> mine;
   auto add_unit = [&](const std::vector<torch::Tensor>& params) {
@@ -418,6 +421,15 @@ std::vector<Unit*> ParameterSharding::shard_model(model::LanguageModelImpl& mode
   Unit* head = embed;  // tied: the embedding is the head
   if (model.lm_head) head = add_unit(model.lm_head->parameters());
   if (model.score) head = add_unit(model.score->parameters());
+  // What no unit holds stays whole on every rank: a copy of it on the
+  // device takes rank 0's values there.
+  std::vector<torch::Tensor> whole;
+  for (auto& p : model.parameters()) {
+    if (unit_of(p)) continue;
+    p.set_data(p.detach().to(comm_->device(), /*non_blocking=*/false, /*copy=*/true));
+    whole.push_back(p);
+  }
+  broadcast_from_rank0(*comm_, whole);
   units_of_model_[&model] = mine;
   model.set_sharding_hooks(std::make_shared<Hooks>(*this, embed, head, std::move(layers), first_layer));
   return mine;

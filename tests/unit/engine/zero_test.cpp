@@ -568,3 +568,87 @@ TEST_CASE("ZeRO-3 and FSDP hold about 1/world of parameters, gradients and optim
     }
   }
 }
+
+namespace {
+
+// Refuses any collective on memory the model held as loaded. Under ZeRO-3
+// and FSDP that memory is the host's (the model reaches the device unit by
+// unit as it is split), so a collective on it is a host tensor handed to a
+// GPU communicator: on CPU ranks host and device are one, and this makes the
+// difference visible.
+class RefusesLoadedModel final : public dist::Communicator {
+ public:
+  RefusesLoadedModel(dist::Communicator& inner, model::LanguageModelImpl& m) : inner_(inner) {
+    for (const auto& p : m.parameters()) {
+      const auto* b = static_cast<const char*>(p.storage().data());
+      held_.emplace_back(b, b + p.storage().nbytes());
+    }
+  }
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string backend() const override { return inner_.backend(); }
+  torch::Device device() const override { return inner_.device(); }
+  dist::WorkPtr all_reduce(torch::Tensor& t, dist::ReduceOp op) override {
+    check("all_reduce", t);
+    return inner_.all_reduce(t, op);
+  }
+  dist::WorkPtr all_gather(const torch::Tensor& in, torch::Tensor& out) override {
+    check("all_gather", in);
+    check("all_gather", out);
+    return inner_.all_gather(in, out);
+  }
+  dist::WorkPtr reduce_scatter(const torch::Tensor& in, torch::Tensor& out, dist::ReduceOp op) override {
+    check("reduce_scatter", in);
+    check("reduce_scatter", out);
+    return inner_.reduce_scatter(in, out, op);
+  }
+  dist::WorkPtr broadcast(torch::Tensor& t, int root) override {
+    check("broadcast", t);
+    return inner_.broadcast(t, root);
+  }
+  void barrier() override { inner_.barrier(); }
+  int64_t bytes_communicated() const override { return inner_.bytes_communicated(); }
+
+ private:
+  void check(const char* op, const torch::Tensor& t) const {
+    const auto* b = static_cast<const char*>(t.data_ptr());
+    const auto* e = b + t.nbytes();
+    for (const auto& [hb, he] : held_)
+      if (b < he && hb < e) throw Error(fmt::format("{}: a collective on the model's memory as loaded (host memory on a GPU)", op));
+  }
+  dist::Communicator& inner_;
+  std::vector<std::pair<const char*, const char*>> held_;
+};
+
+}  // namespace
+
+TEST_CASE("ZeRO-3 and FSDP setup: no collective touches the model as loaded, and every rank starts from rank 0's weights",
+          "[zero][zero3]") {
+  auto comm = world();
+  torch::NoGradGuard ng;
+  auto reference = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  const int64_t vocab = reference->config().vocab_size;
+  auto gen = at::detail::createCPUGenerator(7);
+  auto ids = torch::randint(0, vocab, {2, 12}, gen, torch::kInt64);
+  const auto expected = reference->forward({ids, {}, {}});
+  for (const bool reshard : {true, false}) {
+    DYNAMIC_SECTION("reshard after forward " << reshard) {
+      auto m = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+      // Every rank but 0 holds other weights (the final norm included),
+      // which only a broadcast from rank 0 puts right.
+      if (comm->rank() != 0)
+        for (auto& p : m->parameters()) p.add_(0.25 * comm->rank());
+      auto guard = std::make_shared<RefusesLoadedModel>(*comm, *m);
+      dist::ParameterShardingOptions o;
+      o.reshard_after_forward = reshard;
+      auto strategy = dist::make_parameter_sharding_strategy(guard, o);
+      strategy->wrap_model(*m);
+      std::vector<dist::NamedParam> named;
+      for (auto& p : m->named_parameters(true)) named.push_back({p.key(), p.value()});
+      strategy->setup(named);
+      m->eval();
+      const auto got = m->forward({ids, {}, {}});
+      CHECK((got - expected).abs().max().item<double>() == 0.0);
+    }
+  }
+}
