@@ -48,17 +48,20 @@ LoadedPolicy load_policy(const config::TrainingConfig& c, model::HeadKind head) 
   // A head the checkpoint lacks (a new reward or value head) is drawn from
   // the run's seed, so a run is reproducible whatever ran before it.
   torch::manual_seed(static_cast<uint64_t>(c.seed));
+  // Weights stored in another dtype than `dtype` are converted when the
+  // Engine places the model: unit by unit as parameter sharding splits it,
+  // so no rank converts the whole model on its host.
   LoadedPolicy out;
   out.tokenizer_dir = dir;
   if (!model::is_adapter_dir(dir)) {
     out.base_dir = dir;
-    out.model = model::load_language_model(dir, head, c.dtype);
+    out.model = model::load_language_model(dir, head, c.dtype, /*defer_casts=*/true);
     return out;
   }
   const fs::path base = model::adapter_base_dir(dir);
   out.base_dir = base;
   if (!fs::exists(dir / "tokenizer.json")) out.tokenizer_dir = base;
-  out.model = model::load_language_model(base, head, c.dtype);
+  out.model = model::load_language_model(base, head, c.dtype, /*defer_casts=*/true);
   out.lora = model::load_adapter(dir, *out.model);
   log::info("continuing from the LoRA adapter in {} (base {})", dir.string(), base.string());
   return out;
@@ -122,8 +125,12 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
     trained.push_back(value_.get());
   }
   for (auto* m : trained) {
-    if (!strategy_->shards_parameters()) m->to(device_);
+    if (!strategy_->shards_parameters()) {
+      m->apply_deferred_casts();
+      m->to(device_);
+    }
     strategy_->wrap_model(*m);
+    m->apply_deferred_casts();  // none left once split; a strategy that splits nothing casts here
     m->to(device_);  // what no unit holds (buffers); units are there already
     if (plan_.checkpointing) checkpoint_layers(*m, plan_.reentrant);
   }

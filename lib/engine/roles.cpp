@@ -179,8 +179,12 @@ void Engine::add_frozen_model(model::LanguageModelImpl& m) {
   m.eval();
   // Sharded like the policy under ZeRO-3/FSDP (reaching the device unit by
   // unit), whole on every rank otherwise.
-  if (!strategy_->shards_parameters()) m.to(device_);
+  if (!strategy_->shards_parameters()) {
+    m.apply_deferred_casts();
+    m.to(device_);
+  }
   strategy_->wrap_frozen_model(m);
+  m.apply_deferred_casts();  // none left once split
   m.to(device_);
 }
 

@@ -613,8 +613,9 @@ std::vector<std::string> checkpoint_names(LanguageModelImpl& m) {
 }
 
 void load_parameters(LanguageModelImpl& m, const TensorSource& get, const std::vector<std::string>& available,
-                     const std::string& source, torch::Dtype dtype) {
-  m.to(dtype);
+                     const std::string& source, torch::Dtype dtype, bool defer_casts) {
+  // Each parameter takes its loaded value whole (set_data): nothing is
+  // converted or allocated for the model before its values are read.
   torch::NoGradGuard no_grad;
   std::set<std::string> used;
   for (auto& p : m.named_parameters(true)) {
@@ -626,6 +627,7 @@ void load_parameters(LanguageModelImpl& m, const TensorSource& get, const std::v
         // new, initialised as transformers does (normal, std 0.02).
         log::warn("{}: no `score.weight`; the score head starts from random values (as a new reward/value head)",
                   source);
+        p.value().set_data(torch::empty(p.value().sizes(), p.value().options().dtype(dtype)));
         p.value().normal_(0.0, 0.02);
         continue;
       }
@@ -635,13 +637,15 @@ void load_parameters(LanguageModelImpl& m, const TensorSource& get, const std::v
     if (t->sizes() != p.value().sizes())
       fail_input("{}: tensor `{}` has shape {} but the model's config.json implies {}", source, name,
                  fmt::format("{}", fmt::join(t->sizes(), "x")), fmt::format("{}", fmt::join(p.value().sizes(), "x")));
-    if (t->scalar_type() == p.value().scalar_type() && t->is_contiguous() && p.value().device().is_cpu()) {
+    const bool viewable = t->is_contiguous() && t->device().is_cpu();
+    if (viewable && (t->scalar_type() == dtype || defer_casts)) {
       // Zero copy: the parameter takes the checkpoint's (memory-mapped,
       // copy-on-write) storage; training writes copy only the pages it
       // touches, and trlx's writers replace files rather than rewrite them.
       p.value().set_data(*t);
+      if (t->scalar_type() != dtype) m.defer_cast(p.value(), dtype);
     } else {
-      p.value().copy_(*t);
+      p.value().set_data(t->contiguous().to(dtype));
     }
     used.insert(name);
   }
@@ -655,6 +659,20 @@ void load_parameters(LanguageModelImpl& m, const TensorSource& get, const std::v
     if (example.empty()) example = n;
   }
   if (unused) log::warn("{}: {} tensor(s) not used by the model (e.g. `{}`)", source, unused, example);
+}
+
+torch::Dtype LanguageModelImpl::placed_dtype(const torch::Tensor& param) const {
+  auto it = deferred_.find(param.unsafeGetTensorImpl());
+  return it == deferred_.end() ? param.scalar_type() : it->second;
+}
+
+void LanguageModelImpl::apply_deferred_casts() {
+  torch::NoGradGuard no_grad;
+  for (auto& p : parameters(true)) {
+    auto it = deferred_.find(p.unsafeGetTensorImpl());
+    if (it != deferred_.end()) p.set_data(p.detach().to(it->second));
+  }
+  deferred_.clear();
 }
 
 void disable_dropout(torch::nn::Module& m) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <unordered_map>
 #include <vector>
 
 #include <torch/torch.h>
@@ -303,6 +304,17 @@ class LanguageModelImpl : public torch::nn::Module {
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_kind_; }
 
+  // Casts left for placement (load_parameters with defer_casts): such a
+  // parameter still views its checkpoint in the checkpoint's dtype and takes
+  // `placed_dtype` when placed. A model split over ranks converts unit by
+  // unit as it is split, so no rank holds the whole model converted on its
+  // host; a model placed whole calls apply_deferred_casts first.
+  torch::Dtype placed_dtype(const torch::Tensor& param) const;
+  void defer_cast(const torch::Tensor& param, torch::Dtype dtype) { deferred_[param.unsafeGetTensorImpl()] = dtype; }
+  void mark_placed(const torch::Tensor& param) { deferred_.erase(param.unsafeGetTensorImpl()); }
+  void apply_deferred_casts();
+  size_t deferred_casts() const { return deferred_.size(); }
+
   DecoderModel model{nullptr};
   Linear lm_head{nullptr};  // CausalLM, untied
   Linear score{nullptr};    // SequenceClassification
@@ -310,6 +322,7 @@ class LanguageModelImpl : public torch::nn::Module {
  private:
   ModelConfig config_;
   HeadKind head_kind_;
+  std::unordered_map<const c10::TensorImpl*, torch::Dtype> deferred_;
 };
 TORCH_MODULE(LanguageModel);
 
@@ -324,11 +337,12 @@ torch::Tensor pool_last_non_pad(const torch::Tensor& scores, const torch::Tensor
 std::vector<std::string> checkpoint_names(LanguageModelImpl& m);
 
 // Fills the model's parameters from `get` (name -> tensor or nullopt), checking
-// that every tensor exists and has the right shape; converts to `dtype`.
-// Errors name `source` and the tensor.
+// that every tensor exists and has the right shape; converts to `dtype`, or
+// with `defer_casts` leaves each conversion to placement (see
+// LanguageModelImpl::placed_dtype). Errors name `source` and the tensor.
 using TensorSource = std::function<std::optional<torch::Tensor>(const std::string& name)>;
 void load_parameters(LanguageModelImpl& m, const TensorSource& get, const std::vector<std::string>& available,
-                     const std::string& source, torch::Dtype dtype);
+                     const std::string& source, torch::Dtype dtype, bool defer_casts = false);
 
 // Sets every dropout probability in `m` to 0, as TRL's disable_dropout
 // does for the policy and the reference. The decoder's own layers have no

@@ -14,7 +14,8 @@ torch::Dtype parse_dtype(const std::string& name, const ModelConfig& config) {
   fail_input("dtype `{}` is not one of float32, bfloat16, float16, auto", n);
 }
 
-LanguageModel load_language_model(const std::filesystem::path& dir, HeadKind head, const std::string& dtype) {
+LanguageModel load_language_model(const std::filesystem::path& dir, HeadKind head, const std::string& dtype,
+                                  bool defer_casts) {
   const ModelConfig config = load_model_config(dir);
   auto ckpt = io::Checkpoint::open_dir(dir);
   LanguageModel m(config, head);
@@ -26,7 +27,7 @@ LanguageModel load_language_model(const std::filesystem::path& dir, HeadKind hea
         if (!ckpt.contains(name)) return std::nullopt;
         return ckpt.get(name);
       },
-      ckpt.names(), source, parse_dtype(dtype, config));
+      ckpt.names(), source, parse_dtype(dtype, config), defer_casts);
   m->eval();
   return m;
 }

@@ -243,7 +243,7 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
   for (const auto& n : targets) {
     auto& lin = *dynamic_cast<LinearImpl*>(n.module.get());
     const int64_t out = lin.weight.size(0), in = lin.weight.size(1);
-    auto opts = lin.weight.options().dtype(config.adapter_dtype.value_or(lin.weight.scalar_type()));
+    auto opts = lin.weight.options().dtype(config.adapter_dtype.value_or(m.placed_dtype(lin.weight)));
     lin.lora_A = std::make_shared<LinearImpl>(in, config.r, false);
     lin.lora_B = std::make_shared<LinearImpl>(config.r, out, false);
     // A: kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)),
@@ -267,7 +267,8 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
     // to a frozen child module for the disabled-adapter view.
     auto original = std::make_shared<torch::nn::Module>();
     for (auto& p : n.module->named_parameters(false)) {
-      original->register_parameter(p.key(), p.value().detach().clone(), /*requires_grad=*/false);
+      auto& kept = original->register_parameter(p.key(), p.value().detach().clone(), /*requires_grad=*/false);
+      if (m.placed_dtype(p.value()) != p.value().scalar_type()) m.defer_cast(kept, m.placed_dtype(p.value()));
       p.value().requires_grad_(true);
     }
     n.module->register_module(kOriginal, original);
@@ -507,7 +508,15 @@ LoraInfo load_adapter(const fs::path& dir, LanguageModelImpl& m, std::optional<t
       fail_input("{}: tensor `{}` has shape {} but this model and r = {} need {}", weights.string(), name,
                  fmt::format("{}", fmt::join(t.sizes(), "x")), config.r,
                  fmt::format("{}", fmt::join(param.sizes(), "x")));
-    param.copy_(t);
+    const auto placed = m.placed_dtype(param);
+    if (placed != param.scalar_type()) {
+      // A base weight still viewing its checkpoint (cast at placement) takes
+      // the adapter's copy, converted now.
+      param.set_data(t.to(placed, /*non_blocking=*/false, /*copy=*/true).contiguous());
+      m.mark_placed(param);
+    } else {
+      param.copy_(t);
+    }
     used.insert(name);
   };
   for (const auto& name : info.adapted) {

@@ -209,7 +209,7 @@ Reference load_reference(const config::TrainingConfig& c, const engine::LoadedPo
                          const std::optional<std::string>& ref_model, bool precompute, model::HeadKind head) {
   Reference out;
   if (ref_model) {
-    out.separate = model::load_language_model(*ref_model, head, c.dtype);
+    out.separate = model::load_language_model(*ref_model, head, c.dtype, /*defer_casts=*/true);
     const int64_t vocab = policy.model->config().vocab_size;
     if (out.separate->config().vocab_size != vocab)
       fail_input("ref_model {} has a vocabulary of {} tokens but the policy {} has {}; the reference must share the "
@@ -230,7 +230,7 @@ Reference load_reference(const config::TrainingConfig& c, const engine::LoadedPo
     // log-probs the policy before its first step gives the same numbers
     // without a second copy in memory.
     if (precompute) out.is_start_policy = true;
-    else out.separate = model::load_language_model(policy.base_dir, head, c.dtype);
+    else out.separate = model::load_language_model(policy.base_dir, head, c.dtype, /*defer_casts=*/true);
   }
   return out;
 }

@@ -46,7 +46,8 @@ torch::Tensor at_response(const torch::Tensor& hidden, const torch::Tensor& prom
 }  // namespace
 
 model::LanguageModel load_score_model(const std::string& dir, const std::string& dtype, const std::string& field) {
-  auto m = model::load_language_model(dir, model::HeadKind::SequenceClassification, dtype);
+  // Placed by the engine (trained or frozen), which converts it there.
+  auto m = model::load_language_model(dir, model::HeadKind::SequenceClassification, dtype, /*defer_casts=*/true);
   if (m->config().num_labels != 1)
     fail_input("{}: {} has num_labels {}; PPO needs one score per position (num_labels 1)", field, dir,
                m->config().num_labels);

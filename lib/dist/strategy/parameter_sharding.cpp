@@ -241,22 +241,27 @@ class ParameterSharding final : public ShardedOptimizer {
     if (u) gather(*u);
   }
 
-  void init_segment(Segment& g) {
+  void init_segment(Segment& g, model::LanguageModelImpl& model) {
     if (g.params.empty()) return;
-    const auto opts = g.params.front().options();
+    // The dtype each parameter is placed in: a weight loaded with its cast
+    // deferred is converted here, as its unit is split.
+    const auto dtype = model.placed_dtype(g.params.front());
+    const auto device = g.params.front().device();
     for (const auto& p : g.params) {
-      if (p.scalar_type() != opts.dtype().toScalarType() || p.device() != opts.device())
+      if (model.placed_dtype(p) != dtype || p.device() != device)
         throw Error("parameter sharding needs one dtype and device for a unit's trainable (and frozen) parameters");
       g.numel += p.numel();
     }
     // The unit moves to the communicator's device here, one unit at a time:
-    // a model still on the host never stands whole on a GPU.
-    g.full = torch::empty({g.numel}, opts.device(comm_->device()).requires_grad(false));
+    // a model still on the host never stands whole on a GPU (nor converted
+    // whole on the host).
+    g.full = torch::empty({g.numel}, torch::TensorOptions().dtype(dtype).device(comm_->device()));
     int64_t off = 0;
     for (auto& p : g.params) {
       auto view = g.full.narrow(0, off, p.numel()).view(p.sizes());
       view.copy_(p.detach());
       p.set_data(view);
+      model.mark_placed(p);
       off += p.numel();
     }
     // Every rank starts from rank 0's weights. The broadcast runs on the
@@ -393,8 +398,8 @@ std::vector<Unit*> ParameterSharding::shard_model(model::LanguageModelImpl& mode
   auto add_unit = [&](const std::vector<torch::Tensor>& params) {
     auto unit = std::make_unique<Unit>();
     for (const auto& p : params) (p.requires_grad() ? unit->trainable : unit->frozen).params.push_back(p);
-    init_segment(unit->trainable);
-    init_segment(unit->frozen);
+    init_segment(unit->trainable, model);
+    init_segment(unit->frozen, model);
     unit->id = units_.size();
     for (Segment* g : {&unit->trainable, &unit->frozen})
       if (!g->params.empty()) unit_of_storage_[g->full.storage().unsafeGetStorageImpl()] = unit.get();
@@ -426,7 +431,8 @@ std::vector<Unit*> ParameterSharding::shard_model(model::LanguageModelImpl& mode
   std::vector<torch::Tensor> whole;
   for (auto& p : model.parameters()) {
     if (unit_of(p)) continue;
-    p.set_data(p.detach().to(comm_->device(), /*non_blocking=*/false, /*copy=*/true));
+    p.set_data(p.detach().to(comm_->device(), model.placed_dtype(p), /*non_blocking=*/false, /*copy=*/true));
+    model.mark_placed(p);
     whole.push_back(p);
   }
   broadcast_from_rank0(*comm_, whole);

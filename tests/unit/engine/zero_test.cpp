@@ -20,6 +20,7 @@
 #include "engine/engine.hpp"
 #include "model/loading.hpp"
 #include "model/lora.hpp"
+#include "model/saving.hpp"
 #include "support.hpp"
 #include "support/trainers.hpp"
 #include "text/template/chat_template.hpp"
@@ -505,10 +506,14 @@ class CountingAllocator final : public c10::Allocator {
     auto inner = base_->allocate(n);
     void* data = inner.get();
     live_ += static_cast<int64_t>(n);
+    peak_ = std::max<int64_t>(peak_, live_);
     return {data, new Ctx{std::move(inner), n, this}, &CountingAllocator::free, c10::Device(c10::kCPU)};
   }
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
   int64_t live() const { return live_; }
+  // The most bytes live at once since the last reset.
+  int64_t peak() const { return peak_; }
+  void reset_peak() { peak_ = live_.load(); }
 
  private:
   struct Ctx {
@@ -523,6 +528,14 @@ class CountingAllocator final : public c10::Allocator {
   }
   c10::Allocator* base_;
   std::atomic<int64_t> live_{0};
+  std::atomic<int64_t> peak_{0};
+};
+
+// Installs `counting` as the CPU allocator for its lifetime.
+struct CountingScope {
+  c10::Allocator* base = c10::GetCPUAllocator();
+  explicit CountingScope(CountingAllocator& counting) { c10::SetCPUAllocator(&counting, /*priority=*/100); }
+  ~CountingScope() { c10::SetCPUAllocator(base, 100); }
 };
 
 }  // namespace
@@ -651,4 +664,76 @@ TEST_CASE("ZeRO-3 and FSDP setup: no collective touches the model as loaded, and
       CHECK((got - expected).abs().max().item<double>() == 0.0);
     }
   }
+}
+
+TEST_CASE("ZeRO-3 converts a checkpoint stored in another dtype unit by unit: no rank holds the model converted whole",
+          "[zero][zero3][memory]") {
+  auto comm = world();
+  const int w = comm->world_size();
+  // A deeper model than the quickstart's, so one unit is a small part of it,
+  // written in bf16 and trained in fp32 (the default dtype). Every rank
+  // writes the same files (the same seed) into its own directory.
+  test::TempDir dir;
+  const auto shared = dir.path / "bf16";
+  {
+    model::NewModelSpec spec;
+    spec.vocab_size = 64;
+    spec.hidden_size = 64;
+    spec.intermediate_size = 128;
+    spec.num_layers = 12;
+    spec.tie_word_embeddings = true;
+    model::LanguageModel m(model::new_model_config(spec), model::HeadKind::CausalLM);
+    model::init_weights(*m, 11);
+    m->to(torch::kBFloat16);
+    model::save_language_model(shared, *m);
+  }
+  torch::NoGradGuard ng;
+  auto expected_model = model::load_language_model(shared, model::HeadKind::CausalLM, "float32");
+  int64_t P = 0, unit = 0;  // bytes of the model in fp32, and of its largest unit
+  for (const auto& p : expected_model->parameters()) P += p.numel() * 4;
+  for (auto& l : *expected_model->model->layers) {
+    int64_t b = 0;
+    for (const auto& p : l->parameters()) b += p.numel() * 4;
+    unit = std::max(unit, b);
+  }
+  auto ids = torch::randint(0, 64, {2, 10}, at::detail::createCPUGenerator(5), torch::kInt64);
+  const auto expected = expected_model->forward({ids, {}, {}});
+
+  static CountingAllocator counting(c10::GetCPUAllocator());
+  // Host bytes held once the model is loaded, and at most while it is split.
+  // (Construction allocates the parameters uninitialised, never written, and
+  // loading frees them: that is address space, not memory.)
+  struct Held {
+    int64_t loaded, splitting;
+  };
+  auto setup = [&](bool defer) {
+    CountingScope scope(counting);
+    const int64_t before = counting.live();
+    auto out = model::load_language_model(shared, model::HeadKind::CausalLM, "float32", defer);
+    Held h{counting.live() - before, 0};
+    counting.reset_peak();
+    auto strategy = dist::make_parameter_sharding_strategy(comm, {});
+    strategy->wrap_model(*out);
+    CHECK(out->deferred_casts() == 0);
+    h.splitting = counting.peak() - before;
+    std::vector<dist::NamedParam> named;
+    for (auto& p : out->named_parameters(true)) named.push_back({p.key(), p.value()});
+    strategy->setup(named);
+    out->eval();
+    const auto got = out->forward({ids, {}, {}});
+    CHECK((got - expected).abs().max().item<double>() == 0.0);
+    return h;
+  };
+  const Held e = setup(false);
+  const Held d = setup(true);
+  INFO("fp32 model " << P << " bytes, largest unit " << unit << ", world " << w << "; converted on load: " << e.loaded
+                     << " held after loading, " << e.splitting << " at most while splitting; converted unit by unit: "
+                     << d.loaded << " and " << d.splitting);
+  // Converting on load holds the whole fp32 model; converting unit by unit
+  // holds nothing but the checkpoint's mapping after loading, and this
+  // rank's shards and one unit (and the final norm) while splitting.
+  CHECK(e.loaded >= P);
+  CHECK(e.splitting >= P);
+  CHECK(d.loaded < P / 50);
+  CHECK(d.splitting <= P / w + unit + P / 50);
 }

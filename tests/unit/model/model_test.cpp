@@ -10,6 +10,7 @@
 
 #include "model/generate.hpp"
 #include "model/loading.hpp"
+#include "model/lora.hpp"
 #include "model/saving.hpp"
 #include "helpers.hpp"
 #include "support.hpp"
@@ -393,4 +394,48 @@ TEST_CASE("outputs_from runs the last layer only where hidden states are wanted,
   model::Batch bad{torch::ones({1, 4}, torch::kInt64), {}, {}};
   bad.outputs_from = 4;
   CHECK_THROWS(model->hidden_states(bad));
+}
+
+TEST_CASE("weights loaded with their casts deferred view the checkpoint until placed, then equal an eager load",
+          "[model]") {
+  // The quickstart model written in bf16, loaded in fp32 (the default dtype).
+  test::TempDir dir;
+  {
+    auto m = model::load_language_model(test::tiny_model(), model::HeadKind::CausalLM);
+    m->to(torch::kBFloat16);
+    model::save_language_model(dir.path / "bf16", *m);
+  }
+  auto eager = model::load_language_model(dir.path / "bf16", model::HeadKind::CausalLM, "float32");
+  auto lazy = model::load_language_model(dir.path / "bf16", model::HeadKind::CausalLM, "float32", /*defer_casts=*/true);
+  const auto params = lazy->parameters();
+  CHECK(eager->deferred_casts() == 0);
+  CHECK(lazy->deferred_casts() == params.size());
+  for (const auto& p : params) {
+    CHECK(p.scalar_type() == torch::kBFloat16);
+    CHECK(lazy->placed_dtype(p) == torch::kFloat32);
+  }
+  // Adapters take the dtype their base weights are placed in, and a module
+  // trained in full keeps a frozen original that is placed alike.
+  model::LoraConfig lc;
+  lc.r = 4;
+  lc.alpha = 8;
+  lc.target_modules = std::vector<std::string>{"q_proj", "v_proj"};
+  lc.modules_to_save = std::vector<std::string>{"embed_tokens"};
+  for (auto* m : {eager.get(), lazy.get()}) {
+    torch::manual_seed(3);
+    model::apply_lora(*m, lc);
+  }
+  lazy->apply_deferred_casts();
+  CHECK(lazy->deferred_casts() == 0);
+  const auto want = eager->named_parameters(true);
+  const auto got = lazy->named_parameters(true);
+  REQUIRE(got.size() == want.size());
+  for (const auto& p : want) {
+    INFO(p.key());
+    const auto& g = got[p.key()];
+    CHECK(g.scalar_type() == torch::kFloat32);
+    CHECK(g.scalar_type() == p.value().scalar_type());
+    CHECK(g.requires_grad() == p.value().requires_grad());
+    CHECK(torch::equal(g, p.value()));
+  }
 }
