@@ -3,7 +3,8 @@
 # trlx against that machine's CUDA LibTorch, then
 #   - the NCCL communicator with one rank (every operation and dtype, host
 #     values through it, a real TCPStore rendezvous);
-#   - every strategy (DDP, ZeRO-1/2/3, FSDP) forced at world 1 over NCCL
+#   - every strategy (DDP, ZeRO-1/2/3, FSDP, ZeRO-3 with the optimizer
+#     offloaded to the host) forced at world 1 over NCCL
 #     (debug_force_distributed) in bf16: its losses against the single-process
 #     run's within bf16 tolerance, the gradient-sync check every step, peak GPU
 #     memory; then a save at step 3 and a resume that ends with the
@@ -160,9 +161,14 @@ below() { "$PY" -c 'import math,sys; v=float(sys.argv[1]); sys.exit(0 if math.is
 SFT="--config configs/sft.yaml --bf16 true --max_steps 6 --logging_steps 1 --eval_strategy no"
 "$TRLX" sft $SFT --save_strategy no --output_dir "$WORK/single" >"$WORK/single.log" 2>&1 ||
   record "sft bf16 single process" FAIL "exit $?"
-for preset in multi_gpu zero1 zero2 zero3 fsdp; do
+# ZeRO-3 with the optimizer offloaded to page-locked host memory.
+sed 's/offload_optimizer_device: none/offload_optimizer_device: cpu/' accelerate_configs/zero3.yaml \
+  >"$WORK/zero3_offload.yaml"
+for preset in multi_gpu zero1 zero2 zero3 fsdp zero3_offload; do
   run="$WORK/$preset"
-  FORCED="$SFT --accelerate_config $preset --debug_force_distributed true --debug_check_grad_sync_steps 1"
+  acc=$preset
+  [ -f "$WORK/$preset.yaml" ] && acc="$WORK/$preset.yaml"
+  FORCED="$SFT --accelerate_config $acc --debug_force_distributed true --debug_check_grad_sync_steps 1"
   if ! "$TRLX" sft $FORCED --save_steps 3 --output_dir "$run" >"$run.log" 2>&1; then
     tail -8 "$run.log"
     record "$preset: train" FAIL "exit code; see $preset.log"

@@ -62,9 +62,22 @@ void ShardedOptimizer::on_weights_loaded() {
       if (piece.master.defined())
         piece.master.copy_(src);
       else
-        piece.master = src.to(opts, /*non_blocking=*/false, /*copy=*/true).requires_grad_(true);
+        piece.master = host_buffer(src.sizes()).copy_(src).requires_grad_(true);
     }
   }
+}
+
+bool ShardedOptimizer::pinned_offload() const {
+  // Offloaded from a GPU: masters and their gradients live in page-locked
+  // host memory, so copies to and from the GPU run without the host waiting
+  // on each (a pageable copy is staged and synchronous).
+  return master_device().is_cpu() && !params_.empty() && params_.front().param.device().is_cuda();
+}
+
+torch::Tensor ShardedOptimizer::host_buffer(at::IntArrayRef sizes) const {
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(master_device());
+  if (pinned_offload()) opts = opts.pinned_memory(true);
+  return torch::empty(sizes, opts);
 }
 
 std::vector<std::vector<torch::Tensor>> ShardedOptimizer::optimizer_groups(
@@ -104,20 +117,37 @@ void ShardedOptimizer::end_backward() {
   if (!buckets_->active()) return;
   auto unused = buckets_->finish();
   torch::NoGradGuard ng;
+  const bool pinned = pinned_offload();
+  std::vector<std::pair<Piece*, torch::Tensor>> to_host;
   for (size_t bi = 0; bi < buckets_->buckets().size(); ++bi) {
     auto& b = buckets_->buckets()[bi];
     // An all-reduced bucket's whole gradient goes back to the parameters.
     if (!o_.shard_gradients) buckets_->unflatten(b, b.flat);
     for (auto& piece : pieces_[bi]) {
       auto g = b.out.narrow(0, piece.shard_offset, piece.numel);
-      auto& mg = piece.master.mutable_grad();
-      if (mg.defined())
-        mg.add_(g.to(mg.options()));
-      else
-        mg = g.to(piece.master.options(), /*non_blocking=*/false, /*copy=*/true);
+      if (g.device() == piece.master.device()) {
+        auto& mg = piece.master.mutable_grad();
+        if (mg.defined())
+          mg.add_(g.to(mg.options()));
+        else
+          mg = g.to(piece.master.options(), /*non_blocking=*/false, /*copy=*/true);
+        continue;
+      }
+      // To the host: every piece's copy is queued, then one wait for all.
+      auto staged = host_buffer(g.sizes());
+      staged.copy_(g, /*non_blocking=*/pinned);
+      to_host.emplace_back(&piece, staged);
     }
     b.flat = torch::Tensor();
     b.out = torch::Tensor();
+  }
+  if (pinned && !to_host.empty()) torch::cuda::synchronize(params_.front().param.device().index());
+  for (auto& [piece, staged] : to_host) {
+    auto& mg = piece->master.mutable_grad();
+    if (mg.defined())
+      mg.add_(staged);
+    else
+      mg = staged;
   }
   if (!unused.empty() && has_data_ && !o_.find_unused_parameters) fail_unused_parameters(unused, name());
 }
@@ -151,6 +181,7 @@ double ShardedOptimizer::clip_grad_norm(double max_norm) {
 
 void ShardedOptimizer::after_optimizer_step() {
   torch::NoGradGuard ng;
+  const bool pinned = pinned_offload();
   auto& bs = buckets_->buckets();
   // A held shard takes its masters' values, with no collective; buckets of
   // whole parameters are gathered from every rank's slice, the next bucket's
@@ -163,7 +194,10 @@ void ShardedOptimizer::after_optimizer_step() {
     }
     for (auto& piece : pieces_[bi]) {
       auto dst = held_shards_[bi].narrow(0, piece.shard_offset, piece.numel);
-      if (dst.data_ptr() != piece.master.data_ptr()) dst.copy_(piece.master);
+      // From page-locked masters the copy is queued on the GPU's stream,
+      // which orders it before any use; the masters change again only after
+      // the next backward's wait (end_backward).
+      if (dst.data_ptr() != piece.master.data_ptr()) dst.copy_(piece.master, /*non_blocking=*/pinned);
     }
   }
   auto start = [&](size_t bi) {
@@ -171,7 +205,7 @@ void ShardedOptimizer::after_optimizer_step() {
     const Shard s = shard_of(b.numel, world_size(), rank());
     const auto opts = torch::TensorOptions().dtype(b.dtype).device(b.device);
     auto mine = torch::empty({s.numel}, opts);
-    for (auto& piece : pieces_[bi]) mine.narrow(0, piece.shard_offset, piece.numel).copy_(piece.master);
+    for (auto& piece : pieces_[bi]) mine.narrow(0, piece.shard_offset, piece.numel).copy_(piece.master, pinned);
     b.out = mine;
     b.flat = torch::empty({b.numel}, opts);
     b.work = comm_->all_gather(b.out, b.flat);

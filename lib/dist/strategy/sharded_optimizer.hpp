@@ -74,6 +74,10 @@ class ShardedOptimizer : public Strategy {
 
   void launch(GradBucket& b);
   torch::Device master_device() const;
+  // Offloaded from a GPU: masters and their gradients in page-locked memory.
+  bool pinned_offload() const;
+  // An fp32 tensor where the masters live (page-locked under pinned_offload).
+  torch::Tensor host_buffer(at::IntArrayRef sizes) const;
 
   Options o_;
   std::unique_ptr<GradBuckets> buckets_;
