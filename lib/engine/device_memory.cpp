@@ -1,5 +1,8 @@
 #include "engine/device_memory.hpp"
 
+#include <fstream>
+#include <string>
+
 // A LibTorch with c10d NCCL is a CUDA build, whose c10_cuda trlx links.
 #if defined(USE_C10D_NCCL)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -16,6 +19,20 @@ std::optional<int64_t> peak_device_bytes(const c10::Device& device) {
   (void)device;
   return std::nullopt;
 #endif
+}
+
+std::optional<int64_t> peak_resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "VmHWM:") {
+      int64_t kib = 0;
+      if (in >> kib) return kib * 1024;
+      return std::nullopt;
+    }
+    in.ignore(1 << 12, '\n');
+  }
+  return std::nullopt;
 }
 
 }  // namespace trlx::engine

@@ -10,4 +10,9 @@ namespace trlx::engine {
 
 std::optional<int64_t> peak_device_bytes(const c10::Device& device);
 
+// The most memory this process has held resident so far (Linux's VmHWM:
+// private memory plus the mapped file pages it read, such as a
+// checkpoint's); nothing where /proc does not say.
+std::optional<int64_t> peak_resident_bytes();
+
 }  // namespace trlx::engine

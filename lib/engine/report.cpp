@@ -1,5 +1,6 @@
 // What a run tells its user: metrics reduced over ranks, JSONL and
 // TensorBoard logs, and the startup table.
+#include "engine/device_memory.hpp"
 #include "engine/engine.hpp"
 
 #include <algorithm>
@@ -167,6 +168,13 @@ void Engine::print_startup(Trainer& trainer) {
   trainable += value_params;
   const int64_t world = world_size();
   const int64_t total_batch = config_.per_device_train_batch_size * config_.gradient_accumulation_steps * world;
+  // What setup held on the host at most, over ranks (every rank joins).
+  std::vector<double> host = {static_cast<double>(peak_resident_bytes().value_or(-1))};
+  strategy_->max_across_ranks(host);
+  const std::string host_memory =
+      host[0] < 0 ? "not known here"
+                  : fmt::format("{:.0f} MiB resident at most during setup{}", host[0] / (1024.0 * 1024.0),
+                                world > 1 ? " (the largest rank)" : "");
   // Weights, gradients and two Adam moments in fp32 for what trains.
   const double mem = static_cast<double>(total) * 4 + static_cast<double>(trainable) * 12;
   std::vector<std::pair<std::string, std::string>> rows = {
@@ -191,6 +199,7 @@ void Engine::print_startup(Trainer& trainer) {
                                   dist_.source.empty() ? "" : ", " + dist_.source)},
       {"memory savers", memory_savers()},
       {"memory estimate", fmt::format("{:.1f} MB (weights + grads + Adam state, no activations)", mem / 1e6)},
+      {"host memory", host_memory},
       {"output_dir", output_dir_.string()},
   };
   if (value_)

@@ -255,7 +255,13 @@ class ParameterSharding final : public ShardedOptimizer {
     // The unit moves to the communicator's device here, one unit at a time:
     // a model still on the host never stands whole on a GPU (nor converted
     // whole on the host).
-    g.full = torch::empty({g.numel}, torch::TensorOptions().dtype(dtype).device(comm_->device()));
+    const auto opts = torch::TensorOptions().dtype(dtype).device(comm_->device());
+    const Shard s = shard_of(g.numel, world_size(), rank());
+    // The shard is allocated before the unit's full buffer, so freeing that
+    // buffer leaves no hole between shards (the host's allocator keeps such
+    // holes resident: one unit per unit split).
+    g.shard = torch::empty({s.numel}, opts);
+    g.full = torch::empty({g.numel}, opts);
     int64_t off = 0;
     for (auto& p : g.params) {
       auto view = g.full.narrow(0, off, p.numel()).view(p.sizes());
@@ -269,8 +275,7 @@ class ParameterSharding final : public ShardedOptimizer {
     // communicator refuses it), and writing rank 0's values into it would
     // give every other rank a private host copy of its checkpoint's mapping.
     comm_->broadcast(g.full, 0)->wait();
-    const Shard s = shard_of(g.numel, world_size(), rank());
-    g.shard = g.full.narrow(0, s.offset, s.numel).clone();
+    g.shard.copy_(g.full.narrow(0, s.offset, s.numel));
     mark(g, true);
     release(g);
   }
