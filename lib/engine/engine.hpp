@@ -356,10 +356,16 @@ class Engine {
   double tokens_seen_ = 0;
   std::vector<std::string> log_history_;  // JSON lines, for trainer_state.json
   std::unique_ptr<io::EventWriter> tensorboard_;  // rank 0, report_to: tensorboard
-  // The attention masks of the micro-batches collated for this step whose
-  // padding trails (read on the host while collating; held, so that none is
-  // freed and its address reused while the step runs).
+  // Moves a collated batch to the device, noting first what only the host
+  // copy tells without a device read: which attention masks' padding trails,
+  // and the branch reach of packed positions (model::branch_reach).
+  void move_collated(TensorMap& batch);
+  // What move_collated noted for this step's micro-batches, held with the
+  // device tensors it describes (so that none is freed and its address
+  // reused while the step runs): masks whose padding trails, and packed
+  // position ids with their branch reach on the device.
   std::vector<torch::Tensor> trailing_masks_;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> branch_reaches_;
 };
 
 }  // namespace trlx::engine

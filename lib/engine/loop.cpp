@@ -11,7 +11,9 @@
 #include <cmath>
 #include <csignal>
 #include <iostream>
+#include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include <fmt/format.h>
@@ -191,13 +193,33 @@ Engine::Collated Engine::collate_local(Trainer& trainer, const std::string& spli
     auto it = out.batch.find("attention_mask");
     if (it != out.batch.end() && it->second.defined()) out.tokens = it->second.sum().item<double>();
   }
-  for (auto& [k, v] : out.batch) {
-    if (!v.defined()) continue;
-    const bool trails = k.size() >= 14 && k.compare(k.size() - 14, 14, "attention_mask") == 0 && padding_trails(v);
-    v = v.to(device_);
-    if (trails) trailing_masks_.push_back(v);
-  }
+  move_collated(out.batch);
   return out;
+}
+
+void Engine::move_collated(TensorMap& batch) {
+  auto ends_with = [](const std::string& k, const std::string& tail) {
+    return k.size() >= tail.size() && k.compare(k.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  auto defined = [&](const std::string& k) { return batch.count(k) && batch.at(k).defined(); };
+  // Read on the host first: a batch's keys share prefixes ("chosen_", ...).
+  std::set<std::string> trails;
+  std::map<std::string, torch::Tensor> reaches;  // position key -> reach
+  for (const auto& [k, v] : batch) {
+    if (!v.defined() || !v.device().is_cpu()) continue;
+    if (ends_with(k, "attention_mask") && padding_trails(v)) trails.insert(k);
+    if (ends_with(k, "position_ids")) {
+      const std::string prefix = k.substr(0, k.size() - 12);
+      if (defined(prefix + "document_ids") && defined(prefix + "attention_mask"))
+        reaches[k] = model::branch_reach(v, batch.at(prefix + "document_ids"), batch.at(prefix + "attention_mask"));
+    }
+  }
+  for (auto& [k, v] : batch) {
+    if (!v.defined()) continue;
+    v = v.to(device_);
+    if (trails.count(k)) trailing_masks_.push_back(v);
+    if (auto it = reaches.find(k); it != reaches.end()) branch_reaches_.emplace_back(v, it->second.to(device_));
+  }
 }
 
 std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
@@ -237,8 +259,7 @@ std::vector<Engine::Collated> Engine::next_online_micro_batches(Trainer& trainer
     round_next_ = (round_next_ + 1) % round_batches_.size();
     --round_left_;
     c.items = trainer.num_items(c.batch);
-    for (auto& [k, v] : c.batch)
-      if (v.defined()) v = v.to(device_);
+    move_collated(c.batch);
     out.push_back(std::move(c));
   }
   return out;
@@ -250,6 +271,7 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
   phases.mark("between steps: logging, evaluation, saving", device_);
   before_step();
   trailing_masks_.clear();
+  branch_reaches_.clear();
   round_tokens_ = 0;
   // One learning rate for the whole step, whatever its number of updates.
   for (auto& lr_group : optimizer_->param_groups())
@@ -350,6 +372,7 @@ MetricSums Engine::evaluate(Trainer& trainer) {
     std::vector<size_t> idx;
     for (size_t j = i; j < std::min(n, i + bs); ++j) idx.push_back(j);
     trailing_masks_.clear();
+    branch_reaches_.clear();
     auto b = collate_local(trainer, "test", idx);
     standing_in_ = b.stand_in;
     auto out = trainer.loss(*this, b.batch);

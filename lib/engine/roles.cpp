@@ -145,6 +145,16 @@ model::Batch Engine::to_device(const model::Batch& b) const {
   model::Batch out{mv(b.input_ids), mv(b.attention_mask), mv(b.position_ids), mv(b.document_ids)};
   out.padding_trails = b.padding_trails;
   out.outputs_from = b.outputs_from;
+  out.branch_reach = mv(b.branch_reach);
+  if (!out.branch_reach.defined() && b.position_ids.defined() && b.document_ids.defined()) {
+    // Packed positions the engine collated: their reach was worked out on
+    // the host then; positions still on the host are read here, before they
+    // move.
+    for (const auto& [pos, reach] : branch_reaches_)
+      if (pos.is_same(b.position_ids)) out.branch_reach = reach;
+    if (!out.branch_reach.defined() && b.position_ids.device().is_cpu() && b.attention_mask.defined())
+      out.branch_reach = mv(model::branch_reach(b.position_ids, b.document_ids, b.attention_mask));
+  }
   if (!out.padding_trails && b.attention_mask.defined()) {
     // A mask the engine collated: its layout was read on the host then.
     for (const auto& m : trailing_masks_)

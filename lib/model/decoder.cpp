@@ -163,8 +163,8 @@ torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
   return (m.cumsum(-1) - 1).masked_fill(m == 0, 1);
 }
 
-torch::Tensor branch_mask(const torch::Tensor& position_ids, const torch::Tensor& document_ids,
-                          const torch::Tensor& key_mask) {
+torch::Tensor branch_reach(const torch::Tensor& position_ids, const torch::Tensor& document_ids,
+                           const torch::Tensor& key_mask) {
   const int64_t b = position_ids.size(0), t = position_ids.size(1);
   auto pos_t = position_ids.to(torch::kCPU, torch::kInt64).contiguous();
   auto doc_t = document_ids.to(torch::kCPU, torch::kInt64).contiguous();
@@ -183,16 +183,14 @@ torch::Tensor branch_mask(const torch::Tensor& position_ids, const torch::Tensor
       prev = i;
     }
   }
-  if (!branches) return {};
+  if (!branches) return torch::empty({0}, torch::kInt64);
   // Query q sees key k < q (a real token) while every position between them,
   // q's included, is above k's: a restart at or below k's position hides k
   // from there on. Padding is never visible, but its positions count: padding
   // laid out in a branch continues that branch, and a padding query walks by
   // its own position too. Every query sees itself. So with next[k] the first
   // j > k whose position is at or below k's (T if none), q sees k exactly
-  // when k < q < next[k]. next[] takes one stack pass per row on the host
-  // ([B, T]); the [B, T, T] mask is then built where the model runs, with no
-  // T x T work or transfer on the host.
+  // when k < q < next[k]: one stack pass per row ([B, T]), no T x T work.
   auto next_t = torch::empty({b, t}, torch::kInt64);
   auto* next = next_t.data_ptr<int64_t>();
   std::vector<int64_t> stack;
@@ -205,13 +203,24 @@ torch::Tensor branch_mask(const torch::Tensor& position_ids, const torch::Tensor
       stack.push_back(k);
     }
   }
+  return next_t;
+}
+
+torch::Tensor branch_mask_from_reach(const torch::Tensor& reach, const torch::Tensor& key_mask) {
+  if (reach.numel() == 0) return {};
+  const int64_t t = key_mask.size(1);
   const auto device = key_mask.device();
   const auto idx = torch::arange(t, torch::dtype(torch::kInt64).device(device));
   const auto q = idx.view({1, t, 1}), k = idx.view({1, 1, t});
-  const auto reach = next_t.to(device).unsqueeze(1);  // [B, 1 (query), T (key)]
+  const auto next = reach.to(device).unsqueeze(1);  // [B, 1 (query), T (key)]
   const auto real_keys = key_mask.to(torch::kBool).unsqueeze(1);
-  auto out = k.lt(q).logical_and(q.lt(reach)).logical_and(real_keys).logical_or(k.eq(q));
+  auto out = k.lt(q).logical_and(q.lt(next)).logical_and(real_keys).logical_or(k.eq(q));
   return out.unsqueeze(1);
+}
+
+torch::Tensor branch_mask(const torch::Tensor& position_ids, const torch::Tensor& document_ids,
+                          const torch::Tensor& key_mask) {
+  return branch_mask_from_reach(branch_reach(position_ids, document_ids, key_mask), key_mask);
 }
 
 namespace {
@@ -476,7 +485,8 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     // from a real token, and pad positions feed nothing. Only other padding
     // or a sliding window need an explicit mask.
     const bool trailing = batch.padding_trails && !packed;
-    const bool padded = !trailing && !key_mask.all().item<bool>();
+    // (A packed batch builds its mask whatever its padding: nothing to read.)
+    const bool padded = !trailing && !packed && !key_mask.all().item<bool>();
     if (padded || packed) full_mask = build_attention_mask(key_mask, t, std::nullopt);
     if (config_.sliding_window) sliding_mask = build_attention_mask(key_mask, t, config_.sliding_window);
     if (packed) {
@@ -485,7 +495,10 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
       const auto& d = batch.document_ids;
       auto same = d.unsqueeze(2).eq(d.unsqueeze(1)).unsqueeze(1);
       auto diag = torch::eye(t, torch::dtype(torch::kBool).device(d.device())).view({1, 1, t, t});
-      auto branches = batch.position_ids.defined() ? branch_mask(positions, d, mask2d) : torch::Tensor();
+      torch::Tensor branches;
+      if (batch.position_ids.defined())
+        branches = branch_mask_from_reach(
+            batch.branch_reach.defined() ? batch.branch_reach : branch_reach(positions, d, mask2d), mask2d);
       if (branches.defined()) full_mask = full_mask.logical_and(branches);
       full_mask = self_if_alone(full_mask.logical_and(same), diag);
       if (sliding_mask.defined()) {

@@ -149,6 +149,14 @@ torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask);
 // documents), so that such batches keep their plain mask.
 torch::Tensor branch_mask(const torch::Tensor& position_ids, const torch::Tensor& document_ids,
                           const torch::Tensor& key_mask);
+// The same in two halves. branch_reach reads the rows on the host (a tensor
+// elsewhere is copied there) and gives, per slot k, the first later slot
+// whose position is at or below k's (T if none) as [B, T] int64 on the host,
+// or an empty tensor when no row branches. branch_mask_from_reach builds the
+// mask from it where `key_mask` lives, with no read back to the host.
+torch::Tensor branch_reach(const torch::Tensor& position_ids, const torch::Tensor& document_ids,
+                           const torch::Tensor& key_mask);
+torch::Tensor branch_mask_from_reach(const torch::Tensor& reach, const torch::Tensor& key_mask);
 
 class AttentionImpl : public torch::nn::Module {
  public:
@@ -221,6 +229,10 @@ struct Batch {
   // same values as the full forward's positions from outputs_from on. No
   // KV cache.
   int64_t outputs_from = 0;
+  // branch_reach of these rows, worked out on the host before they moved
+  // (empty: no row branches). Undefined: the model works it out, which reads
+  // the positions back from the device.
+  torch::Tensor branch_reach{};
 };
 
 // What a strategy that splits parameters across ranks installs in a model

@@ -18,6 +18,13 @@ struct EngineProbe {
   static const std::vector<std::string>& log_history(Engine& e) { return e.log_history_; }
   // `m` reduced over ranks as the engine reduces a logging window.
   static void reduce_metrics(Engine& e, MetricSums& m) { e.reduce_metrics(m); }
+  // A collated batch moved as the engine moves it, and what it noted on the
+  // host before (packed positions on the device with their branch reach).
+  static void move_collated(Engine& e, TensorMap& batch) { e.move_collated(batch); }
+  static const std::vector<std::pair<torch::Tensor, torch::Tensor>>& branch_reaches(Engine& e) {
+    return e.branch_reaches_;
+  }
+  static model::Batch to_device(Engine& e, const model::Batch& b) { return e.to_device(b); }
   static std::pair<double, double> step_on(Engine& e, Trainer& trainer,
                                            const std::vector<std::vector<size_t>>& micro_batches) {
     return e.step_on(trainer, micro_batches);

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "engine/engine.hpp"
 #include "engine/schedule.hpp"
+#include "engine/shared_prefix.hpp"
 #include "io/safetensors.hpp"
 #include "model/loading.hpp"
 #include "support.hpp"
@@ -482,4 +483,40 @@ TEST_CASE("a full disk while writing a checkpoint: a clear error, no partial che
   // The earlier checkpoint still resumes.
   auto third = make_sft(sft_config(flags + test::Flags{{"max_steps", "2"}, {"resume_from_checkpoint", "latest"}}));
   CHECK(third.engine->train(*third.trainer).steps == 2);
+}
+
+TEST_CASE("packed positions the engine collates reach the model with their branch reach, worked out on the host",
+          "[engine]") {
+  auto r = make_sft(sft_config({}));
+  // Two rows sharing a start, packed as one row of branches, and two rows
+  // packed end to end as separate documents (no branch).
+  auto ids = torch::tensor({{5, 6, 7, 8, 9, 0}, {5, 6, 7, 10, 11, 12}}, torch::kInt64);
+  auto attn = torch::tensor({{1, 1, 1, 1, 1, 0}, {1, 1, 1, 1, 1, 1}}, torch::kInt64);
+  engine::ShareOptions o;
+  o.max_cost = std::numeric_limits<double>::infinity();
+  auto batch = engine::share_prefixes(ids, attn, engine::pair_groups(1), 0, o);
+  batch["input_ids"] = torch::tensor({{5, 6, 7, 8, 9, 10}}, torch::kInt64);
+  batch["attention_mask"] = torch::ones({1, 6}, torch::kInt64);
+  batch["position_ids"] = torch::tensor({{0, 1, 2, 0, 1, 2}}, torch::kInt64);
+  batch["document_ids"] = torch::tensor({{0, 0, 0, 1, 1, 1}}, torch::kInt64);
+  const auto host = batch;
+  engine::EngineProbe::move_collated(*r.engine, batch);
+  const auto& noted = engine::EngineProbe::branch_reaches(*r.engine);
+  REQUIRE(noted.size() == 2);
+  for (const std::string prefix : {"shared_", ""}) {
+    INFO(prefix);
+    model::Batch in{batch.at(prefix + "input_ids"), batch.at(prefix + "attention_mask"),
+                    batch.at(prefix + "position_ids"), batch.at(prefix + "document_ids")};
+    const auto want = model::branch_reach(host.at(prefix + "position_ids"), host.at(prefix + "document_ids"),
+                                          host.at(prefix + "attention_mask"));
+    // The branched row has a reach; the documents end to end have none.
+    CHECK((want.numel() == 0) == prefix.empty());
+    const auto out = engine::EngineProbe::to_device(*r.engine, in);
+    REQUIRE(out.branch_reach.defined());
+    CHECK(torch::equal(out.branch_reach, want));
+    // What the engine noted while moving, not worked out again here.
+    bool same = false;
+    for (const auto& [pos, reach] : noted) same |= pos.is_same(in.position_ids) && reach.is_same(out.branch_reach);
+    CHECK(same);
+  }
 }

@@ -122,6 +122,16 @@ TEST_CASE("Hidden states through packed rows equal the separate rows' at real to
     REQUIRE(m.count("shared_input_ids"));
     auto packed = model->hidden_states({m.at("shared_input_ids"), m.at("shared_attention_mask"),
                                         m.at("shared_position_ids"), m.at("shared_document_ids")});
+    // Given the branch reach worked out before (as the engine does while
+    // collating), the model uses it: the same states; given none, it sees
+    // no branches and they differ.
+    model::Batch given{m.at("shared_input_ids"), m.at("shared_attention_mask"), m.at("shared_position_ids"),
+                       m.at("shared_document_ids")};
+    given.branch_reach = model::branch_reach(given.position_ids, given.document_ids, given.attention_mask);
+    REQUIRE(given.branch_reach.numel() > 0);
+    CHECK(torch::equal(model->hidden_states(given), packed));
+    given.branch_reach = torch::empty({0}, torch::kInt64);
+    CHECK((model->hidden_states(given) - packed).abs().max().item<double>() > 1e-3);
     const int64_t h = packed.size(-1);
     auto gathered = packed.reshape({-1, h}).index_select(0, m.at("shared_index")).view({ids.size(0), t, h});
     auto where = keep ? torch::ones_like(attn).to(torch::kBool) : attn.to(torch::kBool);
