@@ -175,8 +175,32 @@ void Engine::print_startup(Trainer& trainer) {
       host[0] < 0 ? "not known here"
                   : fmt::format("{:.0f} MiB resident at most during setup{}", host[0] / (1024.0 * 1024.0),
                                 world > 1 ? " (the largest rank)" : "");
-  // Weights, gradients and two Adam moments in fp32 for what trains.
-  const double mem = static_cast<double>(total) * 4 + static_cast<double>(trainable) * 12;
+  // What one rank holds for what trains: weights in their dtype, gradients
+  // in the trained weights' dtype, two fp32 Adam moments (and fp32 masters
+  // where ZeRO keeps them apart from the weights), each split over the ranks
+  // where the strategy splits it.
+  double weight_bytes = 0, trained_bytes = 0, trained_low = 0;
+  for (auto* m : {policy_.get(), value_ ? value_.get() : nullptr}) {
+    if (!m) continue;
+    for (const auto& p : m->parameters()) {
+      const double b = static_cast<double>(p.numel()) * static_cast<double>(p.element_size());
+      weight_bytes += b;
+      if (!p.requires_grad()) continue;
+      trained_bytes += b;
+      if (p.scalar_type() != torch::kFloat32) trained_low += static_cast<double>(p.numel());
+    }
+  }
+  const double w = static_cast<double>(world);
+  const bool split_state = strategy_->shards_optimizer_state();
+  const bool split_grads = split_state && (strategy_->shards_parameters() || dist_.zero_stage >= 2);
+  // ZeRO-1/2 (and any offload) keep fp32 masters apart from the weights;
+  // otherwise under parameter sharding an fp32 shard is its own master.
+  const bool own_masters = !strategy_->shards_parameters() || dist_.offload_optimizer_device == "cpu";
+  const double masters = !split_state ? 0.0 : own_masters ? static_cast<double>(trainable) * 4 : trained_low * 4;
+  const double rank_weights = strategy_->shards_parameters() ? weight_bytes / w : weight_bytes;
+  const double rank_grads = split_grads ? trained_bytes / w : trained_bytes;
+  const double rank_adam = (static_cast<double>(trainable) * 8 + masters) / (split_state ? w : 1.0);
+  const double mem = rank_weights + rank_grads + rank_adam;
   std::vector<std::pair<std::string, std::string>> rows = {
       {"trainer", trainer_name_},
       // A hub name is a cache snapshot path by now; the revision it came from
@@ -198,7 +222,9 @@ void Engine::print_startup(Trainer& trainer) {
       {"distributed", fmt::format("{} ({} communicator{})", strategy_->name(), comm_->backend(),
                                   dist_.source.empty() ? "" : ", " + dist_.source)},
       {"memory savers", memory_savers()},
-      {"memory estimate", fmt::format("{:.1f} MB (weights + grads + Adam state, no activations)", mem / 1e6)},
+      {"memory estimate",
+       fmt::format("{:.1f} MB{} (weights {:.1f} + grads {:.1f} + Adam state {:.1f}, no activations)", mem / 1e6,
+                   world > 1 ? " per rank" : "", rank_weights / 1e6, rank_grads / 1e6, rank_adam / 1e6)},
       {"host memory", host_memory},
       {"output_dir", output_dir_.string()},
   };

@@ -75,6 +75,17 @@ for preset in zero3 fsdp; do
   rc=$?
   check "[ $rc = 0 ] || { tail -20 '$TMP/$preset.log'; false; }"
   check "grep -q '$preset (mpi communicator' '$TMP/$preset.log'"
+  # Weights, gradients and Adam state are all split: the setup table's
+  # estimate is per rank, half one process's (fp32 shards are their own
+  # masters).
+  check "python3 - '$TMP/one.log' '$TMP/$preset.log' <<'PY'
+import re, sys
+def mb(f):
+    line = next(l for l in open(f) if 'memory estimate' in l)
+    return float(re.search(r'estimate +([0-9.]+) MB', line).group(1)), 'per rank' in line
+one, _ = mb(sys.argv[1]); two, per_rank = mb(sys.argv[2])
+sys.exit(0 if per_rank and abs(two - one / 2) <= 0.05 else 1)
+PY"
   check "same_scores '$TMP/one' '$TMP/$preset'"
   check "same_metric loss '$TMP/one' '$TMP/$preset'"
 done
