@@ -1,6 +1,8 @@
 #include "catch_torch.hpp"
 
+#include "model/decoder.hpp"
 #include "online_fixture.hpp"
+#include "trainers/ppo.hpp"
 #include "support.hpp"
 
 namespace trlx {
@@ -22,6 +24,19 @@ TEST_CASE("PPO: the first 3 updates equal TRL's PPOTrainer on the same responses
                   cmp.worst, cmp.checked);
     }
   }
+}
+
+TEST_CASE("PPO: a score head the directory lacks is drawn from the run's seed, whatever ran before", "[ppo]") {
+  // The quickstart model has no score head: a value model started from it
+  // gets a new one.
+  auto head = [](int64_t seed, int draws_before) {
+    for (int i = 0; i < draws_before; ++i) (void)torch::rand({7});
+    auto m = trainers::load_score_model(test::tiny_model().string(), "float32", "value_model_path", seed);
+    return m->score->weight.detach().clone();
+  };
+  const auto a = head(42, 0);
+  CHECK(torch::equal(a, head(42, 3)));
+  CHECK_FALSE(torch::equal(a, head(43, 0)));
 }
 
 }  // namespace trlx
