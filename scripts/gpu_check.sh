@@ -42,14 +42,14 @@ PY=${PYTHON:-python3}
 
 # record NAME STATUS DETAIL
 record() {
-  printf '%-34s %-5s %s\n' "$1" "$2" "$3" >>"$TABLE"
+  printf '%-38s %-5s %s\n' "$1" "$2" "$3" >>"$TABLE"
   [ "$2" = FAIL ] && failures=$((failures + 1))
   printf '== %-32s %-5s %s\n' "$1" "$2" "$3"
 }
 finish() {
   echo
   echo "gpu_check results ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)):"
-  printf '%-34s %-5s %s\n' "check" "" "result"
+  printf '%-38s %-5s %s\n' "check" "" "result"
   cat "$TABLE"
   if [ -n "$RESULTS" ]; then
     mkdir -p "$RESULTS"
