@@ -126,25 +126,27 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
   }
   for (auto* m : trained) {
     if (!strategy_->shards_parameters()) {
+      // Trained parameters get private memory now, one bulk copy each (in
+      // the dtype they are placed in), instead of viewing the checkpoint's
+      // copy-on-write mapping: the first optimizer step writes every page,
+      // and copying them there one 4 KiB page fault at a time took ~0.3 s of
+      // the first step on a 25M-parameter model. (A device copies them
+      // anyway; frozen models keep the mapping, which they only read.)
+      if (device_.is_cpu()) {
+        torch::NoGradGuard no_grad;
+        for (auto& p : m->parameters(true))
+          if (p.requires_grad()) {
+            p.set_data(p.detach().to(m->placed_dtype(p), /*non_blocking=*/false, /*copy=*/true));
+            m->mark_placed(p);
+          }
+      }
       m->apply_deferred_casts();
       m->to(device_);
     }
+    // Under parameter sharding each unit is cast and copied as it is split.
     strategy_->wrap_model(*m);
-    m->apply_deferred_casts();  // none left once split; a strategy that splits nothing casts here
     m->to(device_);  // what no unit holds (buffers); units are there already
     if (plan_.checkpointing) checkpoint_layers(*m, plan_.reentrant);
-  }
-  // Trained parameters get private memory now, one bulk copy each, instead
-  // of viewing the checkpoint's copy-on-write mapping: the first optimizer
-  // step writes every page, and copying them there one 4 KiB page fault at a
-  // time took ~0.3 s of the first step on a 25M-parameter model. (A device
-  // or a sharding strategy copies them anyway; frozen models keep the
-  // mapping, which they only read.)
-  if (device_.is_cpu() && !strategy_->shards_parameters()) {
-    torch::NoGradGuard no_grad;
-    for (auto* m : trained)
-      for (auto& p : m->named_parameters(true))
-        if (p.value().requires_grad()) p.value().set_data(p.value().detach().clone());
   }
   std::vector<dist::NamedParam> trainable;
   for (auto* m : trained)

@@ -21,6 +21,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/strings.hpp"
 #include "engine/device_memory.hpp"
 #include "engine/fused_adamw.hpp"
 #include "dist/comm/comm_common.hpp"
@@ -198,9 +199,6 @@ Engine::Collated Engine::collate_local(Trainer& trainer, const std::string& spli
 }
 
 void Engine::move_collated(TensorMap& batch) {
-  auto ends_with = [](const std::string& k, const std::string& tail) {
-    return k.size() >= tail.size() && k.compare(k.size() - tail.size(), tail.size(), tail) == 0;
-  };
   auto defined = [&](const std::string& k) { return batch.count(k) && batch.at(k).defined(); };
   // Read on the host first: a batch's keys share prefixes ("chosen_", ...).
   std::set<std::string> trails;

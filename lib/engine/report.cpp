@@ -157,15 +157,25 @@ std::string Engine::memory_savers() const {
 }
 
 void Engine::print_startup(Trainer& trainer) {
+  // Counts, and bytes for the estimate below, over what trains (the policy
+  // and a value model): weights in their dtype, trained weights, and how
+  // many trained elements are below fp32 (ZeRO keeps fp32 masters of them).
   int64_t total = 0, trainable = 0, value_params = 0;
-  for (const auto& p : policy_->parameters()) {
-    total += p.numel();
-    if (p.requires_grad()) trainable += p.numel();
+  double weight_bytes = 0, trained_bytes = 0, trained_low = 0;
+  model::LanguageModelImpl* value = value_ ? value_.get() : nullptr;
+  for (auto* m : {policy_.get(), value}) {
+    if (!m) continue;
+    for (const auto& p : m->parameters()) {
+      const double b = static_cast<double>(p.numel()) * static_cast<double>(p.element_size());
+      total += p.numel();
+      if (m == value) value_params += p.numel();
+      weight_bytes += b;
+      if (!p.requires_grad()) continue;
+      trainable += p.numel();
+      trained_bytes += b;
+      if (p.scalar_type() != torch::kFloat32) trained_low += static_cast<double>(p.numel());
+    }
   }
-  if (value_)
-    for (const auto& p : value_->parameters()) value_params += p.numel();
-  total += value_params;
-  trainable += value_params;
   const int64_t world = world_size();
   const int64_t total_batch = config_.per_device_train_batch_size * config_.gradient_accumulation_steps * world;
   // What setup held on the host at most, over ranks (every rank joins).
@@ -179,17 +189,6 @@ void Engine::print_startup(Trainer& trainer) {
   // in the trained weights' dtype, two fp32 Adam moments (and fp32 masters
   // where ZeRO keeps them apart from the weights), each split over the ranks
   // where the strategy splits it.
-  double weight_bytes = 0, trained_bytes = 0, trained_low = 0;
-  for (auto* m : {policy_.get(), value_ ? value_.get() : nullptr}) {
-    if (!m) continue;
-    for (const auto& p : m->parameters()) {
-      const double b = static_cast<double>(p.numel()) * static_cast<double>(p.element_size());
-      weight_bytes += b;
-      if (!p.requires_grad()) continue;
-      trained_bytes += b;
-      if (p.scalar_type() != torch::kFloat32) trained_low += static_cast<double>(p.numel());
-    }
-  }
   const double w = static_cast<double>(world);
   const bool split_state = strategy_->shards_optimizer_state();
   const bool split_grads = split_state && (strategy_->shards_parameters() || dist_.zero_stage >= 2);

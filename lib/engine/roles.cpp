@@ -194,7 +194,6 @@ void Engine::add_frozen_model(model::LanguageModelImpl& m) {
     m.to(device_);
   }
   strategy_->wrap_frozen_model(m);
-  m.apply_deferred_casts();  // none left once split
   m.to(device_);
 }
 

@@ -86,6 +86,9 @@ def mb(f):
 one, _ = mb(sys.argv[1]); two, per_rank = mb(sys.argv[2])
 sys.exit(0 if per_rank and abs(two - one / 2) <= 0.05 else 1)
 PY"
+  # The setup table says how much host memory setup held (VmHWM, the
+  # largest rank's): a number of MiB, read from /proc on every rank.
+  check "grep -Eq 'host memory +[1-9][0-9]* MiB resident at most during setup \\(the largest rank\\)' '$TMP/$preset.log'"
   check "same_scores '$TMP/one' '$TMP/$preset'"
   check "same_metric loss '$TMP/one' '$TMP/$preset'"
 done

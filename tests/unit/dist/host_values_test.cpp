@@ -16,6 +16,7 @@
 #include "dist/strategy/strategy.hpp"
 #include "engine/metrics.hpp"
 #include "mpi_world.hpp"
+#include "support/checked_communicator.hpp"
 
 using namespace trlx;
 using namespace trlx::dist;
@@ -27,11 +28,9 @@ namespace {
 // Declares cuda:0 over an MPI communicator. Tensors it hands out through
 // host_to_device count as on its device; any other tensor is refused as a
 // NCCL communicator refuses a host tensor.
-class DeclaresGpu : public Communicator {
+class DeclaresGpu : public trlx::test::CheckedCommunicator {
  public:
-  explicit DeclaresGpu(Communicator& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
+  using CheckedCommunicator::CheckedCommunicator;
   std::string backend() const override { return "declares-gpu"; }
   torch::Device device() const override { return torch::Device(torch::kCUDA, 0); }
   torch::Tensor host_to_device(const torch::Tensor& host) const override {
@@ -43,33 +42,12 @@ class DeclaresGpu : public Communicator {
     REQUIRE(staged_.count(t.data_ptr()));
     return t.clone();
   }
-  WorkPtr all_reduce(torch::Tensor& t, ReduceOp op) override {
-    check("all_reduce", t);
-    return inner_.all_reduce(t, op);
-  }
-  WorkPtr all_gather(const torch::Tensor& in, torch::Tensor& out) override {
-    check("all_gather", in);
-    check("all_gather", out);
-    return inner_.all_gather(in, out);
-  }
-  WorkPtr reduce_scatter(const torch::Tensor& in, torch::Tensor& out, ReduceOp op) override {
-    check("reduce_scatter", in);
-    check("reduce_scatter", out);
-    return inner_.reduce_scatter(in, out, op);
-  }
-  WorkPtr broadcast(torch::Tensor& t, int root) override {
-    check("broadcast", t);
-    return inner_.broadcast(t, root);
-  }
-  void barrier() override { inner_.barrier(); }
-  int64_t bytes_communicated() const override { return inner_.bytes_communicated(); }
 
  private:
-  void check(const char* op, const torch::Tensor& t) const {
+  void check(const char* op, const torch::Tensor& t) const override {
     if (!staged_.count(t.data_ptr()))
       throw Error(fmt::format("{}: the tensor is on cpu but this communicator works on cuda:0 tensors", op));
   }
-  Communicator& inner_;
   mutable std::set<const void*> staged_;
 };
 

@@ -22,6 +22,7 @@
 #include "model/lora.hpp"
 #include "model/saving.hpp"
 #include "support.hpp"
+#include "support/checked_communicator.hpp"
 #include "support/trainers.hpp"
 #include "text/template/chat_template.hpp"
 #include "text/tokenizer/tokenizer.hpp"
@@ -589,49 +590,32 @@ namespace {
 // unit as it is split), so a collective on it is a host tensor handed to a
 // GPU communicator: on CPU ranks host and device are one, and this makes the
 // difference visible.
-class RefusesLoadedModel final : public dist::Communicator {
+class RefusesLoadedModel final : public test::CheckedCommunicator {
  public:
-  RefusesLoadedModel(dist::Communicator& inner, model::LanguageModelImpl& m) : inner_(inner) {
+  RefusesLoadedModel(dist::Communicator& inner, model::LanguageModelImpl& m) : CheckedCommunicator(inner) {
     for (const auto& p : m.parameters()) {
       const auto* b = static_cast<const char*>(p.storage().data());
       held_.emplace_back(b, b + p.storage().nbytes());
     }
   }
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
-  std::string backend() const override { return inner_.backend(); }
-  torch::Device device() const override { return inner_.device(); }
-  dist::WorkPtr all_reduce(torch::Tensor& t, dist::ReduceOp op) override {
-    check("all_reduce", t);
-    return inner_.all_reduce(t, op);
-  }
-  dist::WorkPtr all_gather(const torch::Tensor& in, torch::Tensor& out) override {
-    check("all_gather", in);
-    check("all_gather", out);
-    return inner_.all_gather(in, out);
-  }
-  dist::WorkPtr reduce_scatter(const torch::Tensor& in, torch::Tensor& out, dist::ReduceOp op) override {
-    check("reduce_scatter", in);
-    check("reduce_scatter", out);
-    return inner_.reduce_scatter(in, out, op);
-  }
-  dist::WorkPtr broadcast(torch::Tensor& t, int root) override {
-    check("broadcast", t);
-    return inner_.broadcast(t, root);
-  }
-  void barrier() override { inner_.barrier(); }
-  int64_t bytes_communicated() const override { return inner_.bytes_communicated(); }
 
  private:
-  void check(const char* op, const torch::Tensor& t) const {
+  void check(const char* op, const torch::Tensor& t) const override {
     const auto* b = static_cast<const char*>(t.data_ptr());
     const auto* e = b + t.nbytes();
     for (const auto& [hb, he] : held_)
       if (b < he && hb < e) throw Error(fmt::format("{}: a collective on the model's memory as loaded (host memory on a GPU)", op));
   }
-  dist::Communicator& inner_;
   std::vector<std::pair<const char*, const char*>> held_;
 };
+
+// Splits `m` with `strategy` and sets the strategy up over every parameter.
+void wrap_and_set_up(dist::Strategy& strategy, model::LanguageModelImpl& m) {
+  strategy.wrap_model(m);
+  std::vector<dist::NamedParam> named;
+  for (auto& p : m.named_parameters(true)) named.push_back({p.key(), p.value()});
+  strategy.setup(named);
+}
 
 }  // namespace
 
@@ -655,10 +639,7 @@ TEST_CASE("ZeRO-3 and FSDP setup: no collective touches the model as loaded, and
       dist::ParameterShardingOptions o;
       o.reshard_after_forward = reshard;
       auto strategy = dist::make_parameter_sharding_strategy(guard, o);
-      strategy->wrap_model(*m);
-      std::vector<dist::NamedParam> named;
-      for (auto& p : m->named_parameters(true)) named.push_back({p.key(), p.value()});
-      strategy->setup(named);
+      wrap_and_set_up(*strategy, *m);
       m->eval();
       const auto got = m->forward({ids, {}, {}});
       CHECK((got - expected).abs().max().item<double>() == 0.0);
@@ -713,12 +694,9 @@ TEST_CASE("ZeRO-3 converts a checkpoint stored in another dtype unit by unit: no
     Held h{counting.live() - before, 0};
     counting.reset_peak();
     auto strategy = dist::make_parameter_sharding_strategy(comm, {});
-    strategy->wrap_model(*out);
+    wrap_and_set_up(*strategy, *out);
     CHECK(out->deferred_casts() == 0);
     h.splitting = counting.peak() - before;
-    std::vector<dist::NamedParam> named;
-    for (auto& p : out->named_parameters(true)) named.push_back({p.key(), p.value()});
-    strategy->setup(named);
     out->eval();
     const auto got = out->forward({ids, {}, {}});
     CHECK((got - expected).abs().max().item<double>() == 0.0);
