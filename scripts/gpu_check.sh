@@ -3,7 +3,7 @@
 # trlx against that machine's CUDA LibTorch, then
 #   - the NCCL communicator with one rank (every operation and dtype, host
 #     values through it, a real TCPStore rendezvous);
-#   - every strategy (DDP, ZeRO-1/2/3, FSDP, ZeRO-3 with the optimizer
+#   - every strategy (DDP, ZeRO-1/2/3, FSDP, ZeRO-1/2/3 with the optimizer
 #     offloaded to the host) forced at world 1 over NCCL
 #     (debug_force_distributed) in bf16: its losses against the single-process
 #     run's within bf16 tolerance, the gradient-sync check every step, peak GPU
@@ -161,10 +161,14 @@ below() { "$PY" -c 'import math,sys; v=float(sys.argv[1]); sys.exit(0 if math.is
 SFT="--config configs/sft.yaml --bf16 true --max_steps 6 --logging_steps 1 --eval_strategy no"
 "$TRLX" sft $SFT --save_strategy no --output_dir "$WORK/single" >"$WORK/single.log" 2>&1 ||
   record "sft bf16 single process" FAIL "exit $?"
-# ZeRO-3 with the optimizer offloaded to page-locked host memory.
-sed 's/offload_optimizer_device: none/offload_optimizer_device: cpu/' accelerate_configs/zero3.yaml \
-  >"$WORK/zero3_offload.yaml"
-for preset in multi_gpu zero1 zero2 zero3 fsdp zero3_offload; do
+# ZeRO-1/2/3 with the optimizer offloaded to page-locked host memory: the
+# gradients' copies to the host run on their own stream (all-reduced buckets
+# under ZeRO-1, reduce-scattered slices under ZeRO-2/3).
+for stage in zero1 zero2 zero3; do
+  sed 's/offload_optimizer_device: none/offload_optimizer_device: cpu/' accelerate_configs/$stage.yaml \
+    >"$WORK/${stage}_offload.yaml"
+done
+for preset in multi_gpu zero1 zero2 zero3 fsdp zero1_offload zero2_offload zero3_offload; do
   run="$WORK/$preset"
   acc=$preset
   [ -f "$WORK/$preset.yaml" ] && acc="$WORK/$preset.yaml"

@@ -8,7 +8,32 @@
 
 #include "core/error.hpp"
 
+// A LibTorch with c10d NCCL is a CUDA build, whose c10_cuda trlx links.
+#if defined(USE_C10D_NCCL)
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace trlx::dist {
+
+// Gradients offloaded from a GPU reach the host on a stream of their own.
+// Each bucket's copy is queued as its reduction is launched, ordered after
+// that reduction on this stream only, so it runs while backward goes on with
+// earlier layers on the compute stream; the host waits once, at the end.
+struct ShardedOptimizer::OffloadStream {
+#if defined(USE_C10D_NCCL)
+  explicit OffloadStream(torch::Device device) : stream(c10::cuda::getStreamFromPool(false, device.index())) {}
+  c10::cuda::CUDAStream stream;
+  // Per bucket: recorded on the offload stream once the bucket's reduction
+  // has ended, for the compute stream to wait on where it reads the result.
+  std::vector<c10::cuda::CUDAEvent> reduced;
+  bool queued = false;
+#endif
+};
+
+ShardedOptimizer::~ShardedOptimizer() = default;
 
 ShardedOptimizer::ShardedOptimizer(std::shared_ptr<Communicator> comm, Options o)
     : Strategy(std::move(comm)), o_(std::move(o)) {
@@ -70,8 +95,13 @@ void ShardedOptimizer::on_weights_loaded() {
 bool ShardedOptimizer::pinned_offload() const {
   // Offloaded from a GPU: masters and their gradients live in page-locked
   // host memory, so copies to and from the GPU run without the host waiting
-  // on each (a pageable copy is staged and synchronous).
+  // on each (a pageable copy is staged and synchronous). A build without
+  // c10d NCCL has no stream to run them on and copies synchronously.
+#if defined(USE_C10D_NCCL)
   return master_device().is_cpu() && !params_.empty() && params_.front().param.device().is_cuda();
+#else
+  return false;
+#endif
 }
 
 torch::Tensor ShardedOptimizer::host_buffer(at::IntArrayRef sizes) const {
@@ -105,49 +135,101 @@ void ShardedOptimizer::launch(GradBucket& b) {
   if (!o_.shard_gradients) {
     b.work = comm_->all_reduce(b.flat, op);
     b.out = b.flat.narrow(0, s.offset, s.numel);
-    return;
+  } else {
+    // The full gradients are in the flat buffer now; drop them.
+    for (size_t m : b.members) params_[m].param.mutable_grad() = torch::Tensor();
+    b.out = torch::empty({s.numel}, b.flat.options());
+    b.work = comm_->reduce_scatter(b.flat, b.out, op);
   }
-  // The full gradients are in the flat buffer now; drop them.
-  for (size_t m : b.members) params_[m].param.mutable_grad() = torch::Tensor();
-  b.out = torch::empty({s.numel}, b.flat.options());
-  b.work = comm_->reduce_scatter(b.flat, b.out, op);
+  if (pinned_offload()) queue_to_host(static_cast<size_t>(&b - buckets_->buckets().data()));
+}
+
+void ShardedOptimizer::queue_to_host(size_t bi) {
+#if defined(USE_C10D_NCCL)
+  auto& b = buckets_->buckets()[bi];
+  if (!offload_) offload_ = std::make_unique<OffloadStream>(b.out.device());
+  auto& os = *offload_;
+  if (os.reduced.size() < buckets_->buckets().size()) os.reduced.resize(buckets_->buckets().size());
+  torch::NoGradGuard ng;
+  // The offload stream, not the compute stream, waits for the reduction;
+  // the compute stream waits only where it reads an all-reduced bucket. It
+  // also waits for what the compute stream queued up to now, which orders
+  // it after the reduction under a communicator that runs on the compute
+  // stream itself.
+  c10::cuda::CUDAEvent launched;
+  launched.record(c10::cuda::getCurrentCUDAStream(os.stream.device_index()));
+  launched.block(os.stream);
+  c10::cuda::CUDAStreamGuard on_offload(os.stream);
+  b.work->wait();
+  os.reduced[bi].record(os.stream);
+  for (auto& piece : pieces_[bi]) {
+    piece.to_host = host_buffer({piece.numel});
+    piece.to_host.copy_(b.out.narrow(0, piece.shard_offset, piece.numel), /*non_blocking=*/true);
+  }
+  // The compute stream frees the bucket's buffers without waiting for the
+  // reduction (c10d keeps its own references only until the wait above), so
+  // their memory is not reused before this stream has passed the reduction
+  // and the copies.
+  for (const auto* t : {&b.flat, &b.out})
+    if (t->defined()) c10::cuda::CUDACachingAllocator::recordStream(t->storage().data_ptr(), os.stream);
+  os.queued = true;
+#else
+  (void)bi;
+#endif
+}
+
+void ShardedOptimizer::compute_waits_for_reduction(size_t bi) {
+#if defined(USE_C10D_NCCL)
+  if (offload_ && bi < offload_->reduced.size())
+    offload_->reduced[bi].block(c10::cuda::getCurrentCUDAStream(offload_->stream.device_index()));
+#else
+  (void)bi;
+#endif
+}
+
+void ShardedOptimizer::wait_for_host_copies() {
+#if defined(USE_C10D_NCCL)
+  if (!offload_ || !offload_->queued) return;
+  offload_->stream.synchronize();
+  offload_->queued = false;
+#endif
 }
 
 void ShardedOptimizer::end_backward() {
   if (!buckets_->active()) return;
   auto unused = buckets_->finish();
   torch::NoGradGuard ng;
-  const bool pinned = pinned_offload();
-  std::vector<std::pair<Piece*, torch::Tensor>> to_host;
+  std::vector<Piece*> on_host;
   for (size_t bi = 0; bi < buckets_->buckets().size(); ++bi) {
     auto& b = buckets_->buckets()[bi];
     // An all-reduced bucket's whole gradient goes back to the parameters.
-    if (!o_.shard_gradients) buckets_->unflatten(b, b.flat);
+    if (!o_.shard_gradients) {
+      compute_waits_for_reduction(bi);
+      buckets_->unflatten(b, b.flat);
+    }
     for (auto& piece : pieces_[bi]) {
-      auto g = b.out.narrow(0, piece.shard_offset, piece.numel);
-      if (g.device() == piece.master.device()) {
-        auto& mg = piece.master.mutable_grad();
-        if (mg.defined())
-          mg.add_(g.to(mg.options()));
-        else
-          mg = g.to(piece.master.options(), /*non_blocking=*/false, /*copy=*/true);
+      if (piece.to_host.defined()) {  // queued on the offload stream at launch
+        on_host.push_back(&piece);
         continue;
       }
-      // To the host: every piece's copy is queued, then one wait for all.
-      auto staged = host_buffer(g.sizes());
-      staged.copy_(g, /*non_blocking=*/pinned);
-      to_host.emplace_back(&piece, staged);
+      auto g = b.out.narrow(0, piece.shard_offset, piece.numel);
+      auto& mg = piece.master.mutable_grad();
+      if (mg.defined())
+        mg.add_(g.to(mg.options()));
+      else
+        mg = g.to(piece.master.options(), /*non_blocking=*/false, /*copy=*/true);
     }
     b.flat = torch::Tensor();
     b.out = torch::Tensor();
   }
-  if (pinned && !to_host.empty()) torch::cuda::synchronize(params_.front().param.device().index());
-  for (auto& [piece, staged] : to_host) {
+  wait_for_host_copies();
+  for (Piece* piece : on_host) {
     auto& mg = piece->master.mutable_grad();
     if (mg.defined())
-      mg.add_(staged);
+      mg.add_(piece->to_host);
     else
-      mg = staged;
+      mg = piece->to_host;
+    piece->to_host = torch::Tensor();
   }
   if (!unused.empty() && has_data_ && !o_.find_unused_parameters) fail_unused_parameters(unused, name());
 }
@@ -194,9 +276,11 @@ void ShardedOptimizer::after_optimizer_step() {
     }
     for (auto& piece : pieces_[bi]) {
       auto dst = held_shards_[bi].narrow(0, piece.shard_offset, piece.numel);
-      // From page-locked masters the copy is queued on the GPU's stream,
-      // which orders it before any use; the masters change again only after
-      // the next backward's wait (end_backward).
+      // From page-locked masters the copy is queued on the compute stream,
+      // which orders it before any use. The host changes the masters again
+      // only after the next backward's wait for its copies to the host,
+      // which the offload stream queued after reductions the compute stream
+      // launched after these copies.
       if (dst.data_ptr() != piece.master.data_ptr()) dst.copy_(piece.master, /*non_blocking=*/pinned);
     }
   }

@@ -40,6 +40,7 @@ class ShardedOptimizer : public Strategy {
     std::string name;
   };
   ShardedOptimizer(std::shared_ptr<Communicator> comm, Options o);
+  ~ShardedOptimizer() override;
 
   std::string name() const override { return o_.name; }
   bool shards_optimizer_state() const override { return true; }
@@ -70,9 +71,20 @@ class ShardedOptimizer : public Strategy {
     int64_t shard_offset = 0;  // in this rank's slice of the bucket
     int64_t numel = 0;
     torch::Tensor master;      // fp32, what the optimizer updates
+    torch::Tensor to_host;     // under pinned offload: this micro-step's gradient, on its way to the host
   };
+  // The stream (and events) gradient copies to the host run on; CUDA-only.
+  struct OffloadStream;
 
   void launch(GradBucket& b);
+  // Under pinned offload: bucket `bi`'s slice goes to the host on the
+  // offload stream, after its reduction, while backward goes on.
+  void queue_to_host(size_t bi);
+  // Before the compute stream reads an all-reduced bucket whose reduction
+  // the offload stream waited for.
+  void compute_waits_for_reduction(size_t bi);
+  // The host waits for every queued copy to the host.
+  void wait_for_host_copies();
   torch::Device master_device() const;
   // Offloaded from a GPU: masters and their gradients in page-locked memory.
   bool pinned_offload() const;
@@ -85,6 +97,7 @@ class ShardedOptimizer : public Strategy {
   std::vector<std::vector<Piece>> pieces_;  // per bucket
   std::vector<Piece*> piece_of_;            // per parameter; null where this rank owns none of it
   bool has_data_ = true;
+  std::unique_ptr<OffloadStream> offload_;
 };
 
 }  // namespace trlx::dist
