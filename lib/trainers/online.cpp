@@ -129,7 +129,7 @@ std::vector<std::unique_ptr<rewards::RewardFunction>> make_reward_functions(cons
       fail_input("reward_model_path: {} is not a directory; give a reward model directory (one `trlx reward` saved, "
                  "or a Hugging Face ...ForSequenceClassification model)",
                  *c.reward_model_path);
-    out.push_back(make_reward_model_function(*c.reward_model_path, device, c.dtype, conversational));
+    out.push_back(make_reward_model_function(*c.reward_model_path, device, c.dtype, conversational, c.seed));
   }
   for (const auto& entry : c.reward_funcs) {
     if (!entry.empty() && entry.front() == '{') {
@@ -147,7 +147,7 @@ std::vector<std::unique_ptr<rewards::RewardFunction>> make_reward_functions(cons
     } else if (rewards::is_builtin_reward(entry)) {
       out.push_back(rewards::make_builtin_reward(entry, nlohmann::json::object()));
     } else if (fs::is_directory(entry)) {
-      out.push_back(make_reward_model_function(entry, device, c.dtype, conversational));
+      out.push_back(make_reward_model_function(entry, device, c.dtype, conversational, c.seed));
     } else {
       std::string names;
       for (const auto& n : rewards::builtin_reward_names()) names += (names.empty() ? "" : ", ") + n;

@@ -45,19 +45,6 @@ torch::Tensor at_response(const torch::Tensor& hidden, const torch::Tensor& prom
 
 }  // namespace
 
-model::LanguageModel load_score_model(const std::string& dir, const std::string& dtype, const std::string& field,
-                                      int64_t seed) {
-  // A new head is drawn from the run's seed: nothing before this fixes the
-  // generator's state (the value model loads first). Placed by the engine
-  // (trained or frozen), which converts it there.
-  torch::manual_seed(static_cast<uint64_t>(seed));
-  auto m = model::load_language_model(dir, model::HeadKind::SequenceClassification, dtype, /*defer_casts=*/true);
-  if (m->config().num_labels != 1)
-    fail_input("{}: {} has num_labels {}; PPO needs one score per position (num_labels 1)", field, dir,
-               m->config().num_labels);
-  return m;
-}
-
 uint64_t ppo_shuffle_seed(int64_t seed, int64_t step, int64_t epoch, int rank) {
   return static_cast<uint64_t>(seed) * 1000003ULL + static_cast<uint64_t>(step) * 10007ULL +
          static_cast<uint64_t>(epoch) * 101ULL + static_cast<uint64_t>(rank);
@@ -371,7 +358,8 @@ engine::LossOutput PPOTrainer::loss(engine::Engine& engine, const engine::Tensor
 int run_ppo(const PPOConfig& c) {
   const std::string value_dir = c.value_model_path.value_or(c.reward_model);
   auto value =
-      load_score_model(value_dir, c.dtype, c.value_model_path ? "value_model_path" : "reward_model_path", c.seed);
+      load_score_model(value_dir, c.dtype, c.value_model_path ? "value_model_path" : "reward_model_path", c.seed,
+                       /*defer_casts=*/true);
   // The engine counts gradient accumulation per update (one mini-batch).
   PPOConfig run = c;
   run.gradient_accumulation_steps = c.micro_batches_per_update();
@@ -379,7 +367,7 @@ int run_ppo(const PPOConfig& c) {
   // Both score models read the policy's token ids.
   const auto tokenizer_dir = tokenizer_dir_of(*c.model_name_or_path);
   check_tokenizer_fits(r.text.tokenizer, tokenizer_dir, value->config().vocab_size, value_dir);
-  auto reward = load_score_model(c.reward_model, c.dtype, "reward_model_path", c.seed);
+  auto reward = load_score_model(c.reward_model, c.dtype, "reward_model_path", c.seed, /*defer_casts=*/true);
   check_tokenizer_fits(r.text.tokenizer, tokenizer_dir, reward->config().vocab_size, c.reward_model);
   r.engine->set_reward_model(reward);
   const auto eos = r.text.tokenizer.eos_token_id();

@@ -14,6 +14,7 @@
 // only. Per-token values (log-probs, values, rewards) live on that grid.
 #include "trainers/online.hpp"
 #include "trainers/ppo_config.hpp"
+#include "trainers/reward_model_function.hpp"
 
 namespace trlx::trainers {
 
@@ -61,12 +62,6 @@ class PPOTrainer : public OnlineTrainer {
 };
 
 int run_ppo(const PPOConfig& config);
-
-// A PPO score model (reward or value): one label; `field` names where its
-// directory came from, for errors. A score head the directory lacks is drawn
-// from `seed`, so a run is reproducible.
-model::LanguageModel load_score_model(const std::string& dir, const std::string& dtype, const std::string& field,
-                                      int64_t seed);
 
 // The seed of PPO epoch `epoch`'s shuffle at step `step` on `rank` (a CPU
 // generator's randperm of the rollout rows).

@@ -1,5 +1,7 @@
 #include "trainers/reward_model_function.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "core/error.hpp"
 #include "model/decoder.hpp"
 #include "model/loading.hpp"
@@ -9,16 +11,35 @@ namespace trlx::trainers {
 
 namespace {
 
+// The default CPU generator seeded for a scope, and given back its state
+// after it: what is drawn inside is fixed by the seed, and the draws after
+// it are those the run would have made without the scope.
+class SeededScope {
+ public:
+  explicit SeededScope(int64_t seed) : gen_(at::detail::getDefaultCPUGenerator()) {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    saved_ = gen_.get_state();
+    gen_.set_current_seed(static_cast<uint64_t>(seed));
+  }
+  ~SeededScope() {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    gen_.set_state(saved_);
+  }
+  SeededScope(const SeededScope&) = delete;
+  SeededScope& operator=(const SeededScope&) = delete;
+
+ private:
+  at::Generator gen_;
+  torch::Tensor saved_;
+};
+
 class RewardModelFunction final : public rewards::RewardFunction {
  public:
   RewardModelFunction(const std::filesystem::path& dir, torch::Device device, const std::string& dtype,
-                      bool conversational)
+                      bool conversational, int64_t seed)
       : dir_(dir), device_(device), text_(load_tokenizer_and_template(dir, std::nullopt)) {
     if (conversational && !text_.chat_template) no_chat_template();
-    model_ = model::load_language_model(dir, model::HeadKind::SequenceClassification, dtype);
-    if (model_->config().num_labels != 1)
-      fail_input("reward_funcs: {} has num_labels {}; a reward model gives one score (num_labels 1)", dir.string(),
-                 model_->config().num_labels);
+    model_ = load_score_model(dir.string(), dtype, "reward_funcs", seed, /*defer_casts=*/false);
     check_tokenizer_fits(text_.tokenizer, dir, model_->config().vocab_size, dir);
     model_->to(device_);
     model_->eval();
@@ -83,10 +104,24 @@ class RewardModelFunction final : public rewards::RewardFunction {
 
 }  // namespace
 
+model::LanguageModel load_score_model(const std::string& dir, const std::string& dtype, const std::string& field,
+                                      int64_t seed, bool defer_casts) {
+  model::LanguageModel m{nullptr};
+  {
+    SeededScope seeded(seed);
+    m = model::load_language_model(dir, model::HeadKind::SequenceClassification, dtype, defer_casts);
+  }
+  if (m->config().num_labels != 1)
+    fail_input("{}: {} has num_labels {}; a reward or value model gives one score per sequence or position "
+               "(num_labels 1)",
+               field, dir, m->config().num_labels);
+  return m;
+}
+
 std::unique_ptr<rewards::RewardFunction> make_reward_model_function(const std::filesystem::path& dir,
                                                                    torch::Device device, const std::string& dtype,
-                                                                   bool conversational) {
-  return std::make_unique<RewardModelFunction>(dir, device, dtype, conversational);
+                                                                   bool conversational, int64_t seed) {
+  return std::make_unique<RewardModelFunction>(dir, device, dtype, conversational, seed);
 }
 
 }  // namespace trlx::trainers

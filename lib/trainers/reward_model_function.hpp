@@ -9,15 +9,26 @@
 
 #include <torch/torch.h>
 
+#include "model/decoder.hpp"
 #include "rewards/reward_function.hpp"
 
 namespace trlx::trainers {
 
-// Loads the model (whole, on `device`, weights in `dtype`) and its tokenizer.
-// InputError when the directory is not a one-label sequence classifier, or
-// when the prompts are `conversational` and it has no chat template.
+// A score model (a reward or value model): a sequence classifier with one
+// label; `field` names where its directory came from, for errors. A score
+// head the directory lacks is drawn from `seed`, the same in every run,
+// without moving the run's own random stream. With `defer_casts` (a model
+// the engine places) weights stored in another dtype stay views of the
+// checkpoint until placed.
+model::LanguageModel load_score_model(const std::string& dir, const std::string& dtype, const std::string& field,
+                                      int64_t seed, bool defer_casts);
+
+// Loads the model (whole, on `device`, weights in `dtype`; a missing score
+// head drawn from `seed`) and its tokenizer. InputError when the directory
+// is not a one-label sequence classifier, or when the prompts are
+// `conversational` and it has no chat template.
 std::unique_ptr<rewards::RewardFunction> make_reward_model_function(const std::filesystem::path& dir,
                                                                    torch::Device device, const std::string& dtype,
-                                                                   bool conversational);
+                                                                   bool conversational, int64_t seed);
 
 }  // namespace trlx::trainers

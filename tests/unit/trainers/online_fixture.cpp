@@ -193,7 +193,8 @@ StepValues ppo_steps(const nlohmann::json& cs, const Run& run, std::vector<engin
   engine::Engine engine(trainers::engine_config(engine_side), policy, "ppo", tiny_model(), std::nullopt, run.comm,
                         value);
   if (!c.use_peft) engine.set_reference(model::load_language_model(tiny_model(), model::HeadKind::CausalLM));
-  engine.set_reward_model(trainers::load_score_model(reward_dir.string(), "float32", "reward_model_path", c.seed));
+  engine.set_reward_model(trainers::load_score_model(reward_dir.string(), "float32", "reward_model_path", c.seed,
+                                                          /*defer_casts=*/true));
   const int64_t pad = trainers::resolve_pad_id(tok, "ppo");
   const auto eos = tok.eos_token_id();
   trainers::PPOTrainer trainer(c, std::move(prompts), std::move(tok), pad, eos, engine.world_size());
