@@ -243,7 +243,11 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
   for (const auto& n : targets) {
     auto& lin = *dynamic_cast<LinearImpl*>(n.module.get());
     const int64_t out = lin.weight.size(0), in = lin.weight.size(1);
-    auto opts = lin.weight.options().dtype(config.adapter_dtype.value_or(m.placed_dtype(lin.weight)));
+    // As PEFT (autocast_adapter_dtype): adapters on a 16-bit base are
+    // float32, so their updates are not lost to bf16/fp16 rounding.
+    const auto base = m.placed_dtype(lin.weight);
+    const bool narrow = base == torch::kBFloat16 || base == torch::kFloat16;
+    auto opts = lin.weight.options().dtype(config.adapter_dtype.value_or(narrow ? torch::kFloat32 : base));
     lin.lora_A = std::make_shared<LinearImpl>(in, config.r, false);
     lin.lora_B = std::make_shared<LinearImpl>(config.r, out, false);
     // A: kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)),

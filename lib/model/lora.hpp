@@ -33,7 +33,8 @@ struct LoraConfig {
   // sequence-classification model always adds its head ("score").
   std::optional<std::vector<std::string>> modules_to_save;
   bool use_rslora = false;
-  // Adapter weights' dtype; nullopt: the base weights' dtype.
+  // Adapter weights' dtype; nullopt: the base weights' dtype, float32 when
+  // that is bf16 or fp16 (as PEFT). modules_to_save copies keep the base's.
   std::optional<torch::Dtype> adapter_dtype;
 };
 

@@ -123,6 +123,39 @@ TEST_CASE("the disabled adapter view equals the base model (no second copy) unde
   }
 }
 
+TEST_CASE("adapters on a bf16 or fp16 base are float32 and modules_to_save copies keep the base's dtype, as PEFT's",
+          "[model][lora][golden]") {
+  const auto want = read_json(lora_data() / "adapter_dtypes.json");
+  REQUIRE(want.size() == 3);
+  const auto ids = io::Checkpoint::open(lora_data() / "default" / "expected.safetensors").get("input_ids", true);
+  for (const auto& [dtype, kinds] : want.items()) {
+    INFO("base in " << dtype);
+    auto m = model::load_language_model(tiny_model(), model::HeadKind::CausalLM, dtype);
+    model::LoraConfig c;
+    c.r = 4;
+    c.alpha = 8;
+    c.modules_to_save = std::vector<std::string>{"model.norm"};
+    model::apply_lora(*m, c);
+    std::map<std::string, std::set<std::string>> got;
+    for (const auto& p : m->named_parameters(true)) {
+      if (!p.value().requires_grad()) continue;
+      const auto& n = p.key();
+      const std::string kind = n.find("lora_A") != std::string::npos   ? "lora_A"
+                               : n.find("lora_B") != std::string::npos ? "lora_B"
+                                                                       : "modules_to_save";
+      const std::string t = c10::toString(p.value().scalar_type());
+      got[kind].insert(t == "Float" ? "float32" : t == "BFloat16" ? "bfloat16" : t == "Half" ? "float16" : t);
+    }
+    for (const auto& [kind, dtypes] : kinds.items()) {
+      INFO(kind);
+      CHECK(got[kind] == dtypes.get<std::set<std::string>>());
+    }
+    // A forward through float32 adapters on the 16-bit base runs in the base's dtype.
+    torch::NoGradGuard no_grad;
+    CHECK(m->forward({ids, {}, {}}).scalar_type() == m->model->embed_tokens->weight.scalar_type());
+  }
+}
+
 TEST_CASE("apply_lora: targets like PEFT, only adapters train, the output starts unchanged", "[model][lora]") {
   auto expected = io::Checkpoint::open(lora_data() / "default" / "expected.safetensors");
   auto ids = expected.get("input_ids", true);
