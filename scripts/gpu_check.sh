@@ -9,6 +9,7 @@
 #     run's within bf16 tolerance, the gradient-sync check every step, peak GPU
 #     memory; then a save at step 3 and a resume that ends with the
 #     uninterrupted run's model;
+#   - fp16 with loss scaling, one process and ZeRO-3 at world 1;
 #   - DPO with LoRA and gradient checkpointing;
 #   - generation;
 #   - tokens/s and model FLOPs utilisation of the quickstart model and of a
@@ -198,6 +199,27 @@ for preset in multi_gpu zero1 zero2 zero3 fsdp zero1_offload zero2_offload zero3
     record "$preset: resume from step 3" FAIL "exit code"
   fi
 done
+
+# ---- fp16 with dynamic loss scaling: one process against the bf16 run, and
+# ZeRO-3 forced at world 1 (loss scaling on the gradient slices) against it
+FP16="--config configs/sft.yaml --bf16 false --fp16 true --max_steps 6 --logging_steps 1 --eval_strategy no --save_strategy no"
+if "$TRLX" sft $FP16 --output_dir "$WORK/fp16" >"$WORK/fp16.log" 2>&1; then
+  gap=$(loss_gap "$WORK/fp16" "$WORK/single")
+  if below "$gap" 2e-2; then status=PASS; else status=FAIL; fi
+  record "sft fp16: loss vs bf16" $status "largest relative gap $gap; $(grep -c 'update skipped' "$WORK/fp16.log") updates skipped; peak $(mib "$WORK/fp16") MiB"
+  if "$TRLX" sft $FP16 --accelerate_config zero3 --debug_force_distributed true --debug_check_grad_sync_steps 1 \
+       --output_dir "$WORK/fp16_zero3" >"$WORK/fp16_zero3.log" 2>&1; then
+    gap=$(loss_gap "$WORK/fp16_zero3" "$WORK/fp16")
+    if below "$gap" 1e-2; then status=PASS; else status=FAIL; fi
+    record "zero3 fp16: loss vs single fp16" $status "largest relative gap $gap; peak $(mib "$WORK/fp16_zero3") MiB"
+  else
+    tail -8 "$WORK/fp16_zero3.log"
+    record "zero3 fp16" FAIL "exit code"
+  fi
+else
+  tail -8 "$WORK/fp16.log"
+  record "sft fp16" FAIL "exit code"
+fi
 
 # ---- DPO with LoRA and gradient checkpointing
 # On the model the SFT check above trained (configs/dpo.yaml names the quickstart's runs/sft).

@@ -174,8 +174,9 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::data_seed, "data_seed", std::nullopt, "Seed for data shuffling only (defaults to seed).");
   b.field(&T::bf16, "bf16", std::nullopt, "bf16 mixed precision; null means true unless fp16 is set.")
       .read_via("use_bf16");
-  b.field(&T::fp16, "fp16", false, "fp16 mixed precision (not built: use bf16).")
-      .not_built("fp16 mixed precision needs loss scaling, which trlx lacks; use bf16: true, or bf16: false for float32");
+  b.field(&T::fp16, "fp16", false,
+          "fp16 mixed precision: float32 weights, fp16 autocast, and dynamic loss scaling (from 65536, halved and "
+          "the update skipped when gradients overflow, doubled after 2000 clean updates).");
   b.field(&T::dataloader_drop_last, "dataloader_drop_last", false, "Drop the last incomplete batch of an epoch.");
   b.field(&T::train_sampling_strategy, "train_sampling_strategy", d.train_sampling_strategy,
           "Order of the training examples: random (reshuffled every epoch, from data_seed) or sequential "
@@ -235,6 +236,13 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
           "one process, so that one GPU exercises the multi-GPU code paths (checks and benchmarks).");
 
   b.rule([](const C& c, Conflicts& out) {
+    if (c.fp16 && c.bf16.value_or(false))
+      out.conflict({"fp16", "bf16"}, "choose one mixed precision: fp16 (with loss scaling) or bf16");
+    if (c.fp16 && !c.use_peft &&
+        (c.dtype == "float16" || c.dtype == "fp16" || c.dtype == "bfloat16" || c.dtype == "bf16"))
+      out.invalid("dtype", "fp16 mixed precision trains float32 weights and computes in fp16 under autocast (16-bit "
+                           "gradients would lose what the loss scale keeps): set dtype: float32, or train LoRA "
+                           "adapters (use_peft: true), which are float32 on any base");
     if (c.warmup_ratio && c.warmup_steps > 0)
       out.conflict({"warmup_ratio", "warmup_steps"}, "give the warmup once: drop warmup_ratio (warmup_steps below 1 is a ratio)");
     if (c.lr_scheduler_type == "cosine_with_min_lr" && !c.lr_scheduler_min_lr && !c.lr_scheduler_min_lr_rate)

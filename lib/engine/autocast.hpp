@@ -1,8 +1,10 @@
 #pragma once
-// bf16 autocast for the duration of a scope, as mixed precision does: matmuls
-// in bf16, reductions and the weights in fp32. Used by the engine's forwards
+// bf16 or fp16 autocast for the duration of a scope, as mixed precision
+// does: matmuls in the low precision, reductions and the weights in fp32. Used by the engine's forwards
 // and by checkpoint recomputation, which must run under the same precision as
 // the forward it repeats.
+#include <optional>
+
 #include <ATen/autocast_mode.h>
 
 namespace trlx::engine {
@@ -14,14 +16,15 @@ namespace trlx::engine {
 // with the op that made it.
 class Autocast {
  public:
-  Autocast(bool on, c10::DeviceType device, at::ScalarType dtype = at::kBFloat16, bool cache = true)
-      : on_(on), device_(device) {
+  // `dtype`: the precision the scope computes in; none: the scope does nothing.
+  Autocast(std::optional<at::ScalarType> dtype, c10::DeviceType device, bool cache = true)
+      : on_(dtype.has_value()), device_(device) {
     if (!on_) return;
     prev_ = at::autocast::is_autocast_enabled(device_);
     prev_dtype_ = at::autocast::get_autocast_dtype(device_);
     prev_cache_ = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_enabled(device_, true);
-    at::autocast::set_autocast_dtype(device_, dtype);
+    at::autocast::set_autocast_dtype(device_, *dtype);
     at::autocast::set_autocast_cache_enabled(cache);
     at::autocast::increment_nesting();
   }

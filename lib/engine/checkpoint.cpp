@@ -85,7 +85,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     {
       torch::AutoGradMode grad_on(true);
       ReplayRng rng(*state);
-      Autocast ac(state->autocast, state->device.type(), state->autocast_dtype, state->autocast_cache);
+      Autocast ac(state->autocast ? std::optional<at::ScalarType>(state->autocast_dtype) : std::nullopt, state->device.type(),
+                  state->autocast_cache);
       out = state->fn(x);
     }
     variable_list grads(2 + state->params.size());

@@ -86,10 +86,12 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
   // The training config's bf16 decides the precision. transformers lets the
   // accelerate config's mixed_precision win over bf16: false, silently; trlx
   // keeps what the training config says and says so.
-  if (!config_.use_bf16() && dist_.mixed_precision == "bf16")
-    log::warn("the accelerate config ({}) sets mixed_precision: bf16 but the training config sets bf16: false; "
-              "training in float32 as the training config says (transformers would use bf16)",
-              dist_.source);
+  const std::string precision = config_.fp16 ? "fp16" : config_.use_bf16() ? "bf16" : "no";
+  if (dist_.mixed_precision != "no" && dist_.mixed_precision != precision)
+    log::warn("the accelerate config ({}) sets mixed_precision: {} but the training config trains in {}; training "
+              "as the training config says (transformers would use {})",
+              dist_.source, dist_.mixed_precision, precision == "no" ? "float32" : precision, dist_.mixed_precision);
+  if (config_.fp16) loss_scale_.emplace();
   plan_ = plan_memory(config_, dist_);
   for (const auto& n : plan_.notes) log::info("{}", n);
   const auto env = dist::detect_launcher();
@@ -153,6 +155,16 @@ Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy
     for (auto& p : m->named_parameters(true))
       if (p.value().requires_grad())
         trainable.push_back({(m == policy_.get() ? "" : "value_model.") + p.key(), p.value()});
+  // Loss scaling unscales the gradients of float32 weights (the optimizer
+  // updates them in float32); gradients in 16 bits would overflow or lose
+  // what the scale kept.
+  if (config_.fp16)
+    for (const auto& p : trainable)
+      if (p.param.scalar_type() != torch::kFloat32)
+        fail_input("fp16: the trained parameter {} is {}; fp16 mixed precision trains float32 weights and "
+                   "computes in fp16 under autocast: set dtype: float32 (with LoRA on a 16-bit base, leave "
+                   "lora_modules_to_save empty: those copies keep the base's dtype)",
+                   p.name, c10::toString(p.param.scalar_type()));
   strategy_->setup(trainable);
   std::vector<size_t> decay_idx, plain_idx;
   for (size_t i = 0; i < trainable.size(); ++i) (no_decay(trainable[i].name) ? plain_idx : decay_idx).push_back(i);

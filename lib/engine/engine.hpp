@@ -19,6 +19,7 @@
 
 #include "config/accelerate.hpp"
 #include "config/training.hpp"
+#include "engine/loss_scale.hpp"
 #include "engine/memory_plan.hpp"
 #include "engine/metrics.hpp"
 #include "engine/schedule.hpp"
@@ -233,8 +234,14 @@ class Engine {
   const config::TrainingConfig& config() const { return config_; }
   const MemoryPlan& memory_plan() const { return plan_; }
   int64_t global_step() const { return step_; }
-  // The learning rate of the current step (the one global_step() counts up to).
-  double learning_rate() const { return schedule_.lr(step_); }
+  // The learning rate of the current step (the one global_step() counts up
+  // to). A step whose one update was skipped (an fp16 overflow) does not
+  // move the schedule, as transformers' Trainer; steps of several updates
+  // (PPO) move it every step, as TRL's PPO loop.
+  double learning_rate() const {
+    const bool lags = loss_scale_ && updates_per_step_ == 1;
+    return schedule_.lr(step_ - (lags ? loss_scale_->skipped() : 0));
+  }
   int64_t total_steps() const { return schedule_.total_steps; }
 
   // Asks the loop to stop after the current step and save (SIGTERM/SIGINT).
@@ -332,6 +339,16 @@ class Engine {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   Schedule schedule_;
   int64_t step_ = 0;
+  // The precision forwards compute in under mixed precision (none: fp32).
+  std::optional<at::ScalarType> autocast_dtype() const {
+    if (config_.fp16) return at::kHalf;
+    if (config_.use_bf16()) return at::kBFloat16;
+    return std::nullopt;
+  }
+  int64_t updates_per_step_ = 1;  // the trainer's (setup)
+  double step_lr_ = 0;            // the learning rate of the last step
+  // fp16 mixed precision's dynamic loss scale (none otherwise).
+  std::optional<LossScale> loss_scale_;
   bool standing_in_ = false;
   // The separate reference has been moved by sync_reference (TR-DPO):
   // checkpoints then carry it (reference/), and resume restores it.

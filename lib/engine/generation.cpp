@@ -52,7 +52,7 @@ model::Generation Engine::generate(const std::vector<std::vector<int64_t>>& prom
   // Gradient checkpointing wraps only forwards that record a graph, so the
   // no-grad forwards of generation run the layers directly.
   torch::NoGradGuard no_grad;
-  Autocast ac(config_.use_bf16(), device_.type(), at::kBFloat16, !strategy_->shards_parameters());
+  Autocast ac(autocast_dtype(), device_.type(), !strategy_->shards_parameters());
   return model::generate(m, prompts, o);
 }
 

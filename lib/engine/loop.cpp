@@ -157,7 +157,7 @@ void Engine::setup(Trainer& trainer) {
       online_prompts_per_round_ > 0
           ? static_cast<int64_t>(batches_per_epoch_) * trainer.passes_per_round() * trainer.micro_batches_per_round()
           : static_cast<int64_t>(batches_per_epoch_);
-  const int64_t updates = std::max<int64_t>(1, trainer.updates_per_step());
+  const int64_t updates = updates_per_step_ = std::max<int64_t>(1, trainer.updates_per_step());
   const int64_t steps_per_epoch =
       online_prompts_per_round_ > 0 ? std::max<int64_t>(1, micro_per_epoch / (micro_per_step_ * updates))
                                     : std::max<int64_t>(1, (micro_per_epoch + micro_per_step_ - 1) / micro_per_step_);
@@ -272,9 +272,10 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
   branch_reaches_.clear();
   round_tokens_ = 0;
   // One learning rate for the whole step, whatever its number of updates.
+  step_lr_ = learning_rate();
   for (auto& lr_group : optimizer_->param_groups())
-    static_cast<torch::optim::AdamWOptions&>(lr_group.options()).lr(schedule_.lr(step_));
-  const int64_t updates = std::max<int64_t>(1, trainer.updates_per_step());
+    static_cast<torch::optim::AdamWOptions&>(lr_group.options()).lr(step_lr_);
+  const int64_t updates = updates_per_step_;
   // The step's loss stays on the device until the step ends (one read).
   torch::Tensor loss_total;
   double tokens = 0, norm_sum = 0;
@@ -294,6 +295,9 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
     strategy_->sum_across_ranks(counts);
     const double denom = std::max(1.0, config_.average_tokens_across_devices ? counts[0] : local_items);
     optimizer_->zero_grad(true);
+    // fp16: backward runs on the loss times the scale, and the gradients are
+    // unscaled (and checked for overflow) before clipping.
+    const double scale = loss_scale_ ? loss_scale_->scale() : 1.0;
     phases.mark("token counts over ranks, zero_grad", device_);
     for (size_t i = 0; i < batches.size(); ++i) {
       auto& b = batches[i];
@@ -305,7 +309,7 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
       // A stand-in's backward runs (so every rank joins the same gathers and
       // reductions) with zero gradients.
       if (standing_in_) loss = loss * 0.0;
-      loss.backward();
+      (scale == 1.0 ? loss : loss * scale).backward();
       if (standing_in_) {
         metrics.skip_batch();
       } else {
@@ -319,23 +323,33 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
     if (config_.debug_check_grad_sync_steps > 0 && (step_ + 1) % config_.debug_check_grad_sync_steps == 0)
       strategy_->check_grads_in_sync();
     const double max_norm = config_.max_grad_norm > 0 ? config_.max_grad_norm : std::numeric_limits<double>::infinity();
-    const double grad_norm = strategy_->clip_grad_norm(max_norm);
-    // The global norm is the same on every rank, so all stop together, before
-    // the update: no non-finite weight is ever saved.
+    const double grad_norm = strategy_->clip_grad_norm(max_norm, 1.0 / scale);
+    norm_sum += grad_norm;
+    // The global norm (and the scale) are the same on every rank, so all skip
+    // or stop together, before the update: no non-finite weight is ever saved.
+    // Under fp16 an overflow skips the update and halves the scale, down to 1.
+    if (!std::isfinite(grad_norm) && loss_scale_ && scale > LossScale::kMinScale) {
+      loss_scale_->update(/*overflow=*/true);
+      log::info("step {}: the gradients overflowed fp16 at loss scale {}: update skipped, loss scale now {}",
+                step_ + 1, scale, loss_scale_->scale());
+      phases.mark("gradient norm and clipping", device_);
+      continue;
+    }
     if (!std::isfinite(grad_norm)) {
       // A NaN's sign bit depends on the operations that made it: printed without it.
       auto shown = [](double v) { return std::isnan(v) ? std::string("nan") : fmt::format("{}", v); };
       throw Error(fmt::format("step {}: the gradient norm is {} (this rank's loss {}): stopping before the update, so "
-                              "no non-finite weights are saved{}. Lower learning_rate (or beta), check the data and the "
+                              "no non-finite weights are saved{}{}. Lower learning_rate (or beta), check the data and the "
                               "model for NaN or infinite values, or resume from the last checkpoint",
                               step_ + 1, shown(grad_norm), shown(loss_total.defined() ? loss_total.item<double>() : 0.0),
-                              config_.save_strategy == "no" ? "" : "; the last checkpoint is intact"));
+                              config_.save_strategy == "no" ? "" : "; the last checkpoint is intact",
+                              loss_scale_ ? " (fp16: they overflow at a loss scale of 1, that is unscaled)" : ""));
     }
     phases.mark("gradient norm and clipping", device_);
     fused_adamw_step(*optimizer_);
     strategy_->after_optimizer_step();
+    if (loss_scale_) loss_scale_->update(/*overflow=*/false);
     phases.mark("optimizer step (and ZeRO/FSDP parameter updates)", device_);
-    norm_sum += grad_norm;
   }
   tokens += round_tokens_;
   ++step_;
@@ -469,7 +483,9 @@ RunSummary Engine::train(Trainer& trainer) {
     ++window_steps;
     last_grad_norm = grad_norm;
     last_loss = loss;
-    if (!std::isfinite(loss)) log::warn("step {}: the loss is {} (the gradients were finite)", step_, loss);
+    if (!std::isfinite(loss))
+      log::warn("step {}: the loss is {} ({})", step_, loss,
+                std::isfinite(grad_norm) ? "the gradients were finite" : "fp16: the update was skipped");
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     const double rate = static_cast<double>(step_ - start_step) / std::max(1e-9, elapsed);
     const double eta = static_cast<double>(schedule_.total_steps - step_) / std::max(1e-9, rate);
@@ -488,7 +504,7 @@ RunSummary Engine::train(Trainer& trainer) {
       std::map<std::string, double> m;
       m["loss"] = window_loss / std::max<int64_t>(1, window_steps);
       m["grad_norm"] = last_grad_norm;
-      m["learning_rate"] = schedule_.lr(step_ - 1);  // the rate the step just used, as TRL logs it
+      m["learning_rate"] = step_lr_;  // the rate the step just used, as TRL logs it
       m["epoch"] = epoch_f;
       m["num_tokens"] = tokens_seen_;
       for (const auto& [k, v] : window.means()) m[k] = v;

@@ -216,7 +216,9 @@ void Engine::print_startup(Trainer& trainer) {
       {"schedule", fmt::format("{}, peak lr {:g}, warmup {} steps", schedule_.type, schedule_.base_lr, schedule_.warmup_steps)},
       // adamw_torch and adamw_torch_fused name the same update; trlx has one AdamW.
       {"optimizer", fmt::format("AdamW ({})", config_.optim)},
-      {"precision", config_.use_bf16() ? "bf16 mixed" : "fp32"},
+      {"precision", config_.fp16 ? "fp16 mixed, dynamic loss scale from 65536"
+                    : config_.use_bf16() ? "bf16 mixed"
+                                         : "fp32"},
       {"device", fmt::format("{} x {}", world, device_.is_cuda() ? "cuda" : "cpu")},
       {"distributed", fmt::format("{} ({} communicator{})", strategy_->name(), comm_->backend(),
                                   dist_.source.empty() ? "" : ", " + dist_.source)},

@@ -48,14 +48,14 @@ class Engine::RoleScope {
 
 torch::Tensor Engine::forward(Role role, const model::Batch& batch) {
   RoleScope scope(*this, role);
-  Autocast ac(config_.use_bf16(), device_.type(), at::kBFloat16, !strategy_->shards_parameters());
+  Autocast ac(autocast_dtype(), device_.type(), !strategy_->shards_parameters());
   return scope.model.hidden_states(to_device(batch));
 }
 
 losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, const torch::Tensor& targets,
                                        const torch::Tensor& mask, const losses::LogProbOptions& options) {
   RoleScope scope(*this, role);
-  Autocast ac(config_.use_bf16(), device_.type(), at::kBFloat16, !strategy_->shards_parameters());
+  Autocast ac(autocast_dtype(), device_.type(), !strategy_->shards_parameters());
   auto& m = scope.model;
   auto o = options;
   o.chunk_size = plan_.logprob_chunk_size;
@@ -70,7 +70,7 @@ losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, c
 
 torch::Tensor Engine::head(Role role, const torch::Tensor& hidden) {
   RoleScope scope(*this, role);
-  Autocast ac(config_.use_bf16(), device_.type(), at::kBFloat16, !strategy_->shards_parameters());
+  Autocast ac(autocast_dtype(), device_.type(), !strategy_->shards_parameters());
   return scope.model.head(hidden);
 }
 

@@ -296,6 +296,7 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
                                     {"strategy", strategy_->name()},
                                     {"world_size", world_size()},
                                     {"log_history", nlohmann::ordered_json::array()}};
+    if (loss_scale_) state["loss_scale"] = loss_scale_->state();
     if (mid_round) {
       state["round_next"] = round_next_;
       state["round_left"] = round_left_;
@@ -350,6 +351,8 @@ void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch)
     *batch_in_epoch = state.at("batch_in_epoch").get<size_t>();
     tokens_seen_ = state.value("num_tokens", 0.0);
     for (const auto& l : state.value("log_history", nlohmann::json::array())) log_history_.push_back(l.dump());
+    // A checkpoint saved without fp16 has no loss scale: it starts afresh.
+    if (loss_scale_ && state.contains("loss_scale")) loss_scale_->load(state.at("loss_scale"), state_file.string());
   } catch (const nlohmann::json::exception& e) {
     fail_input("resume_from_checkpoint: {} is corrupt: {}", state_file.string(), e.what());
   }

@@ -93,8 +93,8 @@ run 2 validate --config "$TMP/type.yaml"
 has "type.yaml:2:7: \`beta\` expects a finite number, found \`high\`"
 run 2 validate dpo --config configs/dpo.yaml --warmup_ratio 0.1 --warmup_steps 5
 has "conflicting settings"
-run 2 validate dpo --config configs/dpo.yaml --fp16
-has "\`fp16: true\`: not built in trlx: fp16 mixed precision needs loss scaling"
+run 2 validate dpo --config configs/dpo.yaml --fp16 --bf16 true
+has "choose one mixed precision: fp16 (with loss scaling) or bf16"
 run 2 validate dpo --config configs/dpo.yaml --betta 0.2
 has "did you mean \`--beta\`?"
 run 2 validate --config configs/dpo.yaml --accelerate_config zero4

@@ -1,7 +1,7 @@
 #pragma once
 // What the tests that build trainer configs and run the engine share: the
 // tiny model, configs built from flags as the command line builds them, and
-// a trainer that stops a run at a given step. Include Catch first.
+// a trainer that stops a run at a given step, and one whose gradients overflow. Include Catch first.
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -99,6 +99,26 @@ struct StopAt : engine::Trainer {
   engine::LossOutput loss(engine::Engine& e, const engine::TensorMap& b) override {
     if (e.global_step() == at - 1) engine::Engine::request_stop();
     return inner.loss(e, b);
+  }
+};
+
+// `inner`, with its loss multiplied by 1e38 on the steps before `until`:
+// times the loss scale that overflows float32, so those steps' gradients are
+// infinite, as an fp16 overflow leaves them.
+struct OverflowUntil : engine::Trainer {
+  engine::Trainer& inner;
+  int64_t until;
+  OverflowUntil(engine::Trainer& i, int64_t u) : inner(i), until(u) {}
+  std::string name() const override { return inner.name(); }
+  size_t num_examples(const std::string& s) const override { return inner.num_examples(s); }
+  engine::TensorMap collate(const std::string& s, const std::vector<size_t>& i) const override {
+    return inner.collate(s, i);
+  }
+  double num_items(const engine::TensorMap& b) const override { return inner.num_items(b); }
+  engine::LossOutput loss(engine::Engine& e, const engine::TensorMap& b) override {
+    auto out = inner.loss(e, b);
+    if (e.global_step() < until) out.loss_sum = out.loss_sum * 1e38;
+    return out;
   }
 };
 

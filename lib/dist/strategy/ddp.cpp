@@ -40,13 +40,6 @@ class DDPStrategy : public Strategy {
     if (!unused.empty() && has_data_ && !o_.find_unused_parameters) fail_unused_parameters(unused, "DDP");
   }
 
-  double clip_grad_norm(double max_norm) override {
-    std::vector<torch::Tensor> ps;
-    for (const auto& p : params_)
-      if (p.param.grad().defined()) ps.push_back(p.param);
-    return torch::nn::utils::clip_grad_norm_(ps, max_norm);
-  }
-
  private:
   DDPOptions o_;
   std::unique_ptr<GradBuckets> buckets_;

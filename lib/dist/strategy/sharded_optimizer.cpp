@@ -234,7 +234,7 @@ void ShardedOptimizer::end_backward() {
   if (!unused.empty() && has_data_ && !o_.find_unused_parameters) fail_unused_parameters(unused, name());
 }
 
-double ShardedOptimizer::clip_grad_norm(double max_norm) {
+double ShardedOptimizer::clip_grad_norm(double max_norm, double inv_scale) {
   // The global norm from the slices: each rank's sum of squares, summed.
   torch::NoGradGuard ng;
   // Summed where the masters live (the GPU, or the host under offload), one
@@ -252,12 +252,16 @@ double ShardedOptimizer::clip_grad_norm(double max_norm) {
     }
   for (auto& [device, sq] : by_device) total += sq.to(comm_->device());
   comm_->all_reduce(total, ReduceOp::Sum)->wait();
-  const double norm = std::sqrt(total.item<double>());
-  const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1)
+  // A loss scale is a power of two: the norm of the scaled slices times
+  // `inv_scale` is the true norm, and one multiplication by inv_scale times
+  // the clip coefficient gives what unscaling and then clipping would.
+  const double norm = std::sqrt(total.item<double>()) * inv_scale;
+  if (!std::isfinite(norm)) return norm;
+  const double factor = inv_scale * std::min(1.0, max_norm / (norm + 1e-6));
+  if (factor != 1.0)
     for (auto& bucket_pieces : pieces_)
       for (auto& piece : bucket_pieces)
-        if (piece.master.grad().defined()) piece.master.mutable_grad().mul_(coef);
+        if (piece.master.grad().defined()) piece.master.mutable_grad().mul_(factor);
   return norm;
 }
 

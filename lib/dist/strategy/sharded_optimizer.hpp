@@ -48,7 +48,7 @@ class ShardedOptimizer : public Strategy {
   std::vector<std::vector<torch::Tensor>> optimizer_groups(const std::vector<std::vector<size_t>>& groups) override;
   void begin_backward(bool sync, bool has_data) override;
   void end_backward() override;
-  double clip_grad_norm(double max_norm) override;
+  double clip_grad_norm(double max_norm, double inv_scale) override;
   void after_optimizer_step() override;
   void check_grads_in_sync() override;
 

@@ -32,15 +32,20 @@ class SingleStrategy : public Strategy {
   void setup(const std::vector<NamedParam>& trainable) override { params_ = trainable; }
   void begin_backward(bool, bool) override {}
   void end_backward() override {}
-  double clip_grad_norm(double max_norm) override {
-    std::vector<torch::Tensor> ps;
-    for (const auto& p : params_)
-      if (p.param.grad().defined()) ps.push_back(p.param);
-    return torch::nn::utils::clip_grad_norm_(ps, max_norm);
-  }
 };
 
 }  // namespace
+
+double Strategy::clip_grad_norm(double max_norm, double inv_scale) {
+  std::vector<torch::Tensor> ps;
+  for (const auto& p : params_)
+    if (p.param.grad().defined()) ps.push_back(p.param);
+  if (inv_scale != 1.0) {
+    torch::NoGradGuard ng;
+    for (auto& p : ps) p.mutable_grad().mul_(inv_scale);
+  }
+  return torch::nn::utils::clip_grad_norm_(ps, max_norm);
+}
 
 void Strategy::check_grads_in_sync() {
   std::vector<int64_t> mine;

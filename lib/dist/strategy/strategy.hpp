@@ -118,8 +118,14 @@ class Strategy {
   // After backward returned: waits for every reduction of a sync step.
   virtual void end_backward() = 0;
 
-  // Global gradient norm before clipping, then clips to `max_norm`.
-  virtual double clip_grad_norm(double max_norm) = 0;
+  // The global norm of the gradients before clipping, then clips them to
+  // `max_norm`. `inv_scale`: the gradients hold the true ones times a loss
+  // scale (fp16), and are multiplied by this first (GradScaler's unscale),
+  // so the norm and the clipped gradients are the true ones. A non-finite
+  // norm (an fp16 overflow) is returned with the gradients left unusable: the
+  // caller skips the update. Replicated strategies work on the whole
+  // gradients of the parameters; ZeRO on each rank's slices.
+  virtual double clip_grad_norm(double max_norm, double inv_scale);
 
   // Checks that every rank holds the same reduced gradients (the
   // debug_check_grad_sync_steps check); throws naming the first parameter

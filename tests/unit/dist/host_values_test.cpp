@@ -59,7 +59,6 @@ struct BareStrategy : Strategy {
   void setup(const std::vector<NamedParam>& trainable) override { params_ = trainable; }
   void begin_backward(bool, bool) override {}
   void end_backward() override {}
-  double clip_grad_norm(double) override { return 0; }
 };
 
 }  // namespace

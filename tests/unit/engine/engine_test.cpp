@@ -91,7 +91,8 @@ TEST_CASE("first SFT step equals TRL's: loss, grad norm and updated weights", "[
   }
 }
 
-TEST_CASE("SFT's first 3 steps log what TRL's SFTTrainer logs, loss_type nll and dft, and over accumulated micro-batches", "[engine][golden][sft]") {
+TEST_CASE("SFT's first 3 steps log what TRL's SFTTrainer logs, loss_type nll and dft, over accumulated micro-batches, "
+          "and under fp16 mixed precision", "[engine][golden][sft]") {
   std::ifstream in(sft_data() / "steps.json");
   REQUIRE(in);
   const auto cases = nlohmann::json::parse(in).at("cases");
@@ -115,6 +116,10 @@ TEST_CASE("SFT's first 3 steps log what TRL's SFTTrainer logs, loss_type nll and
       }
       const auto& want = cs.at("steps");
       REQUIRE(logged.size() == want.size());
+      // fp16 rounds in a different order of operations than TRL's model: its
+      // gradient norms are 1.4e-5 away. Training in float32 instead would
+      // put them 5e-5 and 1.2e-4 away, so this bound still tells the two apart.
+      const double tolerance = name == "nll_fp16" ? 2.5e-5 : 1e-5;
       size_t checked = 0;
       for (size_t k = 0; k < want.size(); ++k)
         for (const auto& [key, v] : want[k].items()) {
@@ -124,7 +129,7 @@ TEST_CASE("SFT's first 3 steps log what TRL's SFTTrainer logs, loss_type nll and
           const double got = logged[k][key].get<double>(), ref = v.get<double>();
           const double d = std::abs(got - ref) / std::max(1.0, std::abs(ref));
           ++checked;
-          CHECK(d <= 1e-5);
+          CHECK(d <= tolerance);
         }
       // Every value TRL logs: loss, grad_norm, learning_rate, num_tokens,
       // mean_token_accuracy, entropy, epoch, step.
@@ -132,7 +137,7 @@ TEST_CASE("SFT's first 3 steps log what TRL's SFTTrainer logs, loss_type nll and
       fs::remove_all(out);
     }
   }
-  CHECK(names == std::set<std::string>{"nll", "dft", "nll_accum"});
+  CHECK(names == std::set<std::string>{"nll", "dft", "nll_accum", "nll_fp16"});
 }
 
 TEST_CASE("first SFT step on conversations with assistant_only_loss equals TRL's", "[engine][golden][sft]") {

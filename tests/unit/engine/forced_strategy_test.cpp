@@ -17,12 +17,22 @@ namespace {
 
 using Params = std::map<std::string, torch::Tensor>;
 
-Params train(const test::Flags& flags, std::string* strategy) {
+// Two steps; with `overflow_first`, the first one's gradients overflow (an
+// fp16 run skips it).
+Params train(const test::Flags& flags, std::string* strategy, bool overflow_first = false) {
   auto r = test::make_sft(test::synced_sft_config(flags), dist::make_single_communicator());
   *strategy = engine::EngineProbe::strategy_name(*r.engine);
-  engine::EngineProbe::step_on(*r.engine, *r.trainer, {{0, 1, 2, 3}, {4, 5}});
-  engine::EngineProbe::step_on(*r.engine, *r.trainer, {{6, 7, 0, 1, 2}});
+  test::OverflowUntil trainer(*r.trainer, overflow_first ? 1 : 0);
+  engine::EngineProbe::step_on(*r.engine, trainer, {{0, 1, 2, 3}, {4, 5}});
+  engine::EngineProbe::step_on(*r.engine, trainer, {{6, 7, 0, 1, 2}});
   return r.engine->parameter_values(true);
+}
+
+double largest_difference(const Params& a, const Params& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (const auto& [k, v] : a) worst = std::max(worst, (v - b.at(k)).abs().max().item<double>());
+  return worst;
 }
 
 }  // namespace
@@ -42,12 +52,31 @@ TEST_CASE("debug_force_distributed runs each strategy with one process, to the s
         INFO(preset << (lora ? " with LoRA" : ""));
         CHECK(plain_name == "single");
         CHECK(forced_name.rfind(expected, 0) == 0);
-        REQUIRE(plain.size() == forced.size());
-        double worst = 0;
-        for (const auto& [k, v] : plain) worst = std::max(worst, (v - forced.at(k)).abs().max().item<double>());
+        const double worst = largest_difference(plain, forced);
         INFO("largest difference " << worst);
         CHECK(worst < 1e-6);
       }
+    }
+  }
+}
+
+TEST_CASE("fp16: each forced strategy unscales, clips and skips an overflowed update as the single process does",
+          "[engine][strategy][fp16]") {
+  // The replicated strategies unscale whole gradients, ZeRO its slices.
+  for (const std::string preset : {"multi_gpu", "zero2", "zero3"}) {
+    DYNAMIC_SECTION(preset) {
+      const test::Flags flags = {{"accelerate_config", preset}, {"fp16", "true"}, {"max_grad_norm", "0.5"}};
+      std::string plain_name, forced_name;
+      const auto plain = train(flags, &plain_name, /*overflow_first=*/true);
+      const auto forced = train(flags + test::Flags{{"debug_force_distributed", "true"}}, &forced_name, true);
+      CHECK(forced_name != "single");
+      CHECK(largest_difference(plain, forced) < 1e-6);
+      // The overflowed step changed nothing: one update, as a run of one step.
+      std::string name;
+      auto r = test::make_sft(test::synced_sft_config(flags + test::Flags{{"debug_force_distributed", "true"}}),
+                              dist::make_single_communicator());
+      engine::EngineProbe::step_on(*r.engine, *r.trainer, {{6, 7, 0, 1, 2}});
+      CHECK(largest_difference(r.engine->parameter_values(true), forced) < 1e-6);
     }
   }
 }

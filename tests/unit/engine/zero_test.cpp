@@ -208,7 +208,7 @@ TEST_CASE("ZeRO shards optimizer state (and stage 2 gradients) to about 1/world,
         CHECK(full_grad_bytes == total * 4);
 
       CHECK_NOTHROW(strategy->check_grads_in_sync());
-      const double norm = strategy->clip_grad_norm(1.0);
+      const double norm = strategy->clip_grad_norm(1.0, 1.0);
       CHECK(norm > 1.0);
       opt.step();
       strategy->after_optimizer_step();
@@ -256,7 +256,7 @@ TEST_CASE("ZeRO keeps fp32 master weights for bf16 parameters (optimizer state o
         strategy->begin_backward(true, true);
         (p * coef.to(torch::kBFloat16)).sum().backward();
         strategy->end_backward();
-        strategy->clip_grad_norm(std::numeric_limits<double>::infinity());
+        strategy->clip_grad_norm(std::numeric_limits<double>::infinity(), 1.0);
         opt.step();
         strategy->after_optimizer_step();
         ref_opt.zero_grad(true);
@@ -443,7 +443,7 @@ torch::Tensor zero3_run(bool stage3, bool lora, int checkpointing, bool reshard,
       loss.backward();
     }
     strategy->end_backward();
-    strategy->clip_grad_norm(1.0);
+    strategy->clip_grad_norm(1.0, 1.0);
     opt.step();
     strategy->after_optimizer_step();
     if (stage3)
