@@ -93,6 +93,11 @@ class Trainer {
   virtual int64_t micro_batches_per_round() const { return 1; }  // on each rank (steps_per_generation)
   virtual int64_t passes_per_round() const { return 1; }
   virtual Rollout rollout(Engine& engine, const std::vector<size_t>& round_prompts);
+  // Evaluation of an online trainer on the test split (its own eval
+  // batches, generated as rounds are): this rank's metric sums, "loss"
+  // among them, not yet reduced over ranks. The engine calls it without
+  // gradients, the policy in eval mode.
+  virtual MetricSums evaluate_rounds(Engine& engine);
   // Optimizer updates in one step, each over gradient_accumulation_steps
   // micro-batches (PPO: num_ppo_epochs x num_mini_batches per rollout
   // batch). The step is what the schedule, logging and checkpoints count:
@@ -220,6 +225,9 @@ class Engine {
   torch::Tensor sum_across_ranks(const torch::Tensor& t) { return strategy_->sum_across_ranks(t); }
   // The largest of each value over ranks (metrics such as max_reward).
   void max_across_ranks(std::vector<double>& values) { strategy_->max_across_ranks(values); }
+  // The trainer's loss on a host micro-batch, moved to the device as a
+  // step's are (for evaluate_rounds; the caller sets grad mode).
+  LossOutput run_loss(Trainer& trainer, TensorMap batch);
   // True while loss() runs on a stand-in example (see Trainer::loss).
   bool standing_in() const { return standing_in_; }
   int rank() const { return comm_->rank(); }
@@ -234,6 +242,8 @@ class Engine {
   const config::TrainingConfig& config() const { return config_; }
   const MemoryPlan& memory_plan() const { return plan_; }
   int64_t global_step() const { return step_; }
+  // Input tokens the run has trained on so far, over all ranks (num_tokens).
+  double tokens_seen() const { return tokens_seen_; }
   // The learning rate of the current step (the one global_step() counts up
   // to). A step whose one update was skipped (an fp16 overflow) does not
   // move the schedule, as transformers' Trainer; steps of several updates
@@ -369,6 +379,10 @@ class Engine {
   double round_tokens_ = 0;  // this rank's tokens of rounds generated in the current step
   // Generation rounds run in the current step (each gets its own seed).
   int64_t generation_step_ = -1, generation_rounds_ = 0;
+  // Evaluation samples from seeds of its own (per evaluation, counted from
+  // 0), so that evaluating leaves training's completions as they were.
+  bool evaluating_ = false;
+  int64_t eval_generation_rounds_ = 0;
   size_t batches_per_epoch_ = 0;
   double tokens_seen_ = 0;
   std::vector<std::string> log_history_;  // JSON lines, for trainer_state.json

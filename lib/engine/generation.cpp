@@ -28,7 +28,8 @@ model::Generation Engine::generate(const std::vector<std::vector<int64_t>>& prom
   }
   o.seed = mix(mix(mix(static_cast<uint64_t>(config_.seed), static_cast<uint64_t>(step_)),
                    static_cast<uint64_t>(rank())),
-               static_cast<uint64_t>(generation_rounds_++));
+               static_cast<uint64_t>(evaluating_ ? eval_generation_rounds_++ : generation_rounds_++));
+  if (evaluating_) o.seed = mix(o.seed, 0x65766131ULL);  // a stream apart from training's rounds
   if (o.max_context == 0) o.max_context = m.config().max_position_embeddings;
   if (strategy_->shards_parameters())
     o.max_across_ranks = [this](std::vector<double>& v) { strategy_->max_across_ranks(v); };

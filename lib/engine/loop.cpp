@@ -113,6 +113,10 @@ Trainer::Rollout Trainer::rollout(Engine&, const std::vector<size_t>&) {
   throw Error(fmt::format("the {} trainer declares generation rounds but builds none", name()));
 }
 
+MetricSums Trainer::evaluate_rounds(Engine&) {
+  throw Error(fmt::format("the {} trainer does not evaluate on generation rounds", name()));
+}
+
 std::vector<std::vector<size_t>> Engine::epoch_batches(size_t n, int64_t epoch) const {
   // The order of an epoch depends only on the seed and the epoch, so a
   // resumed run sees the same batches as an uninterrupted one.
@@ -218,6 +222,13 @@ void Engine::move_collated(TensorMap& batch) {
     if (trails.count(k)) trailing_masks_.push_back(v);
     if (auto it = reaches.find(k); it != reaches.end()) branch_reaches_.emplace_back(v, it->second.to(device_));
   }
+}
+
+LossOutput Engine::run_loss(Trainer& trainer, TensorMap batch) {
+  trailing_masks_.clear();
+  branch_reaches_.clear();
+  move_collated(batch);
+  return trainer.loss(*this, batch);
 }
 
 std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
@@ -375,6 +386,18 @@ MetricSums Engine::evaluate(Trainer& trainer) {
   torch::NoGradGuard no_grad;
   MetricSums m;
   set_training(false);
+  if (online_prompts_per_round_ > 0) {
+    evaluating_ = true;
+    eval_generation_rounds_ = 0;
+    struct Done {
+      bool& flag;
+      ~Done() { flag = false; }
+    } done{evaluating_};
+    m = trainer.evaluate_rounds(*this);
+    reduce_metrics(m);
+    set_training(true);
+    return m;
+  }
   const size_t n = trainer.num_examples("test");
   // Each rank evaluates a consecutive share of every global batch.
   const size_t bs = static_cast<size_t>(config_.per_device_eval_batch_size * world_size());
@@ -528,13 +551,16 @@ RunSummary Engine::train(Trainer& trainer) {
                                duration(eta), loss)
                 << std::flush;
     }
-    if (trainer.num_examples("test") > 0 && ((config_.eval_strategy == "steps" && step_ % eval_every == 0) ||
-                                             (config_.eval_strategy == "epoch" && epoch_end))) {
+    // As transformers, the steps strategy also evaluates at the last step.
+    if (trainer.num_examples("test") > 0 &&
+        ((config_.eval_strategy == "steps" && (step_ % eval_every == 0 || step_ == schedule_.total_steps)) ||
+         (config_.eval_strategy == "epoch" && epoch_end))) {
       auto e = evaluate(trainer);
       std::map<std::string, double> m;
       for (const auto& [k, v] : e.means()) m["eval_" + k] = v;
       log_metrics(m);
-      log::info("step {}: eval_loss={:.4g}", step_, m["eval_loss"]);
+      log::info("step {}: eval_loss={:.4g}{}", step_, m["eval_loss"],
+                m.count("eval_reward") ? fmt::format("  eval_reward={:.4g}", m["eval_reward"]) : "");
     }
     // As transformers, the steps strategy also saves at the last step.
     if ((config_.save_strategy == "steps" && (step_ % save_every == 0 || step_ == schedule_.total_steps)) ||

@@ -38,15 +38,17 @@ Advantages grpo_advantages(const torch::Tensor& rewards_per_func, const torch::T
     const auto mean = torch::nanmean(rewards.view({-1, num_generations}), 1).repeat_interleave(num_generations);
     if (scale_rewards == "batch")
       std_rewards = n > 1 ? nanstd(rewards).expand_as(rewards) : torch::zeros_like(rewards);
-    else
+    else if (num_generations > 1)
       std_rewards = nanstd(rewards.view({-1, num_generations}), 1).repeat_interleave(num_generations);
+    else  // one completion per prompt (evaluation only): no spread
+      std_rewards = torch::zeros_like(rewards);
     auto adv = rewards - mean;
     if (scale_rewards != "none") adv = adv / (std_rewards + 1e-4);
     out.advantages = adv;
   } else if (aggregation == "normalize_then_sum") {
     const auto grouped = rewards_per_func.view({-1, num_generations, f});
     const auto mean_k = torch::nanmean(grouped, 1, true);
-    const auto std_k = nanstd(grouped, 1, true);
+    const auto std_k = num_generations > 1 ? nanstd(grouped, 1, true) : torch::zeros_like(mean_k);
     auto rewards = torch::nansum(((grouped - mean_k) / (std_k + 1e-4)).view({-1, f}) * weights.unsqueeze(0), 1)
                        .masked_fill(unscorable, nan);
     std_rewards = n > 1 ? nanstd(rewards).expand_as(rewards) : torch::zeros_like(rewards);
@@ -71,11 +73,13 @@ Advantages rloo_advantages(const torch::Tensor& rewards_per_func, const torch::T
   if (sequence_kl && beta != 0) rewards = rewards - beta * *sequence_kl;
   const auto grouped = rewards.view({-1, num_generations});
   Advantages out;
-  out.std_is_zero = torch::isclose(nanstd(grouped, 1), torch::zeros({1}, grouped.options()));
+  const auto std_rewards =
+      num_generations > 1 ? nanstd(grouped, 1) : torch::zeros({grouped.size(0)}, grouped.options());
+  out.std_is_zero = torch::isclose(std_rewards, torch::zeros({1}, grouped.options()));
   // The baseline of a completion: the mean of its scorable siblings.
   const auto scorable = (~torch::isnan(grouped)).to(grouped.scalar_type()).sum(1, true);
   const auto baselines = ((torch::nansum(grouped, 1, true) - grouped) / (scorable - 1)).view({-1});
-  auto adv = rewards - baselines;
+  auto adv = num_generations > 1 ? rewards - baselines : torch::zeros_like(rewards);
   if (normalize) adv = (adv - torch::nanmean(adv)) / (nanstd(adv) + 1e-4);
   out.advantages = torch::nan_to_num(adv, 0.0);
   out.rewards = torch::nansum(rewards_per_func * weights.unsqueeze(0), 1).masked_fill(unscorable, nan);

@@ -39,8 +39,8 @@ bool GRPOTrainer::needs_old_logps() const {
 }
 
 losses::Advantages GRPOTrainer::advantages(const torch::Tensor& rewards_per_func, const torch::Tensor& weights,
-                                           const std::optional<torch::Tensor>&) {
-  return losses::grpo_advantages(rewards_per_func, weights, config_.num_generations, grpo_.scale_rewards,
+                                           const std::optional<torch::Tensor>&, int64_t group) {
+  return losses::grpo_advantages(rewards_per_func, weights, group, grpo_.scale_rewards,
                                  grpo_.multi_objective_aggregation);
 }
 
@@ -90,6 +90,9 @@ engine::LossOutput GRPOTrainer::loss(engine::Engine& engine, const engine::Tenso
   const auto masked = (terms.per_token_loss * mask);
   const auto& type = grpo_.loss_type;
   const double b = static_cast<double>(logps.size(0));
+  // Evaluation (TRL's eval mode): one batch, neither split into a round's
+  // micro-batches nor accumulated, and the entropy controller left alone.
+  const bool eval = !engine.training();
   // Each micro-batch's loss as TRL's before its division by the step's
   // micro-batches (the engine divides by micro-batches x ranks).
   torch::Tensor loss;
@@ -105,13 +108,13 @@ engine::LossOutput GRPOTrainer::loss(engine::Engine& engine, const engine::Tenso
     // The factor is computed on the device (no host read per micro-batch),
     // in double and rounded to the loss's dtype as a scalar factor would be.
     const auto n = batch.at("round_completion_tokens").to(masked.device(), torch::kFloat64).clamp_min(1.0);
-    const auto factor = static_cast<double>(rounds_.steps_per_generation) * engine.world_size() / n;
+    const auto factor = static_cast<double>(eval ? 1 : rounds_.steps_per_generation) * engine.world_size() / n;
     loss = masked.sum() * factor.to(masked.scalar_type());
   }
   engine::LossOutput out;
   auto& m = out.metrics;
   const int64_t ga = config_.gradient_accumulation_steps;
-  const bool last_micro = (++micro_in_step_ % ga) == 0;
+  const bool last_micro = !eval && (++micro_in_step_ % ga) == 0;
   if (bonus) {
     const auto effective = entropy_mask.defined() ? mask * entropy_mask.to(mask.scalar_type()) : mask;
     const auto mean_entropy = (lp.entropy * effective).sum() / effective.sum().clamp_min(1.0);
@@ -120,10 +123,10 @@ engine::LossOutput GRPOTrainer::loss(engine::Engine& engine, const engine::Tenso
     // TRL's policy_loss is the dapo family's loss after its division by
     // the step's micro-batches, the others' before it.
     const bool token_sum = type == "dapo" || type == "cispo" || type == "vespo";
-    m.add_per_batch("policy_loss", loss.detach() / (token_sum ? static_cast<double>(ga) : 1.0),
+    m.add_per_batch("policy_loss", loss.detach() / (token_sum && !eval ? static_cast<double>(ga) : 1.0),
                     torch::ones({}, loss.options()));
     loss = loss - apply * mean_entropy;
-    if (grpo_.use_adaptive_entropy) {
+    if (grpo_.use_adaptive_entropy && !eval) {
       // Device sums over the step's micro-batches, read once at its end.
       auto sums = torch::stack({(lp.entropy.detach() * effective).sum(), effective.sum()}).to(torch::kFloat64);
       window_sums_ = window_sums_.defined() ? window_sums_ + sums : sums;

@@ -22,7 +22,7 @@ class GRPOTrainer : public GroupTrainer {
 
  protected:
   losses::Advantages advantages(const torch::Tensor& rewards_per_func, const torch::Tensor& weights,
-                                const std::optional<torch::Tensor>& sequence_kl) override;
+                                const std::optional<torch::Tensor>& sequence_kl, int64_t group) override;
   bool needs_old_logps() const override;
 
  private:

@@ -173,11 +173,6 @@ config::TrainingConfig engine_config(const OnlineConfig& c) {
 }
 
 OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer, model::LanguageModel value_model) {
-  // The table refuses evaluation already; said here too for configs built
-  // in code.
-  if (c.eval_strategy != "no")
-    fail_input("{}: evaluation on the {} split is not built yet for online trainers; set eval_strategy: no", trainer,
-               c.dataset_test_split);
   OnlineRun r(load_text_inputs(c, trainer));
   auto policy = engine::load_policy(c, model::HeadKind::CausalLM);
   check_tokenizer_fits(r.text.tokenizer, policy.tokenizer_dir, policy.model->config().vocab_size, policy.base_dir);
@@ -203,6 +198,9 @@ OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer, m
       }
   }
   r.prompts = prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(), c.dataset_train_split);
+  if (c.eval_strategy != "no")
+    r.eval_prompts =
+        prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(), c.dataset_test_split);
   const config::TrainingConfig run = engine_config(c);
   std::optional<Reference> reference;
   if (c.beta != 0 || c.always_reference)
@@ -239,10 +237,38 @@ GroupTrainer::GroupTrainer(const OnlineConfig& config, std::string name, PromptS
                            std::vector<int64_t> eos_ids, int world_size)
     : OnlineTrainer(config, std::move(name), std::move(prompts), std::move(tokenizer), std::move(reward_functions),
                     pad_id, std::move(eos_ids)),
-      rounds_(config.rounds(world_size)) {}
+      rounds_(config.rounds(world_size)),
+      world_size_(world_size) {}
 
 size_t OnlineTrainer::num_examples(const std::string& split) const {
-  return split == "train" ? prompts_.examples.size() : 0;
+  if (split == "train") return prompts_.examples.size();
+  return split == "test" ? eval_prompts_.examples.size() : 0;
+}
+
+void OnlineTrainer::set_eval_prompts(PromptSplit) {
+  // The configs refuse eval_strategy for these trainers; said here too for
+  // configs built in code.
+  fail_input("{}: evaluation on the {} split is not built yet for this trainer; set eval_strategy: no", name_,
+             config_.dataset_test_split);
+}
+
+void GroupTrainer::set_eval_prompts(PromptSplit prompts) {
+  const auto& c = config_;
+  const int64_t group = c.num_generations_eval.value_or(c.num_generations);
+  const int64_t batch = c.per_device_eval_batch_size * world_size_;
+  if (batch % group != 0)
+    fail_input("{}: the global eval batch, per_device_eval_batch_size ({}) x {} process(es) = {}, must hold whole "
+               "groups of num_generations_eval {}: make it a multiple",
+               name_, c.per_device_eval_batch_size, world_size_, batch, group);
+  if (prompts.examples.empty())
+    fail_input("{}: the {} split has no prompts to evaluate on; add some or set eval_strategy: no", name_,
+               c.dataset_test_split);
+  // Completions reach the reward functions in the form of the train split's.
+  if (prompts.conversational != prompts_.conversational)
+    fail_input("{}: the {} split holds {} prompts and the {} split {}; give both splits one form", name_,
+               c.dataset_train_split, prompts_.conversational ? "conversational" : "plain-text",
+               c.dataset_test_split, prompts.conversational ? "conversational" : "plain-text");
+  eval_prompts_ = std::move(prompts);
 }
 
 engine::TensorMap OnlineTrainer::collate(const std::string&, const std::vector<size_t>&) const {
@@ -315,7 +341,11 @@ std::vector<std::vector<int64_t>> OnlineTrainer::generate_completions(engine::En
                                                                      const std::vector<int64_t>& stop_ids) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::vector<int64_t>> completions;
-  if (fixed_) {
+  if (evaluating_ && fixed_eval_) {
+    std::vector<size_t> prompts;
+    for (const auto* row : rows) prompts.push_back(static_cast<size_t>(row - eval_prompts_.examples.data()));
+    completions = fixed_eval_(prompts, slots);
+  } else if (fixed_ && !evaluating_) {
     completions = fixed_(slots);
   } else {
     model::GenerationOptions o;
@@ -435,10 +465,58 @@ engine::TensorMap OnlineTrainer::pack_rows(const std::vector<std::vector<int64_t
 }
 
 engine::Trainer::Rollout GroupTrainer::rollout(engine::Engine& engine, const std::vector<size_t>& round_prompts) {
+  return build_round(engine, prompts_, round_prompts,
+                     {config_.num_generations, rounds_.generation_batch_size, rounds_.steps_per_generation,
+                      config_.per_device_train_batch_size, false});
+}
+
+engine::MetricSums GroupTrainer::evaluate_rounds(engine::Engine& engine) {
+  struct Evaluating {
+    bool& flag;
+    explicit Evaluating(bool& f) : flag(f) { flag = true; }
+    ~Evaluating() { flag = false; }
+  } evaluating(evaluating_);
+  const int64_t group = config_.num_generations_eval.value_or(config_.num_generations);
+  const int64_t world = engine.world_size();
+  const int64_t batch = config_.per_device_eval_batch_size * world;
+  const size_t per_batch = static_cast<size_t>(batch / group), n = eval_prompts_.examples.size();
+  engine::MetricSums m;
+  for (size_t start = 0; start < n; start += per_batch) {
+    // The batch's prompts in file order; a short last batch is filled with
+    // the first prompts again on several processes, and left short on one.
+    std::vector<size_t> prompts;
+    const size_t real = std::min(per_batch, n - start);
+    for (size_t j = 0; j < (world > 1 ? per_batch : real); ++j)
+      prompts.push_back(j < real ? start + j : (j - real) % n);
+    const int64_t rows = static_cast<int64_t>(prompts.size()) * group;
+    const int64_t local = rows / world;
+    auto round = build_round(engine, eval_prompts_, prompts, {group, rows, 1, local, true});
+    m.merge(round.metrics);
+    const auto& mb = round.micro_batches.front();
+    auto out = engine.run_loss(*this, mb);
+    // TRL's eval loss: each process's batch loss once per row it holds,
+    // averaged; in the last batch only the first (test prompts mod global
+    // eval batch) of those values count, in process order, as accelerate's
+    // gather_for_metrics cuts it (it counts prompts, not completions).
+    const int64_t first = engine.rank() * local;
+    const int64_t cut = static_cast<int64_t>(n) % batch;
+    const bool last = start + per_batch >= n;
+    const double own = static_cast<double>(last && cut > 0 ? std::clamp<int64_t>(cut - first, 0, local) : local);
+    const auto batch_loss = out.loss_sum.detach().to(torch::kFloat64) / num_items(mb);
+    out.metrics.add("loss", batch_loss * own, own);
+    m.merge(out.metrics);
+  }
+  // As TRL, the tokens trained on so far (not counting evaluation's).
+  m.add_entry("num_tokens", engine.tokens_seen());
+  return m;
+}
+
+engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const PromptSplit& split,
+                                                   const std::vector<size_t>& round_prompts, const RoundShape& shape) {
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  const int64_t ng = config_.num_generations;
-  const int64_t g = rounds_.generation_batch_size;
+  const int64_t ng = shape.group;
+  const int64_t g = shape.rows;
   const int64_t world = engine.world_size();
   const int64_t local = g / world;
   const int64_t first = engine.rank() * local;
@@ -446,7 +524,7 @@ engine::Trainer::Rollout GroupTrainer::rollout(engine::Engine& engine, const std
   std::vector<const PromptExample*> rows;
   for (int64_t s = first; s < first + local; ++s) {
     slots.push_back(static_cast<size_t>(s));
-    rows.push_back(&prompts_.examples.at(round_prompts.at(static_cast<size_t>(s / ng))));
+    rows.push_back(&split.examples.at(round_prompts.at(static_cast<size_t>(s / ng))));
   }
 
   // --- generate and score this rank's slots ------------------------------
@@ -482,7 +560,10 @@ engine::Trainer::Rollout GroupTrainer::rollout(engine::Engine& engine, const std
   const auto packed = pack_rows(prompt_ids, completions, masked);
 
   // --- log-probs the loss needs later (per micro-batch-sized chunk) -------
-  const int64_t bs = config_.per_device_train_batch_size;
+  // Evaluation keeps none of the generating policy's: it is the policy the
+  // loss runs (a ratio of 1), unless the reward holds the KL.
+  const bool want_old = shape.eval ? reward_includes_kl() : needs_old_logps();
+  const int64_t bs = shape.micro_batch_size;
   auto micro = [&](int64_t m) {
     engine::TensorMap mb;
     const int64_t lo = m * bs, hi = std::min(local, lo + bs);
@@ -495,14 +576,14 @@ engine::Trainer::Rollout GroupTrainer::rollout(engine::Engine& engine, const std
   std::vector<torch::Tensor> old_logps, ref_logps;
   const bool want_ref = config_.beta != 0;
   auto t0 = Clock::now();
-  if (needs_old_logps() || want_ref) {
+  if (want_old || want_ref) {
     torch::NoGradGuard no_grad;
     const bool was_training = engine.training();
     engine.set_training(false);
     for (int64_t m = 0; m < chunks; ++m) {
       auto mb = micro(m);
       for (auto& [k, v] : mb) v = v.to(engine.device());
-      if (needs_old_logps()) old_logps.push_back(completion_logprobs(engine, engine::Role::Policy, mb, false).logps);
+      if (want_old) old_logps.push_back(completion_logprobs(engine, engine::Role::Policy, mb, false).logps);
       if (want_ref) ref_logps.push_back(completion_logprobs(engine, engine::Role::Reference, mb, false).logps);
     }
     engine.set_training(was_training);
@@ -525,7 +606,7 @@ engine::Trainer::Rollout GroupTrainer::rollout(engine::Engine& engine, const std
   const auto rewards_per_func = full.slice(1, 0, f).to(torch::kFloat32);
   std::vector<double> w = config_.reward_weights.value_or(std::vector<double>(static_cast<size_t>(f), 1.0));
   const auto weights = torch::tensor(w, torch::kFloat64).to(torch::kFloat32);
-  const auto adv = advantages(rewards_per_func, weights, seq_kl);
+  const auto adv = advantages(rewards_per_func, weights, seq_kl, ng);
 
   // --- the round's metrics (the same on every rank) -----------------------
   Rollout out;
@@ -550,17 +631,17 @@ engine::Trainer::Rollout GroupTrainer::rollout(engine::Engine& engine, const std
   m.add_entry("reward", nanmean_of(adv.rewards));
   m.add_entry("reward_std", losses::nanstd(adv.rewards.to(torch::kFloat64)).item<double>());
   m.add_entry("frac_reward_zero_std", adv.std_is_zero.to(torch::kFloat64).mean().item<double>());
-  out.tokens = packed.at("attention_mask").sum().item<double>();
+  if (!shape.eval) out.tokens = packed.at("attention_mask").sum().item<double>();
 
   // --- micro-batches --------------------------------------------------------
   const auto local_adv = adv.advantages.slice(0, first, first + local).to(torch::kFloat32);
   const auto items = torch::full({}, loss_tokens, torch::kFloat64);
-  for (int64_t mi = 0; mi < rounds_.steps_per_generation; ++mi) {
+  for (int64_t mi = 0; mi < shape.micro_batches; ++mi) {
     auto mb = micro(mi);
     const int64_t lo = mi * bs, hi = std::min(local, lo + bs);
     mb["advantages"] = local_adv.slice(0, lo, hi);
     mb["round_completion_tokens"] = items;
-    if (needs_old_logps()) mb["old_logps"] = old_logps[static_cast<size_t>(mi)].cpu();
+    if (want_old && !shape.eval) mb["old_logps"] = old_logps[static_cast<size_t>(mi)].cpu();
     if (want_ref) mb["ref_logps"] = ref_logps[static_cast<size_t>(mi)].cpu();
     out.micro_batches.push_back(std::move(mb));
   }

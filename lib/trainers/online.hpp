@@ -57,6 +57,7 @@ struct OnlineRun {
   explicit OnlineRun(TextInputs t) : text(std::move(t)) {}
   TextInputs text;
   PromptSplit prompts;
+  PromptSplit eval_prompts;  // the test split's, when the config evaluates
   std::unique_ptr<engine::Engine> engine;
   int64_t pad_id = 0;
   std::vector<int64_t> eos_ids;  // the tokenizer's, then the model's
@@ -83,6 +84,11 @@ class OnlineTrainer : public engine::Trainer {
   // (parity tests replay a reference's completions): global slot indices ->
   // completion ids, each ending where it ended (an eos included).
   using FixedCompletions = std::function<std::vector<std::vector<int64_t>>(const std::vector<size_t>& slots)>;
+  // The same for evaluation: the test-split prompt index of each row and
+  // its slot in the eval batch (slot s holds completion s % G of its
+  // prompt, G = num_generations_eval) -> completion ids.
+  using FixedEvalCompletions = std::function<std::vector<std::vector<int64_t>>(const std::vector<size_t>& prompts,
+                                                                               const std::vector<size_t>& slots)>;
 
   OnlineTrainer(const OnlineConfig& config, std::string name, PromptSplit prompts, text::Tokenizer tokenizer,
                 std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,
@@ -98,6 +104,10 @@ class OnlineTrainer : public engine::Trainer {
   std::map<std::string, double> run_totals() const override;
 
   void set_fixed_completions(FixedCompletions f) { fixed_ = std::move(f); }
+  void set_fixed_eval_completions(FixedEvalCompletions f) { fixed_eval_ = std::move(f); }
+  // The test split's prompts, evaluated at eval_strategy's steps by a
+  // trainer that evaluates (the group trainers); others refuse them.
+  virtual void set_eval_prompts(PromptSplit prompts);
   // A judge program that ranks pairs (online-dpo), instead of scores.
   void set_judge(std::unique_ptr<rewards::JudgeProgram> judge) { judge_ = std::move(judge); }
   std::vector<std::string> reward_names() const;
@@ -154,12 +164,16 @@ class OnlineTrainer : public engine::Trainer {
   OnlineConfig config_;
   std::string name_;
   PromptSplit prompts_;
+  PromptSplit eval_prompts_;
+  // Set while evaluating: completions come from fixed_eval_ (when set), not fixed_.
+  bool evaluating_ = false;
   text::Tokenizer tokenizer_;
   std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions_;
   int64_t pad_id_;
   std::vector<int64_t> eos_ids_;
   double logprob_temperature_;
   FixedCompletions fixed_;
+  FixedEvalCompletions fixed_eval_;
   std::unique_ptr<rewards::JudgeProgram> judge_;
   double generation_seconds_ = 0, scoring_seconds_ = 0, logprob_seconds_ = 0;
 };
@@ -183,13 +197,24 @@ class GroupTrainer : public OnlineTrainer {
   const OnlineConfig::Rounds& rounds() const { return rounds_; }
   std::string describe() const override;
 
+  // Evaluation as TRL's: the test split in file order, eval batches of
+  // per_device_eval_batch_size x processes completions (num_generations_eval
+  // per prompt), each generated, scored and given advantages as a round is,
+  // then the loss without gradients and with no accumulation. Metrics are
+  // the training ones, one entry per eval batch; the loss averages over the
+  // test split's completions. On several processes a short last batch is
+  // filled up with the first prompts again (their completions count in the
+  // metrics, not in the loss), as accelerate's even batches do.
+  void set_eval_prompts(PromptSplit prompts) override;
+  engine::MetricSums evaluate_rounds(engine::Engine& engine) override;
+
  protected:
   // The round's rewards, gathered: [G, F] (NaN: a function skipped the
   // completion), and, when the round computed them, each completion's summed
   // per-token KL from the reference over its completion tokens [G] (RLOO
-  // folds it into the reward).
+  // folds it into the reward). `group`: completions per prompt.
   virtual losses::Advantages advantages(const torch::Tensor& rewards_per_func, const torch::Tensor& weights,
-                                        const std::optional<torch::Tensor>& sequence_kl) = 0;
+                                        const std::optional<torch::Tensor>& sequence_kl, int64_t group) = 0;
   // Whether the round computes the generating policy's log-probs (the loss
   // needs them when the policy moves between generation and use).
   virtual bool needs_old_logps() const = 0;
@@ -197,7 +222,21 @@ class GroupTrainer : public OnlineTrainer {
   // reference (RLOO), logged then as the round's `kl`.
   virtual bool reward_includes_kl() const { return false; }
 
+  // The shape of a round: training's, or an eval batch's.
+  struct RoundShape {
+    int64_t group;             // completions per prompt
+    int64_t rows;              // completions, all processes
+    int64_t micro_batches;     // per process
+    int64_t micro_batch_size;  // rows
+    bool eval;
+  };
+  // Generates, scores and cuts into micro-batches the round of `split`'s
+  // prompts `round_prompts` (each repeated shape.group times).
+  Rollout build_round(engine::Engine& engine, const PromptSplit& split, const std::vector<size_t>& round_prompts,
+                      const RoundShape& shape);
+
   OnlineConfig::Rounds rounds_;
+  int world_size_;
 };
 
 // A whole run of the online trainer T on config c: set up, train, the
@@ -208,6 +247,7 @@ int run_online(const C& c, const std::string& trainer) {
   T t(c, std::move(r.prompts), std::move(r.text.tokenizer), std::move(r.reward_functions), r.pad_id, r.eos_ids,
       r.engine->world_size());
   if (r.judge) t.set_judge(std::move(r.judge));
+  if (c.eval_strategy != "no") t.set_eval_prompts(std::move(r.eval_prompts));
   log::info("{}: {}", trainer, t.describe());
   return train_to_exit_code(*r.engine, t);
 }

@@ -22,6 +22,9 @@ struct OnlineConfig : config::TrainingConfig {
   std::optional<std::vector<double>> reward_weights;
   // Generation.
   int64_t num_generations = 0;
+  // Completions per prompt when evaluating (the group trainers); null:
+  // num_generations.
+  std::optional<int64_t> num_generations_eval;
   std::optional<int64_t> generation_batch_size;
   std::optional<int64_t> steps_per_generation;
   int64_t max_completion_length = 0;
@@ -116,9 +119,6 @@ void add_sampling_fields(config::SchemaBuilder<C>& b, double temperature) {
       out.conflict({"reward_funcs", "reward_weights"},
                    fmt::format("give one weight per reward function ({} functions{}, {} weights)", functions,
                                c.reward_model_path ? ", reward_model_path first" : "", c.reward_weights->size()));
-    if (c.eval_strategy != "no")
-      out.invalid("eval_strategy", "evaluation of online trainers (generating on the test split) is not built yet; "
-                                   "set eval_strategy: no");
   });
 }
 
@@ -130,6 +130,10 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
   add_sampling_fields(b, 1.0);
   b.group("generation");
   b.field(&O::num_generations, "num_generations", d.num_generations, "Completions sampled per prompt.").min(2);
+  b.field(&O::num_generations_eval, "num_generations_eval", std::nullopt,
+          "Completions sampled per prompt of the test split when evaluating (default num_generations); the global "
+          "eval batch, per_device_eval_batch_size x processes, must hold whole groups of them.")
+      .min(1);
   b.field(&O::generation_batch_size, "generation_batch_size", std::nullopt,
           "Completions generated per generation round, over all processes (default: per-device batch x "
           "processes x steps_per_generation).")

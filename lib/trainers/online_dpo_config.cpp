@@ -67,6 +67,9 @@ const config::Schema& online_dpo_schema() {
                                  "loses prompt tokens from the left, and the completion would leave none",
                                  c.max_completion_length, *c.max_length));
       if (!c.max_length) out.invalid("max_length", "give the longest prompt + completion in tokens (TRL's default: 512)");
+      if (c.eval_strategy != "no")
+        out.invalid("eval_strategy", "evaluation of online-dpo (generating on the test split) is not built yet; set "
+                                     "eval_strategy: no (grpo and rloo evaluate)");
     });
     return s;
   }();

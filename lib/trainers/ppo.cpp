@@ -372,6 +372,7 @@ int run_ppo(const PPOConfig& c) {
   r.engine->set_reward_model(reward);
   const auto eos = r.text.tokenizer.eos_token_id();
   PPOTrainer t(c, std::move(r.prompts), std::move(r.text.tokenizer), r.pad_id, eos, r.engine->world_size());
+  if (c.eval_strategy != "no") t.set_eval_prompts(std::move(r.eval_prompts));  // refused: not built for ppo
   log::info("ppo: {}", t.describe());
   return train_to_exit_code(*r.engine, t);
 }

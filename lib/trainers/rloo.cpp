@@ -12,10 +12,10 @@ RLOOTrainer::RLOOTrainer(const RLOOConfig& config, PromptSplit prompts, text::To
       rloo_(config) {}
 
 losses::Advantages RLOOTrainer::advantages(const torch::Tensor& rewards_per_func, const torch::Tensor& weights,
-                                           const std::optional<torch::Tensor>& sequence_kl) {
+                                           const std::optional<torch::Tensor>& sequence_kl, int64_t group) {
   std::optional<std::pair<double, double>> clip;
   if (rloo_.reward_clip_range) clip = std::make_pair((*rloo_.reward_clip_range)[0], (*rloo_.reward_clip_range)[1]);
-  return losses::rloo_advantages(rewards_per_func, weights, config_.num_generations, clip, sequence_kl, config_.beta,
+  return losses::rloo_advantages(rewards_per_func, weights, group, clip, sequence_kl, config_.beta,
                                  rloo_.normalize_advantages);
 }
 
@@ -30,7 +30,8 @@ engine::LossOutput RLOOTrainer::loss(engine::Engine& engine, const engine::Tenso
   const auto adv = batch.at("advantages").to(dev, lp.logps.scalar_type());
   // The whole completion's log-prob against the generating policy's.
   const auto logps = (lp.logps * mask).sum(1);
-  const auto old = (batch.at("old_logps").to(dev) * mask).sum(1);
+  // Evaluation keeps no generating policy's log-probs: the ratio is 1.
+  const auto old = batch.count("old_logps") ? (batch.at("old_logps").to(dev) * mask).sum(1) : logps.detach();
   const auto ratio = torch::exp(logps - old);
   const double lo = config_.epsilon, hi = config_.epsilon_high.value_or(config_.epsilon);
   const auto clipped = torch::clamp(ratio, 1 - lo, 1 + hi);

@@ -18,7 +18,7 @@ class RLOOTrainer : public GroupTrainer {
 
  protected:
   losses::Advantages advantages(const torch::Tensor& rewards_per_func, const torch::Tensor& weights,
-                                const std::optional<torch::Tensor>& sequence_kl) override;
+                                const std::optional<torch::Tensor>& sequence_kl, int64_t group) override;
   bool needs_old_logps() const override { return true; }
   bool reward_includes_kl() const override { return config_.beta != 0; }
 

@@ -28,6 +28,28 @@ check "[ $? = 0 ]" || cat "$TMP/o"
 values loss "$TMP/g/metrics.jsonl" >"$TMP/loss_resumed"
 check "[ \"\$(largest_difference '$TMP/loss_resumed' '$TMP/loss_full')\" = 0 ]"
 
+# Evaluation on the test split at eval_steps: an eval_* row under TRL's
+# names after each step; one completion per prompt gives the held-out reward
+# (no spread within a group, so no advantage and a zero loss).
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 2 --save_strategy no --output_dir "$TMP/e" \
+  --eval_strategy steps --eval_steps 1 --per_device_eval_batch_size 4 --num_generations_eval 1 \
+  --reward_funcs "$program" >"$TMP/o" 2>&1
+check "[ $? = 0 ] && grep -q 'step 2: eval_loss=-\?0  eval_reward=' '$TMP/o'" || cat "$TMP/o"
+check "[ \"\$(values eval_reward '$TMP/e/metrics.jsonl' | wc -l)\" = 2 ]"
+check "[ \"\$(values eval_frac_reward_zero_std '$TMP/e/metrics.jsonl' | sort -u)\" = 1.0 ]"
+check "[ \"\$(values eval_completions/mean_length '$TMP/e/metrics.jsonl' | wc -l)\" = 2 ]"
+# Evaluating samples from seeds of its own: training samples and trains as
+# it does without evaluation.
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 2 --save_strategy no --output_dir "$TMP/ne" \
+  --reward_funcs "$program" >"$TMP/o" 2>&1
+check "[ $? = 0 ]" || cat "$TMP/o"
+values loss "$TMP/e/metrics.jsonl" >"$TMP/eloss"
+values loss "$TMP/ne/metrics.jsonl" >"$TMP/neloss"
+check "[ \"\$(largest_difference '$TMP/eloss' '$TMP/neloss')\" = 0 ]"
+values completions/mean_length "$TMP/e/metrics.jsonl" >"$TMP/elen"
+values completions/mean_length "$TMP/ne/metrics.jsonl" >"$TMP/nelen"
+check "[ \"\$(largest_difference '$TMP/elen' '$TMP/nelen')\" = 0 ]"
+
 # num_iterations 2: a round spans two steps, so checkpoint-1 is saved in the
 # middle of one; resumed there, the run trains on the same completions.
 "$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 3 --save_steps 1 --num_iterations 2 --output_dir "$TMP/i" \
@@ -69,6 +91,8 @@ bad_run "not a built-in reward" "${text[@]}" --reward_funcs no_such_function
 bad_run "reward_funcs is empty" "${text[@]}"
 bad_run "online trainers do not use it" "${text[@]}" --max_length 64 --reward_funcs "$program"
 bad_run "named .length." "${text[@]}" --reward_funcs "$program" "$program"
+bad_run "whole groups of num_generations_eval 2" "${text[@]}" --eval_strategy steps --per_device_eval_batch_size 3 \
+  --reward_funcs "$program"
 # A reward model with its own tokenizer and no chat template cannot score conversations.
 cp -r "$TMP/rm" "$TMP/rm_plain"
 python3 - "$TMP/rm_plain/tokenizer_config.json" <<'PY'

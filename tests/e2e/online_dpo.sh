@@ -66,6 +66,7 @@ bad_run "one weight per reward function" --reward_model_path "$TMP/rm" --reward_
 bad_run "give either the judge or scores" --judge "$judge" --reward_funcs "$program"
 bad_run "no_such_judge" --judge '{"command": "python3 /nonexistent/no_such_judge.py"}'
 bad_run "missing_eos_penalty lowers scores" --judge "$judge" --missing_eos_penalty 1
+bad_run "evaluation of online-dpo" --reward_funcs "$program" --eval_strategy steps
 echo '{"question": "What is 1 plus 2?"}' >"$TMP/noprompt.jsonl"
 bad_run "prompt" --reward_funcs "$program" --dataset_name "$TMP/noprompt.jsonl"
 

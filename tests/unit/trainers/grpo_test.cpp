@@ -33,6 +33,28 @@ TEST_CASE("RLOO: the first 3 steps equal TRL's RLOOTrainer on the same completio
   check_cases("rloo_steps.json", "rloo");
 }
 
+TEST_CASE("GRPO and RLOO: evaluation during training equals TRL's on the same completions", "[grpo][rloo][golden]") {
+  // eval_* rows at eval_steps (the test split in file order, eval batches
+  // of per_device_eval_batch_size, num_generations_eval per prompt, a short
+  // last batch), and training steps unchanged by evaluating.
+  const auto cases = test::read_json(test::data_dir() / "grpo" / "eval_steps.json");
+  REQUIRE(cases.size() >= 4);
+  for (const auto& cs : cases) {
+    const auto trainer = cs.at("kind").get<std::string>();
+    const std::string name = trainer + " " + cs.at("name").get<std::string>();
+    DYNAMIC_SECTION(name) {
+      auto cmp = test::online_comparison(cs);
+      const auto want = test::online_expected_steps(cs);
+      const auto got = test::online_steps(cs, trainer, {});
+      REQUIRE(got.size() == want.size());
+      test::compare_steps(got, want, name, cmp);
+      // Every eval row has the loss, the reward and the completion lengths.
+      CHECK(cmp.checked >= 30 * cs.at("evals").size());
+      std::printf("parity %-32s largest |trlx - TRL| %.3g over %zu values\n", name.c_str(), cmp.worst, cmp.checked);
+    }
+  }
+}
+
 TEST_CASE("Online DPO: the first 3 steps equal TRL's OnlineDPOTrainer on the same completions, every case",
           "[online-dpo][golden]") {
   // 13 values a step; the 4 that TRL sums over padding only in `nopad`.

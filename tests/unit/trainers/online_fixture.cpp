@@ -43,12 +43,13 @@ class LookupReward final : public rewards::RewardFunction {
   std::map<std::vector<int64_t>, std::optional<double>> table_;
 };
 
-// The rows a run logged (the closing runtime row left out), by name.
-StepValues logged_steps(engine::Engine& engine) {
+// The rows a run logged (the closing runtime row left out), by name: the
+// training steps', or with `key` "eval_loss" the evaluations'.
+StepValues logged_steps(engine::Engine& engine, const std::string& key = "loss") {
   StepValues got;
   for (const auto& line : engine::EngineProbe::log_history(engine)) {
     const auto j = nlohmann::json::parse(line);
-    if (!j.contains("loss")) continue;  // the run's closing row (runtime)
+    if (!j.contains(key)) continue;  // the run's closing row (runtime), or the other kind
     std::map<std::string, double> step;
     for (const auto& [k, v] : j.items())
       if (k != "step") step[k] = v.template get<double>();
@@ -70,7 +71,7 @@ C online_config(const config::Schema& schema, const nlohmann::json& cs, const Ru
   set("save_strategy", "no");
   set("output_dir", out.string());
   for (const auto& [k, v] : args.items()) {
-    if (k == "per_device_train_batch_size") continue;
+    if (k == "per_device_train_batch_size" || k == "per_device_eval_batch_size") continue;
     if (v.is_array()) {
       std::vector<std::string> vals;
       for (const auto& x : v) vals.push_back(x.is_string() ? x.template get<std::string>() : x.dump());
@@ -83,6 +84,11 @@ C online_config(const config::Schema& schema, const nlohmann::json& cs, const Ru
   const int64_t global = args.at("per_device_train_batch_size").get<int64_t>() * cs.value("num_processes", 1);
   REQUIRE(global % run.world_size() == 0);
   set("per_device_train_batch_size", std::to_string(global / run.world_size()));
+  if (args.contains("per_device_eval_batch_size")) {
+    const int64_t eval = args.at("per_device_eval_batch_size").get<int64_t>() * cs.value("num_processes", 1);
+    REQUIRE(eval % run.world_size() == 0);
+    set("per_device_eval_batch_size", std::to_string(eval / run.world_size()));
+  }
   // The fixture's reward functions are built by the test, one per name.
   loader.apply_flag("reward_funcs", cs.at("reward_names").get<std::vector<std::string>>());
   for (const auto& [k, v] : run.flags) set(k, v);
@@ -109,13 +115,18 @@ StepValues replay(const config::Schema& schema, const std::string& name, const n
   // The rewards of every completion the fixture has.
   const auto names = cs.at("reward_names").get<std::vector<std::string>>();
   std::vector<std::map<std::vector<int64_t>, std::optional<double>>> tables(names.size());
+  auto add_rewards = [&](const nlohmann::json& slot) {
+    for (size_t k = 0; k < names.size(); ++k) {
+      const auto& r = slot.at("rewards").at(k);
+      tables[k][slot.at("completion_ids").get<std::vector<int64_t>>()] =
+          r.is_null() ? std::nullopt : std::optional<double>(r.get<double>());
+    }
+  };
   for (const auto& round : cs.at("rounds"))
-    for (const auto& slot : round.at("slots"))
-      for (size_t k = 0; k < names.size(); ++k) {
-        const auto& r = slot.at("rewards").at(k);
-        tables[k][slot.at("completion_ids").get<std::vector<int64_t>>()] =
-            r.is_null() ? std::nullopt : std::optional<double>(r.get<double>());
-      }
+    for (const auto& slot : round.at("slots")) add_rewards(slot);
+  const bool evaluates = cs.contains("evals");
+  if (evaluates)
+    for (const auto& e : cs.at("eval_completions")) add_rewards(e);
   std::vector<std::unique_ptr<rewards::RewardFunction>> funcs;
   for (size_t k = 0; k < names.size(); ++k) funcs.push_back(std::make_unique<LookupReward>(names[k], tables[k]));
 
@@ -137,11 +148,38 @@ StepValues replay(const config::Schema& schema, const std::string& name, const n
     ++round;
     return out;
   });
+  std::map<std::pair<size_t, size_t>, std::vector<int64_t>> by_row;  // (test row, k) -> completion
+  if (evaluates) {
+    // The test split, tokenized as TRL did, and the k-th completion of each
+    // prompt in an eval batch.
+    auto eval_prompts = trainers::prepare_prompts(c, name, text::Tokenizer::from_dir(tiny_model()), &tmpl, "test");
+    const auto& want_ids = cs.at("eval_prompt_ids");
+    REQUIRE(eval_prompts.examples.size() == want_ids.size());
+    for (size_t i = 0; i < want_ids.size(); ++i)
+      REQUIRE(eval_prompts.examples[i].prompt_ids == want_ids.at(i).get<std::vector<int64_t>>());
+    trainer.set_eval_prompts(std::move(eval_prompts));
+    for (const auto& e : cs.at("eval_completions"))
+      by_row[{e.at("row").get<size_t>(), e.at("k").get<size_t>()}] = e.at("completion_ids").get<std::vector<int64_t>>();
+    const auto group = static_cast<size_t>(c.num_generations_eval.value_or(c.num_generations));
+    trainer.set_fixed_eval_completions([&, group](const std::vector<size_t>& rows, const std::vector<size_t>& slots) {
+      std::vector<std::vector<int64_t>> out;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const size_t k = slots[i] % group;
+        INFO("test row " << rows[i] << " completion " << k);
+        REQUIRE(by_row.count({rows[i], k}));
+        out.push_back(by_row.at({rows[i], k}));
+      }
+      return out;
+    });
+  }
   engine.train(trainer);
   StepValues got = logged_steps(engine);
   // TRL logs num_tokens only at steps that generate; trlx at every step.
   for (size_t k = 0; k < got.size() && k < cs.at("steps").size(); ++k)
     if (!cs.at("steps").at(k).contains("num_tokens")) got[k].erase("num_tokens");
+  // Evaluations follow the steps (online_expected_steps appends TRL's).
+  if (evaluates)
+    for (auto& row : logged_steps(engine, "eval_loss")) got.push_back(std::move(row));
   return got;
 }
 
@@ -282,6 +320,8 @@ nlohmann::json online_expected_steps(const nlohmann::json& cs) {
   const auto ga = cs.at("args").value("gradient_accumulation_steps", 1);
   if (cs.contains("nopad") && ga > 1)
     for (auto& s : steps) s["grad_norm"] = s.at("grad_norm").get<double>() / ga;
+  if (cs.contains("evals"))
+    for (const auto& e : cs.at("evals")) steps.push_back(e);
   return steps;
 }
 
@@ -299,6 +339,10 @@ Comparison online_comparison(const nlohmann::json& cs) {
   for (const auto& step : cs.at("steps"))
     for (const auto& [k, v] : step.items())
       if (v.is_null()) cmp.ignored.insert(k);
+  if (cs.contains("evals"))
+    for (const auto& e : cs.at("evals"))
+      for (const auto& [k, v] : e.items())
+        if (v.is_null()) cmp.ignored.insert(k);
   return cmp;
 }
 

@@ -158,6 +158,22 @@ TEST_CASE("dist GRPO and RLOO: 2 ranks equal TRL's trainers on 2 processes, ever
   }
 }
 
+TEST_CASE("dist GRPO and RLOO evaluation: 2 ranks equal TRL's on 2 processes, under each strategy",
+          "[dist][grpo][rloo][golden]") {
+  require_two_ranks();
+  // Each rank generates its share of every eval batch; a short last batch
+  // is filled with the first prompts again, counted in the metrics and not
+  // in the loss, as accelerate's even batches are.
+  const auto cases = two_process_fixture(test::data_dir() / "grpo" / "eval_steps_np2.json");
+  if (!cases) return;
+  for (const auto& cs : *cases) {
+    const auto trainer = cs.at("kind").get<std::string>();
+    const std::string name = trainer + " " + cs.at("name").get<std::string>();
+    on_each_strategy(name, [&](const test::Run& run) { return test::online_steps(cs, trainer, run); },
+                     test::online_expected_steps(cs), test::online_comparison(cs));
+  }
+}
+
 TEST_CASE("dist online DPO: 2 ranks equal TRL's OnlineDPOTrainer on 2 processes, every case, under each strategy",
           "[dist][online-dpo][golden]") {
   require_two_ranks();
