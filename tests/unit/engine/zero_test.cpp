@@ -294,7 +294,10 @@ TEST_CASE("a ZeRO run (stages 1-3) resumes exactly with the same world size and 
   auto comm = world();
   for (const std::string preset : {"zero1", "zero2", "zero3"}) {
     DYNAMIC_SECTION(preset) {
-      const fs::path root = fs::temp_directory_path() / ("trlx_zero_resume_" + preset);
+      // dist_zero_np2 and dist_zero_np3 run side by side under ctest -j: each
+      // world size writes (and rank 0 removes) a directory of its own.
+      const fs::path root =
+          fs::temp_directory_path() / fmt::format("trlx_zero_resume_{}_np{}", preset, comm->world_size());
       if (comm->rank() == 0) fs::remove_all(root);
       comm->barrier();
       auto flags = [&](const std::string& out) {
