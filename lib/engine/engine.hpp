@@ -107,6 +107,11 @@ class Trainer {
   // total_episodes) and max_steps is not set; 0: from num_train_epochs.
   virtual int64_t total_steps(int /*world_size*/) const { return 0; }
 
+  // Called on every rank right after the engine logged a training row
+  // (logging_steps) at global step `step`: what a trainer writes or prints
+  // then (the group trainers' completion logs). It must not communicate.
+  virtual void on_log(Engine& /*engine*/, int64_t /*step*/) {}
+
   // Totals a trainer adds to the run's closing metrics row (e.g. seconds
   // spent generating and scoring).
   virtual std::map<std::string, double> run_totals() const { return {}; }
@@ -242,6 +247,8 @@ class Engine {
   const config::TrainingConfig& config() const { return config_; }
   const MemoryPlan& memory_plan() const { return plan_; }
   int64_t global_step() const { return step_; }
+  // Where the run writes its model, checkpoints and logs.
+  const std::filesystem::path& output_dir() const { return output_dir_; }
   // Input tokens the run has trained on so far, over all ranks (num_tokens).
   double tokens_seen() const { return tokens_seen_; }
   // The learning rate of the current step (the one global_step() counts up

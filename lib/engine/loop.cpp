@@ -540,6 +540,7 @@ RunSummary Engine::train(Trainer& trainer) {
       if (tty) std::cerr << "\r\033[K";
       log::info("step {}/{}  {}epoch={:.2f}  {:.2f} it/s  ETA {}", step_, schedule_.total_steps, line, epoch_f, rate,
                 duration(eta));
+      trainer.on_log(*this, step_);
       window = {};
       window_loss = 0;
       window_steps = 0;

@@ -1,17 +1,22 @@
 #include "trainers/online.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
+#include <random>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "io/atomic_write.hpp"
 #include "rewards/builtin.hpp"
 #include "rewards/program.hpp"
 #include "text/data/dataset.hpp"
+#include "text/data/table_file.hpp"
 #include "text/tokenizer/parallel.hpp"
 #include "trainers/reward_model_function.hpp"
 
@@ -238,7 +243,13 @@ GroupTrainer::GroupTrainer(const OnlineConfig& config, std::string name, PromptS
     : OnlineTrainer(config, std::move(name), std::move(prompts), std::move(tokenizer), std::move(reward_functions),
                     pad_id, std::move(eos_ids)),
       rounds_(config.rounds(world_size)),
-      world_size_(world_size) {}
+      world_size_(world_size) {
+  if (config_.log_completions && !data::parquet_writer_built())
+    fail_input("{}: log_completions writes Parquet files, and this trlx was built without Apache Arrow; rebuild it "
+               "with scripts/setup.sh (it installs pyarrow, whose Arrow libraries trlx uses) or set log_completions: "
+               "false",
+               name_);
+}
 
 size_t OnlineTrainer::num_examples(const std::string& split) const {
   if (split == "train") return prompts_.examples.size();
@@ -607,6 +618,9 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   std::vector<double> w = config_.reward_weights.value_or(std::vector<double>(static_cast<size_t>(f), 1.0));
   const auto weights = torch::tensor(w, torch::kFloat64).to(torch::kFloat32);
   const auto adv = advantages(rewards_per_func, weights, seq_kl, ng);
+  if (config_.log_completions && !shape.eval)
+    keep_round_log(engine, split, round_prompts, ng, completions, first, full.select(1, c_len), rewards_per_func,
+                   adv.advantages);
 
   // --- the round's metrics (the same on every rank) -----------------------
   Rollout out;
@@ -646,6 +660,125 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
     out.micro_batches.push_back(std::move(mb));
   }
   return out;
+}
+
+void GroupTrainer::keep_round_log(engine::Engine& engine, const PromptSplit& split,
+                                  const std::vector<size_t>& round_prompts, int64_t group,
+                                  const std::vector<std::vector<int64_t>>& completions, int64_t first,
+                                  const torch::Tensor& lengths, const torch::Tensor& rewards,
+                                  const torch::Tensor& advantages) {
+  // Every slot's completion ids, end to end, in one sum over ranks: each
+  // rank writes its own slots' ids (token ids are exact as doubles).
+  const auto len = lengths.to(torch::kInt64).contiguous();
+  const int64_t g = len.numel();
+  std::vector<size_t> offset(static_cast<size_t>(g) + 1, 0);
+  for (int64_t s = 0; s < g; ++s)
+    offset[static_cast<size_t>(s) + 1] = offset[static_cast<size_t>(s)] + static_cast<size_t>(len[s].item<int64_t>());
+  std::vector<double> ids(offset.back(), 0.0);
+  for (size_t i = 0; i < completions.size(); ++i) {
+    const size_t at = offset[static_cast<size_t>(first) + i];
+    for (size_t t = 0; t < completions[i].size(); ++t) ids[at + t] = static_cast<double>(completions[i][t]);
+  }
+  engine.sum_across_ranks(ids);
+  if (engine.rank() != 0) return;
+  RoundLog log;
+  for (int64_t s = 0; s < g; ++s) {
+    const auto u = static_cast<size_t>(s);
+    log.prompts.push_back(split.examples.at(round_prompts.at(static_cast<size_t>(s / group))).prompt);
+    std::vector<int32_t> slot_ids;
+    for (size_t t = offset[u]; t < offset[u + 1]; ++t) slot_ids.push_back(static_cast<int32_t>(ids[t]));
+    log.completions.push_back(tokenizer_.decode(slot_ids, /*skip_special_tokens=*/true));
+  }
+  log.rewards = rewards.to(torch::kFloat32).contiguous();
+  log.advantages = advantages.to(torch::kFloat32).contiguous();
+  round_log_ = std::move(log);
+}
+
+namespace {
+
+// A string as a JSON string literal: control characters and quotes visible.
+std::string quoted(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// A prompt or completion for the printed sample: text quoted, a
+// conversation as "ROLE: content" per message.
+std::string printable(const nlohmann::ordered_json& v) {
+  if (v.is_string()) return quoted(v.get<std::string>());
+  if (!v.is_array()) return v.dump();
+  std::string out;
+  for (const auto& m : v) {
+    if (!out.empty()) out += "  ";
+    const auto role = m.is_object() && m.contains("role") && m.at("role").is_string()
+                          ? m.at("role").get<std::string>() : std::string("?");
+    std::string upper = role;
+    std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+    const auto& content = m.is_object() && m.contains("content") ? m.at("content") : nlohmann::ordered_json();
+    out += upper + ": " + (content.is_string() ? quoted(content.get<std::string>()) : content.dump());
+  }
+  return out;
+}
+
+}  // namespace
+
+void GroupTrainer::on_log(engine::Engine& engine, int64_t step) {
+  if (!config_.log_completions || engine.rank() != 0 || !round_log_) return;
+  const auto& r = *round_log_;
+  const size_t n = r.completions.size();
+  using Kind = data::TableColumn::Kind;
+  const bool chat = prompts_.conversational;
+  std::vector<data::TableColumn> table;
+  table.push_back({"step", Kind::Int64, std::vector<data::Value>(n, step)});
+  table.push_back({"prompt", chat ? Kind::Messages : Kind::Text, {}});
+  table.push_back({"completion", chat ? Kind::Messages : Kind::Text, {}});
+  for (size_t i = 0; i < n; ++i) {
+    table[1].values.push_back(r.prompts[i]);
+    if (chat) {
+      data::Value message = data::Value::object();
+      message["role"] = "assistant";
+      message["content"] = r.completions[i];
+      data::Value messages = data::Value::array();
+      messages.push_back(std::move(message));
+      table[2].values.push_back(std::move(messages));
+    } else {
+      table[2].values.push_back(r.completions[i]);
+    }
+  }
+  const auto names = reward_names();
+  const auto* rw = r.rewards.data_ptr<float>();
+  for (size_t k = 0; k < names.size(); ++k) {
+    data::TableColumn c{names[k], Kind::Double, {}};
+    for (size_t i = 0; i < n; ++i) c.values.push_back(static_cast<double>(rw[i * names.size() + k]));
+    table.push_back(std::move(c));
+  }
+  data::TableColumn adv{"advantage", Kind::Double, {}};
+  const auto* av = r.advantages.data_ptr<float>();
+  for (size_t i = 0; i < n; ++i) adv.values.push_back(static_cast<double>(av[i]));
+  table.push_back(std::move(adv));
+  const auto dir = engine.output_dir() / "completions";
+  const auto file = dir / fmt::format("completions_{:05d}.parquet", step);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail("{}: cannot create the completions folder: {}", dir.string(), ec.message());
+  io::write_file_atomic(file, data::parquet_file_bytes(table));
+
+  // A random sample of the rows, printed in slot order (null: all of them).
+  const size_t shown = std::min<size_t>(n, static_cast<size_t>(config_.num_completions_to_print.value_or(
+                                               static_cast<int64_t>(n))));
+  if (shown == 0) return;
+  std::vector<size_t> all(n), picked;
+  for (size_t i = 0; i < n; ++i) all[i] = i;
+  std::mt19937_64 gen(static_cast<uint64_t>(config_.seed) * 1000003u + static_cast<uint64_t>(step));
+  std::sample(all.begin(), all.end(), std::back_inserter(picked), shown, gen);
+  std::string out = fmt::format("completions at step {} ({} of {}; all of them in {}):", step, shown, n,
+                                file.string());
+  for (size_t i : picked) {
+    out += fmt::format("\n  [{}] prompt     {}\n      completion {}\n     ", i, printable(r.prompts[i]),
+                       printable(table[2].values[i]));
+    for (size_t k = 0; k < names.size(); ++k) out += fmt::format(" {} {:.2f}", names[k], rw[i * names.size() + k]);
+    out += fmt::format("  advantage {:.2f}", av[i]);
+  }
+  log::info("{}", out);
 }
 
 std::vector<std::string> OnlineTrainer::reward_names() const {

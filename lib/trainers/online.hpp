@@ -208,6 +208,14 @@ class GroupTrainer : public OnlineTrainer {
   void set_eval_prompts(PromptSplit prompts) override;
   engine::MetricSums evaluate_rounds(engine::Engine& engine) override;
 
+  // With log_completions, on rank 0: the last training round as
+  // output_dir/completions/completions_<step:05d>.parquet (one row per
+  // completion of every process, in slot order: step, prompt as the dataset
+  // gives it, completion text, each reward function's score, advantage),
+  // written whole or not at all, and num_completions_to_print of its rows
+  // printed. Evaluation's completions are not written.
+  void on_log(engine::Engine& engine, int64_t step) override;
+
  protected:
   // The round's rewards, gathered: [G, F] (NaN: a function skipped the
   // completion), and, when the round computed them, each completion's summed
@@ -237,6 +245,23 @@ class GroupTrainer : public OnlineTrainer {
 
   OnlineConfig::Rounds rounds_;
   int world_size_;
+
+ private:
+  // The last training round, kept on rank 0 for on_log: each slot's prompt
+  // (as the dataset gives it) and decoded completion, the rewards [G, F]
+  // and advantages [G] (float32, as the loss saw them).
+  struct RoundLog {
+    std::vector<nlohmann::ordered_json> prompts;
+    std::vector<std::string> completions;
+    torch::Tensor rewards;
+    torch::Tensor advantages;
+  };
+  // Gathers the round's completions (every rank joins) and keeps the log on
+  // rank 0. `lengths`: each slot's completion length, gathered.
+  void keep_round_log(engine::Engine& engine, const PromptSplit& split, const std::vector<size_t>& round_prompts,
+                      int64_t group, const std::vector<std::vector<int64_t>>& completions, int64_t first,
+                      const torch::Tensor& lengths, const torch::Tensor& rewards, const torch::Tensor& advantages);
+  std::optional<RoundLog> round_log_;
 };
 
 // A whole run of the online trainer T on config c: set up, train, the

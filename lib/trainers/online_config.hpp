@@ -48,6 +48,10 @@ struct OnlineConfig : config::TrainingConfig {
   int64_t ref_model_sync_steps = 0;
   std::optional<std::string> ref_model;
   bool log_completions = false;
+  // Completions printed at each logging step with log_completions (a random
+  // sample); null: all of the round's.
+  std::optional<int64_t> num_completions_to_print;
+  bool log_unique_prompts = false;
   // Not a field: whether plain-text prompts get the tokenizer's special
   // tokens (a BOS), as each trainer's reference tokenizes them.
   bool prompt_special_tokens = true;
@@ -146,8 +150,18 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
           "Longer prompts keep their last max_prompt_length tokens; null keeps them whole.")
       .min(1);
   b.field(&O::shuffle_dataset, "shuffle_dataset", true, "Visit prompts in a seeded random order (else file order).");
-  b.field(&O::log_completions, "log_completions", false, "Print a table of sampled completions at logging steps.")
-      .not_built("completions are not printed yet");
+  b.field(&O::log_completions, "log_completions", false,
+          "At each logging step, write the last generation round (step, prompt, completion, each reward, advantage; "
+          "every process's completions) to output_dir/completions/completions_<step>.parquet and print "
+          "num_completions_to_print of them.");
+  b.field(&O::num_completions_to_print, "num_completions_to_print", std::nullopt,
+          "With log_completions: how many of the round's completions to print, picked at random (null: all; 0: "
+          "none).")
+      .min(0);
+  b.field(&O::log_unique_prompts, "log_unique_prompts", false,
+          "Keep one completion per prompt in the wandb/trackio completions table.")
+      .not_built("it filters only the wandb/trackio table, which trlx does not log; the completions files hold "
+                 "every row");
   b.group("update");
   b.field(&O::beta, "beta", d.beta, "KL coefficient towards the reference model; 0 loads no reference.").min(0);
   b.field(&O::epsilon, "epsilon", 0.2, "Clipping range of the importance ratio.").min(0);
@@ -167,6 +181,10 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
                    fmt::format("a round holds whole groups: generation_batch_size ({}) must be a multiple of "
                                "num_generations ({})",
                                *c.generation_batch_size, c.num_generations));
+    if (c.num_completions_to_print && !c.log_completions)
+      out.conflict({"num_completions_to_print", "log_completions"},
+                   "completions are printed only with log_completions: true; set it or remove "
+                   "num_completions_to_print");
     if (c.sync_ref_model && c.beta == 0)
       out.conflict({"sync_ref_model", "beta"}, "with beta 0 there is no reference to sync; set beta > 0");
     if (c.sync_ref_model && c.use_peft && !c.ref_model)

@@ -31,10 +31,17 @@ check "[ \"\$(largest_difference '$TMP/loss_resumed' '$TMP/loss_full')\" = 0 ]"
 # Evaluation on the test split at eval_steps: an eval_* row under TRL's
 # names after each step; one completion per prompt gives the held-out reward
 # (no spread within a group, so no advantage and a zero loss).
+# The same run logs its completions (log_completions): a Parquet file per
+# logging step with the round's 4 completions, one of them printed.
 "$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 2 --save_strategy no --output_dir "$TMP/e" \
   --eval_strategy steps --eval_steps 1 --per_device_eval_batch_size 4 --num_generations_eval 1 \
-  --reward_funcs "$program" >"$TMP/o" 2>&1
+  --log_completions true --num_completions_to_print 1 --reward_funcs "$program" >"$TMP/o" 2>&1
 check "[ $? = 0 ] && grep -q 'step 2: eval_loss=-\?0  eval_reward=' '$TMP/o'" || cat "$TMP/o"
+check "grep -q 'completions at step 2 (1 of 4' '$TMP/o' && grep -q '^ *length -\\?[0-9.]*  advantage -\\?[0-9.]*$' '$TMP/o'" || cat "$TMP/o"
+check "[ \"\$(ls '$TMP/e/completions')\" = \"\$(printf 'completions_00001.parquet\\ncompletions_00002.parquet')\" ]"
+check "python3 -c \"import pyarrow.parquet as pq; t = pq.read_table('$TMP/e/completions/completions_00002.parquet'); \
+assert t.column_names == ['step', 'prompt', 'completion', 'length', 'advantage'], t.column_names; \
+assert t.num_rows == 4 and set(t.column('step').to_pylist()) == {2}\""
 check "[ \"\$(values eval_reward '$TMP/e/metrics.jsonl' | wc -l)\" = 2 ]"
 check "[ \"\$(values eval_frac_reward_zero_std '$TMP/e/metrics.jsonl' | sort -u)\" = 1.0 ]"
 check "[ \"\$(values eval_completions/mean_length '$TMP/e/metrics.jsonl' | wc -l)\" = 2 ]"
@@ -91,6 +98,7 @@ bad_run "not a built-in reward" "${text[@]}" --reward_funcs no_such_function
 bad_run "reward_funcs is empty" "${text[@]}"
 bad_run "online trainers do not use it" "${text[@]}" --max_length 64 --reward_funcs "$program"
 bad_run "named .length." "${text[@]}" --reward_funcs "$program" "$program"
+bad_run "printed only with log_completions" "${text[@]}" --num_completions_to_print 2 --reward_funcs "$program"
 bad_run "whole groups of num_generations_eval 2" "${text[@]}" --eval_strategy steps --per_device_eval_batch_size 3 \
   --reward_funcs "$program"
 # A reward model with its own tokenizer and no chat template cannot score conversations.

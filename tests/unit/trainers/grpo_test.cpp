@@ -55,6 +55,29 @@ TEST_CASE("GRPO and RLOO: evaluation during training equals TRL's on the same co
   }
 }
 
+TEST_CASE("GRPO and RLOO: log_completions writes each logging step's round as TRL's GRPOTrainer writes it",
+          "[grpo][rloo][golden]") {
+  // output_dir/completions/completions_<step>.parquet at every logging step:
+  // the last generation round (a step that generates none repeats it under
+  // its own step), TRL's columns and types, the prompt as the dataset gives
+  // it, the completion decoded without special tokens, null for a skipped
+  // reward. TRL's RLOOTrainer builds the same table and writes no file; trlx
+  // writes it for both. Training is the same as without logging.
+  const auto cases = test::read_json(test::data_dir() / "grpo" / "completions_log.json");
+  REQUIRE(cases.size() >= 4);
+  for (const auto& cs : cases) {
+    const auto trainer = cs.at("kind").get<std::string>();
+    const std::string name = trainer + " " + cs.at("name").get<std::string>();
+    DYNAMIC_SECTION(name) {
+      test::TempDir out("trlx_completions");
+      auto cmp = test::online_comparison(cs);
+      const auto got = test::online_steps(cs, trainer, {nullptr, {}, out.path});
+      test::compare_steps(got, test::online_expected_steps(cs), name, cmp);
+      test::check_completion_logs(cs, out.path);
+    }
+  }
+}
+
 TEST_CASE("Online DPO: the first 3 steps equal TRL's OnlineDPOTrainer on the same completions, every case",
           "[online-dpo][golden]") {
   // 13 values a step; the 4 that TRL sums over padding only in `nopad`.

@@ -3,9 +3,13 @@
 
 #include "online_fixture.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "config/loader.hpp"
+#include "text/data/columnar.hpp"
+#include "text/data/table_file.hpp"
 #include "model/loading.hpp"
 #include "support.hpp"
 #include "text/template/chat_template.hpp"
@@ -101,7 +105,7 @@ template <class C, class T>
 StepValues replay(const config::Schema& schema, const std::string& name, const nlohmann::json& cs, const Run& run) {
   TempDir out("trlx_online");
   // Every rank writes into its own directory (rank 0's is the one used).
-  const C c = online_config<C>(schema, cs, run, out.path);
+  const C c = online_config<C>(schema, cs, run, run.output_dir.empty() ? out.path : run.output_dir);
   auto tok = text::Tokenizer::from_dir(tiny_model());
   text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
   auto prompts = trainers::prepare_prompts(c, name, tok, &tmpl, "train");
@@ -344,6 +348,52 @@ Comparison online_comparison(const nlohmann::json& cs) {
       for (const auto& [k, v] : e.items())
         if (v.is_null()) cmp.ignored.insert(k);
   return cmp;
+}
+
+void check_completion_logs(const nlohmann::json& cs, const fs::path& out) {
+  const bool grpo = cs.at("kind") == "grpo";
+  // What TRL wrote (GRPO) or built and wrote nowhere (RLOO): trlx writes both.
+  std::vector<std::pair<std::string, nlohmann::json>> want;  // file, rows
+  if (grpo) {
+    for (const auto& f : cs.at("completions_files")) want.emplace_back(f.at("file"), f.at("rows"));
+  } else {
+    for (const auto& t : cs.at("unwritten_tables"))
+      want.emplace_back(fmt::format("completions_{:05d}.parquet", t.at("step").get<int64_t>()), t.at("rows"));
+  }
+  REQUIRE(want.size() == cs.at("steps").size());
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(out / "completions")) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> want_files;
+  for (const auto& [f, _] : want) want_files.push_back(f);
+  CHECK(files == want_files);  // one file per logging step, nothing half-written beside them
+  for (const auto& [file, rows] : want) {
+    INFO(cs.at("name").get<std::string>() << " " << file);
+    const auto path = out / "completions" / file;
+    REQUIRE(fs::exists(path));
+    if (grpo) CHECK(data::parquet_schema_text(path) == cs.at("completions_files").at(0).at("schema").get<std::string>());
+    std::vector<nlohmann::ordered_json> got;
+    data::detail::read_parquet(path, [&](data::Row&& r) { got.push_back(std::move(r.value)); });
+    REQUIRE(got.size() == rows.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("row " << i);
+      const auto& w = rows.at(i);
+      REQUIRE(got[i].size() == w.size());
+      for (const auto& [k, v] : w.items()) {
+        INFO("column " << k);
+        REQUIRE(got[i].contains(k));
+        const auto& g = got[i].at(k);
+        // The advantages are trlx's own float32 values; the rest is copied.
+        if (k == "advantage") {
+          REQUIRE(g.is_number());
+          CHECK(std::abs(g.get<double>() - v.get<double>()) <= 1e-6);
+        } else {
+          // (Key order inside messages is the schema's, checked above.)
+          CHECK(nlohmann::json(g).dump() == nlohmann::json(v).dump());
+        }
+      }
+    }
+  }
 }
 
 }  // namespace trlx::test

@@ -43,4 +43,10 @@ nlohmann::json online_expected_steps(const nlohmann::json& fixture_case);
 // counts repeated sampler batches), and values TRL logged as null.
 Comparison online_comparison(const nlohmann::json& fixture_case);
 
+// Checks the completions files a replay of a completions_log.json case
+// (log_completions) left in `output_dir`: one per logging step, named by
+// it, with TRL's schema and every row TRL wrote (GRPO), or the table TRL
+// builds and writes nowhere (RLOO).
+void check_completion_logs(const nlohmann::json& fixture_case, const std::filesystem::path& output_dir);
+
 }  // namespace trlx::test

@@ -26,10 +26,12 @@ nlohmann::json read_json(const std::filesystem::path& path);
 
 // How a replay runs: the communicator (null: the launcher's, i.e. one process
 // in the unit tests) and flags on top of the fixture's configuration (e.g.
-// accelerate_config).
+// accelerate_config), and where the online replays write (empty: a
+// temporary directory of their own, removed after the run).
 struct Run {
   std::shared_ptr<dist::Communicator> comm;
   Flags flags;
+  std::filesystem::path output_dir;
   int world_size() const { return comm ? comm->world_size() : 1; }
 };
 

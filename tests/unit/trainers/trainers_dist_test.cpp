@@ -97,6 +97,19 @@ std::optional<nlohmann::json> two_process_fixture(const fs::path& path) {
   return j;
 }
 
+// Every case of a 2-process online fixture (tests/data/<file>) replayed under
+// each strategy; `trainer` empty: each case's "kind".
+void online_cases_on_each_strategy(const std::string& file, const std::string& trainer) {
+  const auto cases = two_process_fixture(test::data_dir() / file);
+  if (!cases) return;
+  for (const auto& cs : *cases) {
+    const auto t = trainer.empty() ? cs.at("kind").get<std::string>() : trainer;
+    const std::string name = t + " " + cs.at("name").get<std::string>();
+    on_each_strategy(name, [&](const test::Run& run) { return test::online_steps(cs, t, run); },
+                     test::online_expected_steps(cs), test::online_comparison(cs));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("dist DPO: 2 ranks x 2 pairs equal TRL's DPOTrainer on 4 pairs, every loss case", "[dist][dpo][golden]") {
@@ -146,16 +159,8 @@ TEST_CASE("dist GRPO and RLOO: 2 ranks equal TRL's trainers on 2 processes, ever
   // Each rank generates and scores its own slots of a round; the group
   // statistics come from every rank's rewards (TRL gathers them), so the
   // numbers are TRL's whichever rank holds which completion.
-  for (const auto& [file, trainer] : std::vector<std::pair<std::string, std::string>>{
-           {"steps_np2.json", "grpo"}, {"rloo_steps_np2.json", "rloo"}}) {
-    const auto cases = two_process_fixture(test::data_dir() / "grpo" / file);
-    if (!cases) continue;
-    for (const auto& cs : *cases) {
-      const std::string name = trainer + " " + cs.at("name").get<std::string>();
-      on_each_strategy(name, [&](const test::Run& run) { return test::online_steps(cs, trainer, run); },
-                       cs.at("steps"), test::online_comparison(cs));
-    }
-  }
+  online_cases_on_each_strategy("grpo/steps_np2.json", "grpo");
+  online_cases_on_each_strategy("grpo/rloo_steps_np2.json", "rloo");
 }
 
 TEST_CASE("dist GRPO and RLOO evaluation: 2 ranks equal TRL's on 2 processes, under each strategy",
@@ -164,13 +169,22 @@ TEST_CASE("dist GRPO and RLOO evaluation: 2 ranks equal TRL's on 2 processes, un
   // Each rank generates its share of every eval batch; a short last batch
   // is filled with the first prompts again, counted in the metrics and not
   // in the loss, as accelerate's even batches are.
-  const auto cases = two_process_fixture(test::data_dir() / "grpo" / "eval_steps_np2.json");
-  if (!cases) return;
-  for (const auto& cs : *cases) {
-    const auto trainer = cs.at("kind").get<std::string>();
-    const std::string name = trainer + " " + cs.at("name").get<std::string>();
-    on_each_strategy(name, [&](const test::Run& run) { return test::online_steps(cs, trainer, run); },
-                     test::online_expected_steps(cs), test::online_comparison(cs));
+  online_cases_on_each_strategy("grpo/eval_steps_np2.json", "");
+}
+
+TEST_CASE("dist GRPO and RLOO log_completions: rank 0 writes every rank's completions as one process does",
+          "[dist][grpo][rloo][golden]") {
+  require_two_ranks();
+  // The single-process fixture's rounds, each rank generating half of the
+  // slots: the files hold the whole round in slot order, as TRL's.
+  const auto cases = test::read_json(test::data_dir() / "grpo" / "completions_log.json");
+  for (const auto& cs : cases) {
+    DYNAMIC_SECTION(cs.at("name").get<std::string>()) {
+      test::TempDir out("trlx_completions_dist");
+      test::online_steps(cs, cs.at("kind").get<std::string>(), {world(), {{"accelerate_config", "zero3"}}, out.path});
+      if (world()->rank() == 0) test::check_completion_logs(cs, out.path);
+      else CHECK(!fs::exists(out.path / "completions"));
+    }
   }
 }
 
@@ -179,13 +193,7 @@ TEST_CASE("dist online DPO: 2 ranks equal TRL's OnlineDPOTrainer on 2 processes,
   require_two_ranks();
   // Each rank samples and ranks its own prompts' pairs; the loss and the
   // metrics are means over every rank's pairs.
-  const auto cases = two_process_fixture(test::data_dir() / "online_dpo" / "steps_np2.json");
-  if (!cases) return;
-  for (const auto& cs : *cases) {
-    const std::string name = "online-dpo " + cs.at("name").get<std::string>();
-    on_each_strategy(name, [&](const test::Run& run) { return test::online_steps(cs, "online-dpo", run); },
-                     test::online_expected_steps(cs), test::online_comparison(cs));
-  }
+  online_cases_on_each_strategy("online_dpo/steps_np2.json", "online-dpo");
 }
 
 TEST_CASE("dist PPO: 2 ranks equal TRL's PPOTrainer on 2 processes, every case, under each strategy",
