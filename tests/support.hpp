@@ -11,12 +11,15 @@
 
 namespace trlx::test {
 
+// The checkout the tests were built from (tests/support.cpp).
+std::filesystem::path source_dir();
+
 // The project's own committed test data (tests/data).
-inline std::filesystem::path data_dir() { return TRLX_TEST_DATA; }
+inline std::filesystem::path data_dir() { return source_dir() / "tests" / "data"; }
 
 // The committed tiny model (examples/tiny-model) the model and trainer tests
 // load.
-inline std::filesystem::path tiny_model() { return std::filesystem::path(TRLX_SOURCE_DIR) / "examples" / "tiny-model"; }
+inline std::filesystem::path tiny_model() { return source_dir() / "examples" / "tiny-model"; }
 
 // The workplace's shared fixtures (real tokenizer files, ...). Passed in by the
 // test command as TRLX_SHARED_DIR; a user's clone has none, and tests that need

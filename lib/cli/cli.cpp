@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
+#include "core/version.hpp"
 #include "dist/env/launcher_env.hpp"
 #include "trainers/registry.hpp"
 
@@ -48,22 +49,9 @@ int run_tokenize_cmd(const std::string&, std::vector<std::string> args) { return
 int run_render_template_cmd(const std::string&, std::vector<std::string> args) { return run_render_template(std::move(args)); }
 int run_merge_lora_cmd(const std::string&, std::vector<std::string> args) { return run_merge_lora(std::move(args)); }
 
-std::string trainer_summary(const trainers::TrainerEntry& t) {
-  std::string s = t.schema().summary();
-  if (!t.trains) s += " [config checks only; training not built yet]";
-  return s;
-}
-
-std::vector<std::string> built_trainer_names() {
-  std::vector<std::string> out;
-  for (const auto& t : trainers::trainer_table())
-    if (t.trains) out.push_back(t.name);
-  return out;
-}
-
 std::vector<Command> command_table() {
   std::vector<Command> cmds;
-  for (const auto& t : trainers::trainer_table()) cmds.push_back({t.name, trainer_summary(t), &run_trainer});
+  for (const auto& t : trainers::trainer_table()) cmds.push_back({t.name, t.schema().summary(), &run_trainer});
   cmds.push_back({"validate", "Check a config (and its accelerate config) without running anything", &run_validate});
   cmds.push_back({"preview", "Show what a trainer will train on: rendered examples, token counts, loss tokens marked", &run_preview});
   cmds.push_back({"print-config", "Print the fully resolved config as YAML, with where each value came from", &run_print_config});
@@ -79,7 +67,7 @@ std::vector<Command> command_table() {
   return cmds;
 }
 
-std::string version_line() { return fmt::format("trlx {}", TRLX_VERSION); }
+std::string version_line() { return fmt::format("trlx {}", version()); }
 
 void print_top_help() {
   std::cout << version_line() << " - post-train language models: SFT, preference and RL trainers\n\n"
@@ -282,10 +270,6 @@ int run_trainer(const std::string& name, std::vector<std::string> args) {
   int rc = 0;
   auto run = resolve_run(trainer, name, std::move(args), &rc, config::HubMode::Fetch);
   if (!run) return rc;
-  if (!trainer.trains)
-    throw Error(fmt::format("the {} trainer is not built yet in trlx {}: its config is checked "
-                            "(`trlx validate {} --config FILE`) but it cannot train",
-                            name, TRLX_VERSION, name));
   return run->resolved->run();
 }
 
@@ -349,9 +333,13 @@ int run_preview(const std::string& cmd, std::vector<std::string> args) {
   auto run = resolve_for_tool(cmd, rest, &rc, &accel, std::nullopt);
   if (accel) throw InputError("trlx preview needs a training config, not an accelerate config");
   if (!run) return rc;
-  if (!run->trainer->previews)
-    throw Error(fmt::format("trlx preview {} is not built yet{}", run->trainer->name,
-                            run->trainer->trains ? "" : fmt::format(" (the {} trainer is not built)", run->trainer->name)));
+  if (!run->trainer->previews) {
+    std::vector<std::string> can;
+    for (const auto& t : trainers::trainer_table())
+      if (t.previews) can.push_back(t.name);
+    throw Error(fmt::format("trlx preview is not built for the {} trainer; it shows {}", run->trainer->name,
+                                 fmt::join(can, ", ")));
+  }
   resolve_hub(*run, config::HubMode::Fetch);
   return run->resolved->preview(num_examples, json);
 }
@@ -492,10 +480,6 @@ int run_cli(int argc, char** argv) {
       if (c.name == name) return c.run(name, std::move(args));
     std::vector<std::string> names;
     for (const auto& c : command_table()) names.push_back(c.name);
-    const auto& planned = config::trainer_names();
-    if (std::find(planned.begin(), planned.end(), name) != planned.end())
-      throw InputError(fmt::format("the {} trainer is not built yet in trlx {}; the trainers built are: {}", name,
-                                   TRLX_VERSION, fmt::join(built_trainer_names(), ", ")));
     std::string msg = fmt::format("unknown command `{}`", name);
     const std::string near = closest_match(name, names);
     if (!near.empty()) msg += fmt::format(" (did you mean `{}`?)", near);

@@ -18,6 +18,7 @@
 
 #include "cli/cli.hpp"
 #include "core/strings.hpp"
+#include "core/version.hpp"
 #include "core/error.hpp"
 #include "dist/comm/rendezvous_check.hpp"
 #include "dist/env/launcher_env.hpp"
@@ -145,7 +146,7 @@ int run_env(const std::vector<std::string>& args) {
   }
   if (rendezvous) return run_rendezvous_check(dist::detect_launcher(), std::chrono::seconds(timeout_s));
   auto row = [](const std::string& k, const std::string& v) { std::cout << fmt::format("{:<18}{}\n", k, v); };
-  row("trlx", TRLX_VERSION);
+  row("trlx", version());
   row("LibTorch", TORCH_VERSION);
   const std::string cuda_rt = cuda_runtime_version();
   row("CUDA build", cuda_rt.empty() ? "no (CPU-only LibTorch)" : "yes, runtime " + cuda_rt);

@@ -9,6 +9,7 @@
 
 #include "config/loader.hpp"
 #include "config/schema.hpp"
+#include "config/trainer_names.hpp"
 
 namespace trlx::config {
 
@@ -95,12 +96,6 @@ struct TrainingDefaults {
   double logging_steps = 10;
   std::string train_sampling_strategy = "random";
 };
-
-inline const std::vector<std::string>& trainer_names() {
-  static const std::vector<std::string> names = {"sft", "dpo", "kto", "reward", "cpo", "orpo",
-                                                 "grpo", "rloo", "ppo", "online-dpo"};
-  return names;
-}
 
 template <class C>
 void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {

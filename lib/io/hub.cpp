@@ -1,3 +1,4 @@
+// The Hugging Face hub cache, laid out as huggingface_hub lays it out, and downloads into it over libcurl.
 #include "io/hub.hpp"
 
 #include <curl/curl.h>
@@ -20,6 +21,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/version.hpp"
 
 namespace trlx::io::hub {
 
@@ -202,7 +204,8 @@ struct Curl {
     curl_easy_setopt(h, CURLOPT_URL, url.c_str());
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &r);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, "trlx/" TRLX_VERSION);
+    static const std::string agent = std::string("trlx/") + version();
+    curl_easy_setopt(h, CURLOPT_USERAGENT, agent.c_str());
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
     // A stalled transfer (under 1 byte/s for 60 s) fails and can be resumed.
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);

@@ -1,6 +1,6 @@
+// The trainer table: each trainer's schema and entry points, one row each.
 #include "trainers/registry.hpp"
 
-#include "cli/preview.hpp"
 #include "trainers/cpo.hpp"
 #include "trainers/cpo_config.hpp"
 #include "trainers/dpo.hpp"
@@ -10,6 +10,7 @@
 #include "trainers/orpo_config.hpp"
 #include "trainers/ppo.hpp"
 #include "trainers/ppo_config.hpp"
+#include "trainers/preview.hpp"
 #include "trainers/reward.hpp"
 #include "trainers/reward_config.hpp"
 #include "trainers/grpo.hpp"
@@ -24,20 +25,27 @@
 namespace trlx::trainers {
 
 const std::vector<TrainerEntry>& trainer_table() {
-  // Rows are added as trainers are built; a row without `run` has its config
-  // table (validate, print-config, docs) but cannot train yet.
-  static const std::vector<TrainerEntry> table = {
-      entry<SFTConfig>("sft", &sft_schema, &run_sft, &cli::preview_sft),
-      entry<DPOConfig>("dpo", &dpo_schema, &run_dpo, &cli::preview_dpo),
-      entry<KTOConfig>("kto", &kto_schema, &run_kto, &cli::preview_kto),
-      entry<RewardConfig>("reward", &reward_schema, &run_reward),
-      entry<CPOConfig>("cpo", &cpo_schema, &run_cpo),
-      entry<ORPOConfig>("orpo", &orpo_schema, &run_orpo),
-      entry<GRPOConfig>("grpo", &grpo_schema, &run_grpo),
-      entry<RLOOConfig>("rloo", &rloo_schema, &run_rloo),
-      entry<OnlineDPOConfig>("online-dpo", &online_dpo_schema, &run_online_dpo),
-      entry<PPOConfig>("ppo", &ppo_schema, &run_ppo),
-  };
+  static const std::vector<TrainerEntry> table = [] {
+    std::vector<TrainerEntry> t = {
+        entry<SFTConfig>(&sft_schema, &run_sft, &preview_sft),
+        entry<DPOConfig>(&dpo_schema, &run_dpo, &preview_dpo),
+        entry<KTOConfig>(&kto_schema, &run_kto, &preview_kto),
+        entry<RewardConfig>(&reward_schema, &run_reward),
+        entry<CPOConfig>(&cpo_schema, &run_cpo),
+        entry<ORPOConfig>(&orpo_schema, &run_orpo),
+        entry<GRPOConfig>(&grpo_schema, &run_grpo),
+        entry<RLOOConfig>(&rloo_schema, &run_rloo),
+        entry<OnlineDPOConfig>(&online_dpo_schema, &run_online_dpo),
+        entry<PPOConfig>(&ppo_schema, &run_ppo),
+    };
+    // The names are config::trainer_names()'s (the LibTorch-free table that
+    // validate and the `trainer:` field read), row for row.
+    const auto& names = config::trainer_names();
+    bool same = t.size() == names.size();
+    for (size_t i = 0; same && i < t.size(); ++i) same = t[i].name == names[i];
+    if (!same) throw Error("internal: the trainer table and config::trainer_names() disagree");
+    return t;
+  }();
   return table;
 }
 

@@ -1,8 +1,8 @@
 #pragma once
-// The trainer subcommands: one row per trainer. A row names the trainer, says
-// in one line what it does, gives its config table and its entry points.
-// Rows are built by entry<C>, so each trainer's run and preview receive its
-// own config struct, typed, and nothing is cast on the way.
+// The trainer subcommands: one row per trainer, with its config table (whose
+// name is the subcommand's and whose summary says what it does) and its entry
+// points. Rows are built by entry<C>, so each trainer's run and preview
+// receive its own config struct, typed, and nothing is cast on the way.
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -32,11 +32,10 @@ class ResolvedTrainer {
 };
 
 struct TrainerEntry {
-  std::string name;
+  std::string name;  // its schema's name, one of config::trainer_names()
   const config::Schema& (*schema)() = nullptr;
   // The trainer's own config struct, filled and checked by `loader`.
   std::function<std::unique_ptr<ResolvedTrainer>(config::ConfigLoader& loader)> resolve;
-  bool trains = false;    // false: the config table is built (validate, docs), training is not yet
   bool previews = false;  // `trlx preview` is built for it
 };
 
@@ -45,11 +44,10 @@ using RunFn = int (*)(const C&);
 template <class C>
 using PreviewFn = int (*)(const C&, size_t num_examples, bool json);
 
-// A row for a trainer whose config struct is C; `run` and `preview` are null
-// while not built.
+// The row of the trainer whose schema is `schema` and config struct C;
+// `preview` is null for a trainer `trlx preview` cannot show.
 template <class C>
-TrainerEntry entry(std::string name, const config::Schema& (*schema)(), RunFn<C> run = nullptr,
-                   PreviewFn<C> preview = nullptr) {
+TrainerEntry entry(const config::Schema& (*schema)(), RunFn<C> run, PreviewFn<C> preview = nullptr) {
   class Bound final : public ResolvedTrainer {
    public:
     Bound(std::string name, RunFn<C> run, PreviewFn<C> preview)
@@ -57,12 +55,9 @@ TrainerEntry entry(std::string name, const config::Schema& (*schema)(), RunFn<C>
     C typed;
     const config::TrainingConfig& config() const override { return typed; }
     void* config_struct() override { return &typed; }
-    int run() const override {
-      if (!run_) throw Error(fmt::format("the {} trainer is not built yet in this version of trlx", name_));
-      return run_(typed);
-    }
+    int run() const override { return run_(typed); }
     int preview(size_t num_examples, bool json) const override {
-      if (!preview_) throw Error(fmt::format("trlx preview {} is not built yet", name_));
+      if (!preview_) throw Error(fmt::format("trlx preview is not built for the {} trainer", name_));
       return preview_(typed, num_examples, json);
     }
 
@@ -72,11 +67,10 @@ TrainerEntry entry(std::string name, const config::Schema& (*schema)(), RunFn<C>
     PreviewFn<C> preview_;
   };
   TrainerEntry e;
-  e.name = name;
+  e.name = schema().name();
   e.schema = schema;
-  e.trains = run != nullptr;
   e.previews = preview != nullptr;
-  e.resolve = [name, run, preview](config::ConfigLoader& loader) {
+  e.resolve = [name = e.name, run, preview](config::ConfigLoader& loader) {
     auto bound = std::make_unique<Bound>(name, run, preview);
     loader.resolve(&bound->typed);
     return std::unique_ptr<ResolvedTrainer>(std::move(bound));
@@ -84,6 +78,7 @@ TrainerEntry entry(std::string name, const config::Schema& (*schema)(), RunFn<C>
   return e;
 }
 
+// One row per trainer, in config::trainer_names()'s order.
 const std::vector<TrainerEntry>& trainer_table();
 const TrainerEntry* find_trainer(const std::string& name);
 

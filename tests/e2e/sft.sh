@@ -107,6 +107,6 @@ check "[ \$(wc -l <'$TMP/pv.jsonl') = 3 ]"
 check "grep -q '\"truncated\":true' '$TMP/pv.jsonl' && grep -q 'truncated to max_length 12' '$TMP/pv.jsonl'"
 check "grep -q '\"loss\":true' '$TMP/pv.jsonl' && grep -q '\"loss\":false' '$TMP/pv.jsonl'"
 "$TRLX" preview rloo --config configs/rloo.yaml >"$TMP/pv2.txt" 2>&1
-check "[ $? = 1 ] && grep -q 'not built yet' '$TMP/pv2.txt'"
+check "[ $? = 1 ] && grep -q 'not built for the rloo trainer; it shows sft, dpo, kto' '$TMP/pv2.txt'"
 
 finish

@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "core/error.hpp"
 
@@ -55,12 +56,12 @@ class Communicator {
   // The device every tensor handed to a collective is on: CPU for MPI, the
   // rank's GPU for NCCL, the run's device for a single process. Every
   // communicator refuses a tensor on any other device (type and index).
-  virtual torch::Device device() const = 0;
+  virtual c10::Device device() const = 0;
   // A copy of a host tensor on device(), and back: the way host values
   // (counts, metrics, fingerprints, names) reach a collective. Only the
   // helpers of dist/comm/host_values.hpp call these.
-  virtual torch::Tensor host_to_device(const torch::Tensor& host) const { return host.to(device(), false, true); }
-  virtual torch::Tensor device_to_host(const torch::Tensor& t) const { return t.to(torch::kCPU, false, true); }
+  virtual at::Tensor host_to_device(const at::Tensor& host) const { return host.to(device(), false, true); }
+  virtual at::Tensor device_to_host(const at::Tensor& t) const { return t.to(c10::kCPU, false, true); }
 
   // Tensors are contiguous and on device(); every rank passes the same dtype
   // and sizes, and every rank starts the same collectives in the same order.
@@ -69,17 +70,17 @@ class Communicator {
   // touched until wait().
 
   // In place over every rank's `t`.
-  virtual WorkPtr all_reduce(torch::Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual WorkPtr all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
   // `out` holds every rank's `in` one after another: with n = in.numel() on
   // every rank, rank r's `in` lands at [r * n, (r + 1) * n). Uneven shards
   // are allowed: `out` has `total` elements and rank r's `in` has
   // shard_of(total, world, r).numel of them, placed at its offset.
-  virtual WorkPtr all_gather(const torch::Tensor& in, torch::Tensor& out) = 0;
+  virtual WorkPtr all_gather(const at::Tensor& in, at::Tensor& out) = 0;
   // The reverse: `in` has `total` elements on every rank; rank r receives the
   // reduction over ranks of the slice shard_of(total, world, r) in `out`
   // (with an even split: [r * n, (r + 1) * n), n = out.numel()).
-  virtual WorkPtr reduce_scatter(const torch::Tensor& in, torch::Tensor& out, ReduceOp op = ReduceOp::Sum) = 0;
-  virtual WorkPtr broadcast(torch::Tensor& t, int root = 0) = 0;
+  virtual WorkPtr reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual WorkPtr broadcast(at::Tensor& t, int root = 0) = 0;
   // Blocks until every rank has entered the barrier (same timeout as above).
   virtual void barrier() = 0;
 

@@ -3,7 +3,7 @@
 // parameter sharding (ZeRO-3, FSDP).
 #include <memory>
 
-#include <torch/torch.h>
+#include <c10/core/Device.h>
 
 #include "config/accelerate.hpp"
 #include "config/training.hpp"
@@ -16,6 +16,6 @@ namespace trlx::dist {
 // ddp_find_unused_parameters, average_tokens_across_devices) come from
 // `training`.
 std::unique_ptr<Strategy> make_strategy(const config::DistributedConfig& dist, const config::TrainingConfig& training,
-                                        std::shared_ptr<Communicator> comm, torch::Device device);
+                                        std::shared_ptr<Communicator> comm, c10::Device device);
 
 }  // namespace trlx::dist

@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "config/accelerate.hpp"
 #include "dist/comm/communicator.hpp"
@@ -21,7 +22,7 @@ namespace trlx::dist {
 
 struct NamedParam {
   std::string name;
-  torch::Tensor param;
+  at::Tensor param;
 };
 
 class Strategy {
@@ -57,7 +58,7 @@ class Strategy {
   // done, while every other rank runs serve_parameter_reads(), which joins
   // those gathers until rank 0 ends. So no rank holds more than one unit
   // beyond its shards. No-ops when parameters are whole.
-  virtual void read_parameter(const torch::Tensor& /*param*/) {}
+  virtual void read_parameter(const at::Tensor& /*param*/) {}
   virtual void end_parameter_reads() {}
   virtual void serve_parameter_reads() {}
 
@@ -80,7 +81,7 @@ class Strategy {
   // writable; what it writes is kept (in the shards, under sharding). A
   // collective under sharding: every rank calls it, with the same values.
   virtual void write_parameters(model::LanguageModelImpl& model,
-                                const std::function<void(const std::string& name, torch::Tensor& param)>& fill);
+                                const std::function<void(const std::string& name, at::Tensor& param)>& fill);
 
   // dst = alpha * src + (1 - alpha) * dst for every parameter of `dst` that
   // `src` has by name (TR-DPO's reference sync); both wrapped by this
@@ -93,8 +94,8 @@ class Strategy {
   // indices into setup's parameters (weight decay / none). Replicated
   // strategies return the parameters themselves; ZeRO returns this rank's
   // fp32 shards.
-  virtual std::vector<std::vector<torch::Tensor>> optimizer_groups(const std::vector<std::vector<size_t>>& groups) {
-    std::vector<std::vector<torch::Tensor>> out;
+  virtual std::vector<std::vector<at::Tensor>> optimizer_groups(const std::vector<std::vector<size_t>>& groups) {
+    std::vector<std::vector<at::Tensor>> out;
     for (const auto& g : groups) {
       out.emplace_back();
       for (size_t i : g) out.back().push_back(params_[i].param);
@@ -136,7 +137,7 @@ class Strategy {
   void sum_across_ranks(std::vector<double>& values);
   // `t` summed over ranks, as a new tensor on t's device: the reduction
   // runs on the communicator's device and nothing is read on the host.
-  torch::Tensor sum_across_ranks(const torch::Tensor& t);
+  at::Tensor sum_across_ranks(const at::Tensor& t);
   // The largest of each value over ranks, in place.
   void max_across_ranks(std::vector<double>& values);
 
@@ -144,7 +145,7 @@ class Strategy {
   // lerp_parameters on whole tensors, matched by name; parameters for which
   // `skip` (when given) returns true are left to the caller.
   static void lerp_by_name(model::LanguageModelImpl& dst, model::LanguageModelImpl& src, double alpha,
-                           const std::function<bool(const torch::Tensor&)>& skip);
+                           const std::function<bool(const at::Tensor&)>& skip);
 
   std::shared_ptr<Communicator> comm_;
   std::vector<NamedParam> params_;

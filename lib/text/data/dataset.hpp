@@ -110,9 +110,6 @@ enum class SftLayout { none, language_modeling, prompt_completion };
 
 std::string to_string(Task task);
 std::string to_string(Form form);
-// Trainer names (sft, dpo, cpo, orpo, kto, reward, grpo, rloo, ppo,
-// online-dpo / online_dpo) to their data task.
-std::optional<Task> task_for_trainer(std::string_view trainer);
 // One paragraph for --help: the columns a task reads.
 std::string describe(Task task);
 

@@ -144,17 +144,6 @@ std::string to_string(Task task) {
 
 std::string to_string(Form form) { return form == Form::text ? "plain text" : "conversational"; }
 
-std::optional<Task> task_for_trainer(std::string_view trainer) {
-  const std::string t = to_lower(trainer);
-  if (t == "sft") return Task::sft;
-  if (t == "dpo" || t == "cpo" || t == "orpo") return Task::preference;
-  if (t == "kto") return Task::unpaired_preference;
-  if (t == "reward" || t == "rm") return Task::reward;
-  if (t == "grpo" || t == "rloo" || t == "ppo" || t == "online-dpo" || t == "online_dpo")
-    return Task::prompt_only;
-  return std::nullopt;
-}
-
 std::string describe(Task task) {
   constexpr const char* kForms =
       " Each text column is a string or a list of messages {\"role\": ..., \"content\": ...}; "

@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path tiny_model() { return fs::path(TRLX_SOURCE_DIR) / "examples" / "tiny-model"; }
+using test::tiny_model;
 
 trainers::SFTConfig sft_config(const std::vector<std::pair<std::string, std::string>>& flags) {
   config::ConfigLoader loader(trainers::sft_schema());

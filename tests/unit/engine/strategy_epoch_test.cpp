@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path tiny_model() { return fs::path(TRLX_SOURCE_DIR) / "examples" / "tiny-model"; }
+using test::tiny_model;
 
 // SFT on the 8 rows of tests/data/sft/data, batch 2: 4 steps per epoch.
 // The train split doubles as the evaluation split.

@@ -31,7 +31,7 @@ std::string mirror(const std::string& args) {
 }
 
 std::filesystem::path examples_dir() {
-  return std::filesystem::path(TRLX_SOURCE_DIR) / "examples" / "rewards";
+  return trlx::test::source_dir() / "examples" / "rewards";
 }
 
 ProgramOptions options_for(const std::string& command, double timeout = 30) {

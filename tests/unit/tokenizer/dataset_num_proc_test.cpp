@@ -31,7 +31,7 @@ using namespace trlx;
 
 namespace {
 
-fs::path examples_dir() { return fs::path(TRLX_SOURCE_DIR) / "examples"; }
+fs::path examples_dir() { return test::source_dir() / "examples"; }
 
 template <class C>
 C config_for(const config::Schema& schema, const std::string& dataset, int threads) {

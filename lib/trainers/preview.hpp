@@ -8,13 +8,13 @@
 #include "trainers/kto_config.hpp"
 #include "trainers/sft_config.hpp"
 
-namespace trlx::cli {
+namespace trlx::trainers {
 
 // Each example's tokens with loss marked, and warnings (no EOS, truncation).
-int preview_sft(const trainers::SFTConfig& config, size_t num_examples, bool json);
+int preview_sft(const SFTConfig& config, size_t num_examples, bool json);
 // The shared prompt, then chosen and rejected with the tokens that carry loss marked.
-int preview_dpo(const trainers::DPOConfig& config, size_t num_examples, bool json);
+int preview_dpo(const DPOConfig& config, size_t num_examples, bool json);
 // Prompt, completion with its loss tokens marked, label.
-int preview_kto(const trainers::KTOConfig& config, size_t num_examples, bool json);
+int preview_kto(const KTOConfig& config, size_t num_examples, bool json);
 
-}  // namespace trlx::cli
+}  // namespace trlx::trainers

@@ -1,6 +1,6 @@
 // `trlx preview`: each trainer's prepared training data, as the trainer's own
 // preparation makes it, shown with the tokens that carry loss marked.
-#include "cli/preview.hpp"
+#include "trainers/preview.hpp"
 
 #include <unistd.h>
 
@@ -15,11 +15,11 @@
 #include "trainers/kto.hpp"
 #include "trainers/sft.hpp"
 
-namespace trlx::cli {
+namespace trlx::trainers {
 
-int preview_sft(const trainers::SFTConfig& c, size_t num_examples, bool json) {
-  auto [tok, tmpl] = trainers::load_text_inputs(c, "sft", c.chat_template_path);
-  auto examples = trainers::prepare_sft_split(c, tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true);
+int preview_sft(const SFTConfig& c, size_t num_examples, bool json) {
+  auto [tok, tmpl] = load_text_inputs(c, "sft", c.chat_template_path);
+  auto examples = prepare_sft_split(c, tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true);
   const bool tty = !json && isatty(STDOUT_FILENO);
   const auto eos = tok.eos_token_id();
   size_t warned_no_eos = 0;
@@ -88,10 +88,10 @@ int preview_sft(const trainers::SFTConfig& c, size_t num_examples, bool json) {
   return 0;
 }
 
-int preview_dpo(const trainers::DPOConfig& c, size_t num_examples, bool json) {
-  const auto text = trainers::load_text_inputs(c, "dpo");
+int preview_dpo(const DPOConfig& c, size_t num_examples, bool json) {
+  const auto text = load_text_inputs(c, "dpo");
   const auto& tok = text.tokenizer;
-  auto split = trainers::prepare_dpo_split(c, text, c.dataset_train_split);
+  auto split = prepare_dpo_split(c, text, c.dataset_train_split);
   const auto& ex = split.examples;
   const bool tty = !json && isatty(STDOUT_FILENO);
   const auto eos = tok.eos_token_id();
@@ -167,10 +167,10 @@ int preview_dpo(const trainers::DPOConfig& c, size_t num_examples, bool json) {
   return 0;
 }
 
-int preview_kto(const trainers::KTOConfig& c, size_t num_examples, bool json) {
-  const auto text = trainers::load_text_inputs(c, "kto");
+int preview_kto(const KTOConfig& c, size_t num_examples, bool json) {
+  const auto text = load_text_inputs(c, "kto");
   const auto& tok = text.tokenizer;
-  auto split = trainers::prepare_kto_train_split(c, text);
+  auto split = prepare_kto_train_split(c, text);
   const bool tty = !json && isatty(STDOUT_FILENO);
   const auto eos = tok.eos_token_id();
   const size_t cap = c.max_length ? static_cast<size_t>(*c.max_length) : SIZE_MAX;
@@ -220,4 +220,4 @@ int preview_kto(const trainers::KTOConfig& c, size_t num_examples, bool json) {
   return 0;
 }
 
-}  // namespace trlx::cli
+}  // namespace trlx::trainers
