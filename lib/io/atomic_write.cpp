@@ -1,3 +1,4 @@
+// Crash-safe replacement of files and directories (see atomic_write.hpp).
 #include "io/atomic_write.hpp"
 
 #include <fcntl.h>
@@ -130,6 +131,23 @@ void rename_file(const std::filesystem::path& from, const std::filesystem::path&
 void remove_file(const std::filesystem::path& path) {
   if (::unlink(path.c_str()) != 0 && errno != ENOENT)
     fail("cannot remove {}: {}", path.string(), std::strerror(errno));
+}
+
+void swap_in_directory(const std::filesystem::path& tmp, const std::filesystem::path& target) {
+  namespace fs = std::filesystem;
+  const fs::path parent = target.parent_path();
+  const fs::path old = parent / fmt::format(".{}.old-{}", target.filename().string(), ::getpid());
+  const bool had_old = fs::exists(target);
+  if (had_old) fs::rename(target, old);
+  try {
+    fs::rename(tmp, target);
+  } catch (...) {
+    std::error_code ec;
+    if (had_old && !fs::exists(target, ec)) fs::rename(old, target, ec);
+    throw;
+  }
+  fsync_directory(parent);
+  if (had_old) fs::remove_all(old);
 }
 
 }  // namespace trlx::io

@@ -57,4 +57,11 @@ void rename_file(const std::filesystem::path& from, const std::filesystem::path&
 // Removes `path` if it exists (no error when absent).
 void remove_file(const std::filesystem::path& path);
 
+// Puts the complete directory `tmp` (beside `target`, in the same parent) in
+// place of `target`. An existing `target` is moved aside first and removed
+// only once the new one has its name, and moved back if that rename fails, so
+// a crash leaves the old directory or the new one in place (between the two
+// renames, the old one under ".<name>.old-<pid>"). Fsyncs the parent.
+void swap_in_directory(const std::filesystem::path& tmp, const std::filesystem::path& target);
+
 }  // namespace trlx::io

@@ -1,3 +1,4 @@
+// LoRA adapters on the decoder's linear layers, read and written in PEFT format.
 #include "model/lora.hpp"
 
 #include <algorithm>
@@ -406,11 +407,7 @@ void save_adapter(const fs::path& dir, LanguageModelImpl& m, const LoraInfo& inf
     io::write_file_atomic(tmp / "adapter_config.json", config_text);
     if (o.tokenizer_dir) copy_tokenizer_files(*o.tokenizer_dir, tmp);
     io::fsync_directory(tmp);
-    const fs::path old = parent / fmt::format(".{}.old-{}", target.filename().string(), getpid());
-    if (fs::exists(target)) fs::rename(target, old);
-    fs::rename(tmp, target);
-    io::fsync_directory(parent);
-    fs::remove_all(old);
+    io::swap_in_directory(tmp, target);
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);

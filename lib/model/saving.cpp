@@ -1,3 +1,4 @@
+// Writing a LanguageModel as a Hugging Face model directory, and new random models in that format.
 #include "model/saving.hpp"
 
 #include <unistd.h>
@@ -138,13 +139,7 @@ void save_language_model(const std::filesystem::path& dir, LanguageModelImpl& m,
       fs::remove_all(tmp);
       return;
     }
-    // Swap in: the old directory is moved aside first and removed only once
-    // the new one is in place.
-    const fs::path old = parent / fmt::format(".{}.old-{}", target.filename().string(), getpid());
-    if (fs::exists(target)) fs::rename(target, old);
-    fs::rename(tmp, target);
-    io::fsync_directory(parent);
-    fs::remove_all(old);
+    io::swap_in_directory(tmp, target);
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);

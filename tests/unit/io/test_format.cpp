@@ -362,3 +362,29 @@ TEST_CASE("atomic write: replace, abandon, no temporaries left", "[io][atomic]")
   CHECK(files == 1);
   CHECK_THROWS_AS(write_file_atomic(d.path() / "missing-dir" / "x", "y"), trlx::Error);
 }
+
+TEST_CASE("swap_in_directory: new, replaced, and a failed rename puts the old one back", "[io][atomic]") {
+  namespace fs = std::filesystem;
+  TempDir d;
+  const auto target = d.path() / "model";
+  auto fresh = [&](const std::string& tag) {
+    const auto tmp = d.path() / (".model.tmp-" + tag);
+    fs::create_directories(tmp);
+    std::ofstream(tmp / "weights") << tag;
+    return tmp;
+  };
+  swap_in_directory(fresh("a"), target);
+  CHECK(bytes_of(target / "weights") == "a");
+  swap_in_directory(fresh("b"), target);
+  CHECK(bytes_of(target / "weights") == "b");
+  // Only the new directory is left: the temporary and the old one are gone.
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(d.path())) ++entries;
+  CHECK(entries == 1);
+  // A temporary that is not there: the rename fails, the old model keeps its name.
+  CHECK_THROWS(swap_in_directory(d.path() / ".model.tmp-missing", target));
+  CHECK(bytes_of(target / "weights") == "b");
+  entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(d.path())) ++entries;
+  CHECK(entries == 1);
+}
