@@ -1,3 +1,4 @@
+// Reading accelerate config files (bundled presets or the user's) into a DistributedConfig.
 #include "config/accelerate.hpp"
 
 #include <filesystem>

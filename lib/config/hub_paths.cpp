@@ -1,3 +1,4 @@
+// Hub names in a resolved config: found in (or fetched into) the Hugging Face cache and replaced by local paths.
 #include "config/hub_paths.hpp"
 
 #include <mutex>

@@ -1,3 +1,4 @@
+// Config resolution: defaults < YAML < flags, every field checked, all problems reported at once.
 #include "config/loader.hpp"
 
 #include <charconv>

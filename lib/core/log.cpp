@@ -1,3 +1,4 @@
+// Rank-aware logging over spdlog: rank 0 at the chosen level, other ranks errors only, prefixed.
 #include "core/log.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>

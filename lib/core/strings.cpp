@@ -1,3 +1,4 @@
+// String helpers: edit distance and "did you mean" matches, lower-casing, trimming.
 #include "core/strings.hpp"
 
 #include <algorithm>

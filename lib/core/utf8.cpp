@@ -1,3 +1,4 @@
+// UTF-8 encoding of one code point, shared by the tokenizer, the template engine and the answer parser.
 #include "core/utf8.hpp"
 
 namespace trlx {

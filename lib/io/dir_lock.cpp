@@ -1,3 +1,4 @@
+// One run per output directory: the `.trlx-run.lock` file held with a POSIX record lock.
 #include "io/dir_lock.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// safetensors checkpoints as LibTorch tensors: single files and sharded directories, memory-mapped on read.
 #include "io/safetensors.hpp"
 
 #include <torch/torch.h>

@@ -1,3 +1,4 @@
+// The safetensors format without LibTorch: header parsing and encoding, shard plans and index files.
 #include "io/safetensors_format.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// TensorBoard event files written directly as a TFRecord stream of Event protos.
 #include "io/tensorboard.hpp"
 
 #include <unistd.h>

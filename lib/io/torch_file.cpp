@@ -1,3 +1,4 @@
+// LibTorch archives (optimizer and RNG state) written crash-safely through an AtomicFile.
 #include "io/torch_file.hpp"
 
 #include <optional>

@@ -1,3 +1,4 @@
+// A LoRA adapter directory's base model, as adapter_config.json names it (local or on the hub).
 #include "model/adapter_dir.hpp"
 
 #include <fstream>

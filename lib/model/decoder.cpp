@@ -1,3 +1,4 @@
+// The Llama-family decoder (Llama, Mistral, Qwen2/3, Phi-3, Gemma 1-3) as LibTorch modules.
 #include "model/decoder.hpp"
 
 #include <ATen/autocast_mode.h>

@@ -1,3 +1,4 @@
+// The one batched generator (KV cache, sampling) that `trlx generate` and the online trainers use.
 #include "model/generate.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>

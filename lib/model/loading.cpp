@@ -1,3 +1,4 @@
+// Loading a Hugging Face model directory into a LanguageModel.
 #include "model/loading.hpp"
 
 #include "core/error.hpp"

@@ -1,3 +1,4 @@
+// A decoder model's shape from a Hugging Face config.json, and the config.json trlx writes back.
 #include "model/model_config.hpp"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 #pragma once
-// The fields every online trainer (grpo, rloo) shares: how completions are
-// generated and scored, how often, and the trust region around the policy
-// that generated them. One table, so that the trainers cannot drift apart.
+// The fields every online trainer (grpo, rloo, online-dpo, ppo) shares: how
+// completions are generated and scored, how often, and the trust region
+// around the policy that generated them. One table, so that the trainers cannot drift apart.
 #include <fmt/format.h>
 
 #include "config/loader.hpp"
@@ -11,7 +11,7 @@ namespace trlx::trainers {
 
 struct OnlineConfig : config::TrainingConfig {
   // Scoring: built-in names, reward model directories, or programs
-  // ({command: ...}; JSON text, see rewards/reward_spec.hpp).
+  // ({command: ...}; JSON text, see ProgramOptions in rewards/program.hpp).
   std::vector<std::string> reward_funcs;
   // A reward model directory scored before reward_funcs (online-dpo's
   // field; the group trainers name theirs in reward_funcs).

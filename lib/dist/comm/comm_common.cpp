@@ -1,3 +1,4 @@
+// What every communicator shares: argument checks, operation names in errors, the blocked-collective marker.
 #include "dist/comm/comm_common.hpp"
 
 #include <signal.h>

@@ -1,3 +1,4 @@
+// Host values (counts, metrics, names) through a communicator: the one place they cross to its device.
 #include "dist/comm/host_values.hpp"
 
 #include <algorithm>

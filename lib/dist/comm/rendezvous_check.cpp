@@ -1,3 +1,4 @@
+// `trlx env --rendezvous`: every rank of a launch meets at the store its GPU ranks would use.
 #include "dist/comm/rendezvous_check.hpp"
 
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// What a launcher (torchrun, mpirun, srun, trlx launch) tells a process about its place in the job.
 #include "dist/env/launcher_env.hpp"
 
 #include <charconv>

@@ -1,3 +1,4 @@
+// Gradient buckets for DDP and ZeRO: ready hooks, and each bucket's reduction launched as backward fills it.
 #include "dist/strategy/grad_buckets.hpp"
 
 #include <fmt/format.h>

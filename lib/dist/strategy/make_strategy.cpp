@@ -1,3 +1,4 @@
+// Picks the strategy a run's settings ask for: single process, DDP, ZeRO-1/2, or ZeRO-3/FSDP sharding.
 #include "dist/strategy/make_strategy.hpp"
 
 #include "core/error.hpp"

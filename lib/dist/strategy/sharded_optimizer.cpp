@@ -1,3 +1,4 @@
+// The optimizer half of every ZeRO layout: each rank updates its slice from fp32 master copies.
 #include "dist/strategy/sharded_optimizer.hpp"
 
 #include <algorithm>

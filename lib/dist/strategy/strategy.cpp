@@ -1,3 +1,4 @@
+// What every strategy shares (gradient clipping, the gradient sync check, sums over ranks) and the single-process one.
 #include "dist/strategy/strategy.hpp"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// Chat templates as transformers' apply_chat_template renders them, with the assistant mask.
 #include "text/template/chat_template.hpp"
 
 #include <nlohmann/json.hpp>

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "text/template/engine.hpp"
+#include "text/template/internal.hpp"
 
 namespace trlx::text::tpl {
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "text/template/engine.hpp"
+#include "text/template/internal.hpp"
 
 namespace trlx::text::tpl {
 namespace {

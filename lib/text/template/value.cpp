@@ -8,7 +8,7 @@
 #include <locale.h>
 
 #include "core/utf8.hpp"
-#include "text/template/engine.hpp"
+#include "text/template/internal.hpp"
 
 namespace trlx::text::tpl {
 

@@ -1,3 +1,4 @@
+// Tests: accelerate config files (presets and users' own) read into the strategies they ask for.
 #include <catch2/catch.hpp>
 
 #include "config/accelerate.hpp"

@@ -1,3 +1,4 @@
+// Tests: config resolution (defaults < YAML < flags), its checks and its error messages.
 #include <catch2/catch.hpp>
 
 #include "config/loader.hpp"

@@ -1,3 +1,4 @@
+// Tests: what each launcher's environment tells a process (rank, world, local rank, store).
 #include <catch2/catch.hpp>
 
 #include "core/error.hpp"

@@ -1,3 +1,4 @@
+// A local stand-in for the Hugging Face hub (loopback HTTP) that the download tests talk to.
 #include "hub_server.hpp"
 
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+// Tests: GRPO and RLOO steps, evaluation and completion logs against TRL's on fixed completions.
 #include "catch_torch.hpp"
 
 #include "online_fixture.hpp"

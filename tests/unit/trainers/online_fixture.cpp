@@ -1,3 +1,4 @@
+// Runs an online trainer on a fixture's fixed completions and scores, for the golden tests.
 #include "support/engine_probe.hpp"
 #include "catch_torch.hpp"
 

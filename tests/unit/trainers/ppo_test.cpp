@@ -1,3 +1,4 @@
+// Tests: PPO updates against TRL's PPOTrainer on fixed responses; score heads drawn from the seed.
 #include "catch_torch.hpp"
 
 #include "model/decoder.hpp"

@@ -1,3 +1,4 @@
+// Runs a trainer on a fixture's config and data, for the golden tests against TRL.
 #include "support/engine_probe.hpp"
 #include "catch_torch.hpp"
 
