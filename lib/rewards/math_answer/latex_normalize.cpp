@@ -234,7 +234,11 @@ U32 normalize_latex(U32 text, const NormConfig& cfg) {
     if (text == U"0.5") text = U"\\frac{1}{2}";
   }
   if (cfg.malformed_operators) {
-    for (const auto& [re, templ] : malformed) {
+    // Named references, not a structured binding: the lambda below uses the
+    // template, and clang before 16 (the fuzz build's) cannot capture bindings.
+    for (const auto& rule : malformed) {
+      const Regex& re = rule.first;
+      const U32& templ = rule.second;
       text = re.sub(text, [&](const Match& m) {
         U32 out;
         for (size_t i = 0; i < templ.size(); ++i) {
