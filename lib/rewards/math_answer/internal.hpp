@@ -124,6 +124,24 @@ class BigInt {
     if (carry) r.mag_.push_back(carry);
     return r;
   }
+  // The magnitude shifted right (the sign is kept; for gcd, on values >= 0).
+  BigInt shr(int bits) const {
+    const size_t words = static_cast<size_t>(bits / 32);
+    const int rest = bits % 32;
+    if (words >= mag_.size()) return BigInt();
+    std::vector<uint32_t> m(mag_.begin() + static_cast<std::ptrdiff_t>(words), mag_.end());
+    if (rest) {
+      for (size_t i = 0; i < m.size(); ++i)
+        m[i] = (m[i] >> rest) | (i + 1 < m.size() ? m[i + 1] << (32 - rest) : 0);
+    }
+    return make(neg_, std::move(m));
+  }
+  // The number of zero bits below the lowest one bit (0 for zero).
+  int trailing_zeros() const {
+    for (size_t i = 0; i < mag_.size(); ++i)
+      if (mag_[i]) return static_cast<int>(i) * 32 + __builtin_ctz(mag_[i]);
+    return 0;
+  }
 
   friend int cmp(const BigInt& a, const BigInt& b) {
     if (a.neg_ != b.neg_) return a.neg_ ? -1 : 1;

@@ -5,16 +5,22 @@
 
 namespace trlx::rewards::math::detail {
 
+// Binary GCD (Stein's): shifts and subtractions, each step at least one bit
+// shorter. Euclid's remainders cost a bit-by-bit division each, which made a
+// fraction of two 1,000-digit numbers in a completion take seconds to reduce.
 BigInt gcd(BigInt a, BigInt b) {
   a = a.abs();
   b = b.abs();
-  while (!b.is_zero()) {
-    BigInt q, r;
-    BigInt::divmod_abs(a, b, q, r);
-    a = std::move(b);
-    b = std::move(r);
+  if (a.is_zero()) return b;
+  if (b.is_zero()) return a;
+  const int common = std::min(a.trailing_zeros(), b.trailing_zeros());
+  a = a.shr(a.trailing_zeros());
+  while (true) {  // a is odd
+    b = b.shr(b.trailing_zeros());
+    if (b < a) std::swap(a, b);
+    b = b - a;
+    if (b.is_zero()) return a.shl(common);
   }
-  return a;
 }
 
 namespace {
