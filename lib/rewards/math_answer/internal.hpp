@@ -313,7 +313,7 @@ struct Num {
 
 Num make_exact(const Rat& r);
 Num make_float(const Rat& r);
-// The value a percentage stands for (n / 100).
+// The value a number stands for (a percentage: what it says over 100).
 Rat effective(const Num& n);
 std::string describe(const Num& n);
 // A decimal literal as SymPy reads it: a Float with 53-bit precision when it
