@@ -13,7 +13,8 @@
 # Default: --seconds 60. Targets: config (trainer config YAML and accelerate
 # config YAML), safetensors (header and shard index), tokenizer (tokenizer.json
 # and encoding), template (chat templates), data (JSON / JSON Lines readers
-# and shaping), columnar (Parquet, Arrow, .jsonl.gz/.zst readers).
+# and shaping), columnar (Parquet, Arrow, .jsonl.gz/.zst readers),
+# math_answer (the accuracy rewards' answer checker on model completions).
 #
 # Build: clang++ (CXX overrides) -std=c++20 -O1 -g -fsanitize=fuzzer,address,
 # undefined -fno-sanitize-recover=undefined, straight from the sources (no
@@ -47,7 +48,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="$root/build-fuzz"
-targets=(config safetensors tokenizer template data columnar)
+targets=(config safetensors tokenizer template data columnar math_answer)
 CXX="${CXX:-clang++}"
 jobs="${FUZZ_JOBS:-2}"
 niceness="${FUZZ_NICE:-15}"
@@ -134,6 +135,9 @@ define() {
       # on a machine without that memory; trlx's own `new` then throws
       # std::bad_alloc, which is still a crash here.
       asan="allocator_may_return_null=1:max_allocation_size_mb=1024"
+      ;;
+    math_answer)
+      srcs+=("$root"/lib/rewards/math_answer/*.cpp)
       ;;
     *) die "unknown target '$1' (targets: ${targets[*]})" ;;
   esac
@@ -326,6 +330,61 @@ put("py_jsonl_gz_skip", 2 | 8, gzip.compress(b'{"text": "a"}\nnot json\n{"text":
 PY
 }
 
+# Byte 0 of an input picks the gold solution (see fuzz_math_answer.cpp); a
+# NUL byte instead splits it into solution and completion.
+seed_math_answer() {
+  python3 - "$1" <<'PY'
+import os, sys
+out = sys.argv[1]
+completions = [
+    r"The answer is $\boxed{42}$.",
+    r"So the final answer is \boxed{\frac{3}{4}}.",
+    r"Final Answer: The final answer is $\dfrac{7}{2}$. I hope it is correct.",
+    r"We get $x = 5$, so \boxed{x = 5}",
+    r"Therefore \boxed{1,234} apples.",
+    r"The probability is \boxed{0.25}",
+    r"\boxed{50\%}",
+    r"So $\frac{1}{3}$ of the cake remains, i.e. \boxed{\frac{1}{3}}",
+    r"answer: $-12$",
+    r"The answer is \boxed{2 \frac{1}{2}}",
+    r"\boxed{\frac{\frac{1}{2}}{3}}",
+    r"\boxed{{{{7}}}}",
+    r"\boxed{3, 4, 5}",
+    r"The roots are $2$ and $3$",
+    r"\boxed{12 \text{ cm}^2}",
+    r"\boxed{45^\circ}",
+    r"\fbox{9}",
+    r"\boxed{\sqrt{2}}",
+    r"\[ \boxed{\left( 1, 2 \right)} \]",
+    r"$$\boxed{1.5 \times 10^{3}}$$",
+    r"\boxed{",
+    r"\boxed{\frac{1}{0}}",
+    r"\boxed{}",
+    r"$\frac12$ and then \boxed{ \dfrac 1 2 }",
+    r"The final answer is 0.333333",
+    r"Final answer: \(\boxed{-3.14}\)",
+    r"The answer is \boxed{−3}",
+    r"We have \boxed{٣} (Arabic-Indic three)",
+    "Answer:\n\n" + r"$$\boxed{10000000000000000000000}$$",
+    r"\boxed{0.1234567890123456789}",
+    r"\boxed{1/2}",
+    r"\boxed{\text{infinity}}",
+    r"$ \$ 5 $",
+]
+solutions = [
+    "#### 42", r"$\frac{3}{4}$", "The answer is 1,234.", "50%", r"$x = 5$", "0.25",
+    r"\boxed{\frac{7}{2}}", "-12", "3/4", "#### 10000000000000000000000",
+]
+for i, c in enumerate(completions):
+    with open(os.path.join(out, f"completion_{i:02d}"), "wb") as f:
+        f.write(bytes([i + 1]) + c.encode())
+for i, s in enumerate(solutions):
+    c = completions[i % len(completions)]
+    with open(os.path.join(out, f"pair_{i:02d}"), "wb") as f:
+        f.write(s.encode() + b"\0" + c.encode())
+PY
+}
+
 # Extra dictionary entries a target writes itself.
 dict_extra() {
   case "$1" in
@@ -491,7 +550,8 @@ case "$cmd" in
       "tokenizer    tokenizer.json loading, and encoding/decoding text" \
       "template     chat templates: parsing and rendering" \
       "data         JSON / JSON Lines dataset readers and per-task shaping" \
-      "columnar     Parquet, Arrow, .jsonl.gz/.zst/.json.gz dataset readers and shaping"
+      "columnar     Parquet, Arrow, .jsonl.gz/.zst/.json.gz dataset readers and shaping" \
+      "math_answer  the accuracy rewards' answer checker: extraction, LaTeX, numbers, comparison"
     exit 0
     ;;
   template-diff) template_diff "$@" ;;
