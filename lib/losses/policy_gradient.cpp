@@ -1,3 +1,4 @@
+// The online trainers' advantages and policy-gradient losses as pure tensor functions.
 #include "losses/policy_gradient.hpp"
 
 #include <cmath>
@@ -142,6 +143,41 @@ PolicyLossTerms policy_loss_terms(const torch::Tensor& logps, const torch::Tenso
   if (entropy_mask.defined()) loss = loss * entropy_mask.to(loss.scalar_type());
   if (o.beta != 0) loss = loss + o.beta * t.per_token_kl;
   t.per_token_loss = loss;
+  return t;
+}
+
+bool loss_sums_over_round(const std::string& loss_type) {
+  return loss_type == "dapo" || loss_type == "cispo" || loss_type == "vespo";
+}
+
+torch::Tensor reduce_policy_loss(const torch::Tensor& per_token_loss, const torch::Tensor& mask,
+                                 const PolicyLossReduction& r) {
+  const auto masked = (per_token_loss * mask);
+  const auto& type = r.loss_type;
+  const double b = static_cast<double>(per_token_loss.size(0));
+  if (type == "grpo" || type == "sapo") return (masked.sum(-1) / mask.sum(-1).clamp_min(1.0)).mean();
+  if (type == "bnpo") return masked.sum() / mask.sum().clamp_min(1.0);
+  if (type == "dr_grpo") return masked.sum() / (b * static_cast<double>(r.max_completion_length));
+  if (type == "luspo") return masked.sum(-1).mean();
+  if (!loss_sums_over_round(type)) throw std::invalid_argument("reduce_policy_loss: unknown loss type " + type);
+  if (!r.round_completion_tokens.defined())
+    throw std::invalid_argument("reduce_policy_loss: " + type + " needs round_completion_tokens");
+  // The factor is computed on the device (no host read per micro-batch), in
+  // double and rounded to the loss's dtype as a scalar factor would be.
+  const auto n = r.round_completion_tokens.to(masked.device(), torch::kFloat64).clamp_min(1.0);
+  const auto factor = static_cast<double>(r.micro_batches_per_round) * r.world_size / n;
+  return masked.sum() * factor.to(masked.scalar_type());
+}
+
+RlooLossTerms rloo_loss(const torch::Tensor& logps, const torch::Tensor& old_logps, const torch::Tensor& mask,
+                        const torch::Tensor& advantages, double epsilon_low, double epsilon_high) {
+  // The whole completion's log-prob against the generating policy's.
+  const auto seq = (logps * mask).sum(1);
+  const auto old = old_logps.defined() ? (old_logps * mask).sum(1) : seq.detach();
+  RlooLossTerms t;
+  t.ratio = torch::exp(seq - old);
+  const auto clipped = torch::clamp(t.ratio, 1 - epsilon_low, 1 + epsilon_high);
+  t.loss_sum = (-torch::min(t.ratio * advantages, clipped * advantages)).sum();
   return t;
 }
 

@@ -1,9 +1,14 @@
 #pragma once
 // The online trainers' objectives as pure tensor functions: advantages from
-// rewards (GRPO's group normalisation, RLOO's leave-one-out baseline) and the
-// clipped policy-gradient loss per token with each loss type's weighting. No
-// I/O, no distributed code: callers gather rewards over ranks first and pass
-// global statistics in.
+// rewards (GRPO's group normalisation, RLOO's leave-one-out baseline), the
+// clipped policy-gradient loss per token with each loss type's weighting, each
+// GRPO loss type's reduction to one micro-batch's loss, and RLOO's clipped
+// sequence objective. No I/O, no distributed code: callers gather rewards over
+// ranks first and pass global statistics (the round's token count) in.
+//
+// The per-token terms, reductions and RLOO's loss equal TRL 1.16's
+// (tests/data/policy_losses, made by
+// scripts/fixtures/policy_losses_fixtures.py).
 #include <optional>
 #include <string>
 
@@ -59,5 +64,49 @@ PolicyLossTerms policy_loss_terms(const torch::Tensor& logps, const torch::Tenso
                                   const torch::Tensor& ref_logps, const torch::Tensor& advantages,
                                   const torch::Tensor& mask, const torch::Tensor& entropy_mask,
                                   const PolicyLossOptions& options);
+
+// ---------------------------------------------------------- GRPO's reductions
+
+// The loss types whose micro-batch loss is a sum over tokens divided by the
+// completion tokens of the whole generation round (dapo, cispo, vespo); the
+// others reduce within the micro-batch.
+bool loss_sums_over_round(const std::string& loss_type);
+
+struct PolicyLossReduction {
+  std::string loss_type = "dapo";
+  int64_t max_completion_length = 0;  // dr_grpo: each row counts as this many tokens
+  // dapo, cispo, vespo: the completion tokens of the whole generation round
+  // on every rank (a scalar; the caller sums it over ranks), and how the
+  // round is split: micro-batches per round on each rank (steps_per_generation
+  // in training, 1 in evaluation) and ranks.
+  torch::Tensor round_completion_tokens;
+  int64_t micro_batches_per_round = 1;
+  int64_t world_size = 1;
+};
+
+// One micro-batch's loss from per_token_loss [B, T] (or [B, 1]) and mask
+// [B, T] as the loss type reduces it: TRL's value before its division by the
+// step's micro-batches (grpo, sapo: mean over rows of each row's token mean;
+// bnpo: mean over the micro-batch's tokens; dr_grpo: sum over B x
+// max_completion_length; luspo: mean over rows of each row's sum; dapo,
+// cispo, vespo: sum x micro_batches_per_round x world_size over the round's
+// tokens). Dividing by the step's micro-batches x world_size gives TRL's loss
+// on each rank, whose gradients the ranks average.
+torch::Tensor reduce_policy_loss(const torch::Tensor& per_token_loss, const torch::Tensor& mask,
+                                 const PolicyLossReduction& reduction);
+
+// ------------------------------------------------------------------- RLOO
+
+struct RlooLossTerms {
+  torch::Tensor loss_sum;  // scalar: sum over rows of -min(ratio A, clip(ratio) A)
+  torch::Tensor ratio;     // [B] sequence-level ratio to the generating policy
+};
+
+// RLOO's clipped objective on whole sequences: logps and old_logps [B, T]
+// per-token log-probs (old_logps undefined: the policy that generated is the
+// one trained, a ratio of 1), mask [B, T], advantages [B]; the ratio of the
+// summed log-probs clipped to [1 - epsilon_low, 1 + epsilon_high].
+RlooLossTerms rloo_loss(const torch::Tensor& logps, const torch::Tensor& old_logps, const torch::Tensor& mask,
+                        const torch::Tensor& advantages, double epsilon_low, double epsilon_high);
 
 }  // namespace trlx::losses

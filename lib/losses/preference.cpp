@@ -1,3 +1,4 @@
+// Preference and reward losses (DPO, online DPO, KTO, CPO, ORPO, Bradley-Terry) as pure tensor functions.
 #include "losses/preference.hpp"
 
 #include <algorithm>
@@ -55,6 +56,20 @@ Tensor smoothed_logistic(const Tensor& delta, double beta, double ls) {
   return -torch::log_sigmoid(delta * beta) * (1 - ls) - torch::log_sigmoid(delta * -beta) * ls;
 }
 
+// One formula for a number and for a tensor beta. `beta * logits` is
+// logits.mul(beta) for a number and beta.mul(logits) for a tensor: the
+// operand order each caller has always used (it decides how a CPU scalar
+// tensor rounds against bf16 logits).
+template <class Beta>
+Tensor sigmoid_pair(const Tensor& logits, const Beta& beta) {
+  return neg_logsig(beta * logits);
+}
+
+template <class Beta>
+Tensor ipo_pair(const Tensor& logits, const Beta& beta) {
+  return (logits - 1 / (2 * beta)).pow(2);
+}
+
 const std::set<std::string>& f_divergence_loss_types() {
   static const std::set<std::string> s = {"sigmoid", "sigmoid_norm", "hinge", "ipo",
                                           "exo_pair", "robust",       "discopop", "sft"};
@@ -62,6 +77,11 @@ const std::set<std::string>& f_divergence_loss_types() {
 }
 
 }  // namespace
+
+Tensor sigmoid_pair_loss(const Tensor& logits, double beta) { return sigmoid_pair(logits, beta); }
+Tensor sigmoid_pair_loss(const Tensor& logits, const Tensor& beta) { return sigmoid_pair(logits, beta); }
+Tensor ipo_pair_loss(const Tensor& logits, double beta) { return ipo_pair(logits, beta); }
+Tensor ipo_pair_loss(const Tensor& logits, const Tensor& beta) { return ipo_pair(logits, beta); }
 
 // ---------------------------------------------------------------------------- DPO
 
@@ -148,7 +168,7 @@ DpoLossOutput dpo_loss(const DpoInputs& in, const DpoLossOptions& o) {
     const double weight = o.loss_weights.empty() ? 1.0 : o.loss_weights[k];
     Tensor per;
     if (t == "sigmoid") {
-      per = neg_logsig(delta * beta);
+      per = sigmoid_pair_loss(delta, beta);
     } else if (t == "hinge") {
       per = torch::relu(1 - delta * beta);
     } else if (t == "ipo" || t == "sigmoid_norm") {
@@ -157,7 +177,7 @@ DpoLossOutput dpo_loss(const DpoInputs& in, const DpoLossOptions& o) {
       need(in.rejected_tokens, "rejected_tokens", "dpo_loss " + t);
       const Tensor d = average_by_tokens(chosen_scores, in.chosen_tokens) -
                        average_by_tokens(rejected_scores, in.rejected_tokens);
-      per = t == "ipo" ? (d - 1 / (2 * beta)).pow(2) : neg_logsig(d * beta);
+      per = t == "ipo" ? ipo_pair_loss(d, beta) : sigmoid_pair_loss(d, beta);
     } else if (t == "exo_pair") {
       // The label-smoothing probability is a float32 scalar, as in TRL.
       const Tensor eps = torch::tensor(o.label_smoothing, torch::TensorOptions().dtype(torch::kFloat32).device(delta.device()));
@@ -217,6 +237,27 @@ DpoLossOutput dpo_loss(const DpoInputs& in, const DpoLossOptions& o) {
   out.rejected_rewards = rejected_logratios.detach() * beta;
   out.chosen_logps = chosen.detach();
   out.rejected_logps = rejected.detach();
+  return out;
+}
+
+// --------------------------------------------------------------------- Online DPO
+
+OnlineDpoLossOutput online_dpo_loss(const OnlineDpoInputs& in, const std::string& loss_type) {
+  const std::string why = "online_dpo_loss";
+  need(in.chosen_logps, "chosen_logps", why);
+  need(in.rejected_logps, "rejected_logps", why);
+  need(in.ref_chosen_logps, "ref_chosen_logps", why);
+  need(in.ref_rejected_logps, "ref_rejected_logps", why);
+  need(in.beta, "beta", why);
+  if (loss_type != "sigmoid" && loss_type != "ipo")
+    fail_input("loss_type: online DPO takes sigmoid or ipo, not '{}'", loss_type);
+  const auto& beta = in.beta;
+  // As TRL: the policy's log-ratio minus the reference's.
+  const auto logits = (in.chosen_logps - in.rejected_logps) - (in.ref_chosen_logps - in.ref_rejected_logps);
+  OnlineDpoLossOutput out;
+  out.losses = loss_type == "ipo" ? ipo_pair_loss(logits, beta) : sigmoid_pair_loss(logits, beta);
+  out.chosen_rewards = beta * (in.chosen_logps - in.ref_chosen_logps);
+  out.rejected_rewards = beta * (in.rejected_logps - in.ref_rejected_logps);
   return out;
 }
 

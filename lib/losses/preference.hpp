@@ -72,6 +72,34 @@ struct DpoLossOutput {
 
 DpoLossOutput dpo_loss(const DpoInputs& inputs, const DpoLossOptions& options);
 
+// The sigmoid and IPO losses of a chosen-minus-rejected logit, per pair:
+// -log sigmoid(logits x beta) and (logits - 1 / (2 beta))^2. dpo_loss and
+// online_dpo_loss both compute them here. beta is a number, or a scalar
+// tensor (online DPO keeps its per-epoch beta on the device).
+torch::Tensor sigmoid_pair_loss(const torch::Tensor& logits, double beta);
+torch::Tensor sigmoid_pair_loss(const torch::Tensor& logits, const torch::Tensor& beta);
+torch::Tensor ipo_pair_loss(const torch::Tensor& logits, double beta);
+torch::Tensor ipo_pair_loss(const torch::Tensor& logits, const torch::Tensor& beta);
+
+// --------------------------------------------------------------------- Online DPO
+
+// TRL's online DPO (trl.experimental.online_dpo in 1.16): the logit is
+// (chosen - rejected) - (ref_chosen - ref_rejected) of whole-completion
+// log-prob sums, and IPO takes it without dividing by token counts.
+struct OnlineDpoInputs {
+  torch::Tensor chosen_logps, rejected_logps;          // [B] policy (with graph)
+  torch::Tensor ref_chosen_logps, ref_rejected_logps;  // [B] reference
+  torch::Tensor beta;                                  // scalar tensor
+};
+
+struct OnlineDpoLossOutput {
+  torch::Tensor losses;                            // [B] per-pair loss (the trainer sums or averages)
+  torch::Tensor chosen_rewards, rejected_rewards;  // [B] beta * (policy - ref), with graph (callers detach)
+};
+
+// loss_type: sigmoid or ipo.
+OnlineDpoLossOutput online_dpo_loss(const OnlineDpoInputs& inputs, const std::string& loss_type);
+
 // ------------------------------------------------------------------ shared metrics
 
 // TRL's per-pair metrics of DPO, CPO and ORPO as sums plus a count, float64 [7]:

@@ -87,30 +87,21 @@ engine::LossOutput GRPOTrainer::loss(engine::Engine& engine, const engine::Tenso
   const auto old = batch.count("old_logps") ? batch.at("old_logps").to(dev) : logps.detach();
   const auto ref = batch.count("ref_logps") ? batch.at("ref_logps").to(dev) : torch::Tensor();
   const auto terms = losses::policy_loss_terms(logps, old, ref, adv, mask, entropy_mask, loss_options_);
-  const auto masked = (terms.per_token_loss * mask);
   const auto& type = grpo_.loss_type;
   const double b = static_cast<double>(logps.size(0));
   // Evaluation (TRL's eval mode): one batch, neither split into a round's
   // micro-batches nor accumulated, and the entropy controller left alone.
   const bool eval = !engine.training();
   // Each micro-batch's loss as TRL's before its division by the step's
-  // micro-batches (the engine divides by micro-batches x ranks).
-  torch::Tensor loss;
-  if (type == "grpo" || type == "sapo") {
-    loss = (masked.sum(-1) / mask.sum(-1).clamp_min(1.0)).mean();
-  } else if (type == "bnpo") {
-    loss = masked.sum() / mask.sum().clamp_min(1.0);
-  } else if (type == "dr_grpo") {
-    loss = masked.sum() / (b * static_cast<double>(grpo_.max_completion_length));
-  } else if (type == "luspo") {
-    loss = masked.sum(-1).mean();
-  } else {  // dapo, cispo, vespo: over the round's completion tokens
-    // The factor is computed on the device (no host read per micro-batch),
-    // in double and rounded to the loss's dtype as a scalar factor would be.
-    const auto n = batch.at("round_completion_tokens").to(masked.device(), torch::kFloat64).clamp_min(1.0);
-    const auto factor = static_cast<double>(eval ? 1 : rounds_.steps_per_generation) * engine.world_size() / n;
-    loss = masked.sum() * factor.to(masked.scalar_type());
-  }
+  // micro-batches (the engine divides by micro-batches x ranks); the dapo
+  // family's over the round's completion tokens of every rank.
+  losses::PolicyLossReduction reduction;
+  reduction.loss_type = type;
+  reduction.max_completion_length = grpo_.max_completion_length;
+  if (losses::loss_sums_over_round(type)) reduction.round_completion_tokens = batch.at("round_completion_tokens");
+  reduction.micro_batches_per_round = eval ? 1 : rounds_.steps_per_generation;
+  reduction.world_size = engine.world_size();
+  auto loss = losses::reduce_policy_loss(terms.per_token_loss, mask, reduction);
   engine::LossOutput out;
   auto& m = out.metrics;
   const int64_t ga = config_.gradient_accumulation_steps;
@@ -122,7 +113,7 @@ engine::LossOutput GRPOTrainer::loss(engine::Engine& engine, const engine::Tenso
         grpo_.use_adaptive_entropy ? (last_world_entropy_ <= grpo_.entropy_target ? entropy_coef_ : 0.0) : entropy_coef_;
     // TRL's policy_loss is the dapo family's loss after its division by
     // the step's micro-batches, the others' before it.
-    const bool token_sum = type == "dapo" || type == "cispo" || type == "vespo";
+    const bool token_sum = losses::loss_sums_over_round(type);
     m.add_per_batch("policy_loss", loss.detach() / (token_sum && !eval ? static_cast<double>(ga) : 1.0),
                     torch::ones({}, loss.options()));
     loss = loss - apply * mean_entropy;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "losses/preference.hpp"
 
 namespace trlx::trainers {
 
@@ -155,11 +156,9 @@ engine::LossOutput OnlineDPOTrainer::loss(engine::Engine& engine, const engine::
   };
   const auto chosen = pick(seq, true), rejected = pick(seq, false);
   const auto ref_chosen = pick(ref_seq, true), ref_rejected = pick(ref_seq, false);
-  const auto logits = (chosen - rejected) - (ref_chosen - ref_rejected);
-  const auto losses = dpo_.loss_type == "ipo" ? (logits - 1.0 / (2.0 * beta)).pow(2)
-                                              : -torch::log_sigmoid(beta * logits);
+  const auto pref = losses::online_dpo_loss({chosen, rejected, ref_chosen, ref_rejected, beta}, dpo_.loss_type);
   engine::LossOutput out;
-  out.loss_sum = losses.sum();
+  out.loss_sum = pref.losses.sum();
 
   // TRL's metrics: each a mean over every rank's rows (or pairs) of the
   // micro-batch, averaged over the window's micro-batches.
@@ -187,7 +186,7 @@ engine::LossOutput OnlineDPOTrainer::loss(engine::Engine& engine, const engine::
   per_row("objective/non_score_reward", non_score);
   if (scored) per_row("objective/rlhf_reward", scores.view({2 * b}) + non_score);
   per_row("objective/entropy", -(logps * mask).sum(1));
-  const auto chosen_rewards = beta * (chosen - ref_chosen), rejected_rewards = beta * (rejected - ref_rejected);
+  const auto &chosen_rewards = pref.chosen_rewards, &rejected_rewards = pref.rejected_rewards;
   per_pair("rewards/chosen", chosen_rewards);
   per_pair("rewards/rejected", rejected_rewards);
   per_pair("rewards/margins", chosen_rewards - rejected_rewards);

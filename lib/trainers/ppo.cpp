@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "dist/env/launcher_env.hpp"
+#include "losses/ppo.hpp"
 #include "model/loading.hpp"
 
 namespace trlx::trainers {
@@ -17,22 +18,6 @@ namespace {
 // TRL's mark for a log-prob past a response's end: both sides of every
 // log-ratio hold it there, so the ratio is 1 and the KL 0.
 constexpr double kInvalidLogprob = 1.0;
-
-torch::Tensor masked_mean(const torch::Tensor& x, const torch::Tensor& mask) { return (x * mask).sum() / mask.sum(); }
-
-// (x - mean) / std over the masked entries (unbiased variance); the mean is
-// added back when !shift_mean.
-torch::Tensor masked_whiten(const torch::Tensor& x, const torch::Tensor& mask, bool shift_mean) {
-  const auto mean = masked_mean(x, mask);
-  const auto n = mask.sum();
-  if (n.item<double>() <= 1)
-    throw InputError("ppo: whitening needs at least 2 response tokens in a rollout batch; raise "
-                     "per_device_train_batch_size or response_length");
-  const auto var = masked_mean((x - mean).pow(2), mask) * (n / (n - 1));
-  auto out = (x - mean) * torch::rsqrt(var + 1e-8);
-  if (!shift_mean) out = out + mean;
-  return out;
-}
 
 // Hidden states at the positions that predict each response token: row b's
 // token t is predicted at prompt_length_b - 1 + t.
@@ -226,29 +211,18 @@ engine::Trainer::Rollout PPOTrainer::rollout(engine::Engine& engine, const std::
   val = val.masked_fill(padding_p1, 0.0);
 
   // Rewards: -kl_coef x KL per token, the score added after the last token.
-  const auto logr = ref - lp;
-  const auto kl = ppo_.kl_estimator == "k1" ? -logr : (logr.exp() - 1) - logr;
-  const auto non_score = -ppo_.kl_coef * kl;
-  auto rewards = non_score.clone();
-  const auto end = torch::where(seq_d + 1 < t, seq_d + 1, seq_d);
-  rewards.index_put_({torch::arange(n, idx.options()), end}, sc, /*accumulate=*/true);
+  const auto shaped = losses::ppo_rewards(lp, ref, sc, seq_d, ppo_.kl_coef, ppo_.kl_estimator);
+  const auto& kl = shaped.kl;
+  const auto& non_score = shaped.non_score_reward;
+  auto rewards = shaped.rewards;
   const auto keep_p1 = padding_p1.logical_not().to(torch::kFloat32);
   const auto keep = padding.logical_not().to(torch::kFloat32);
-  if (ppo_.whiten_rewards) rewards = masked_whiten(rewards, keep_p1, false).masked_fill(padding_p1, 0.0);
+  if (ppo_.whiten_rewards) rewards = losses::masked_whiten(rewards, keep_p1, false).masked_fill(padding_p1, 0.0);
 
   // GAE, then advantages whitened over the response tokens.
-  std::vector<torch::Tensor> adv_rev;
-  torch::Tensor lastgaelam = torch::zeros({n}, val.options());
-  for (int64_t k = t - 1; k >= 0; --k) {
-    const auto next = k < t - 1 ? val.select(1, k + 1) : torch::zeros({n}, val.options());
-    const auto delta = rewards.select(1, k) + ppo_.gamma * next - val.select(1, k);
-    lastgaelam = delta + ppo_.gamma * ppo_.lam * lastgaelam;
-    adv_rev.push_back(lastgaelam);
-  }
-  std::reverse(adv_rev.begin(), adv_rev.end());
-  auto advantages = torch::stack(adv_rev, 1);
-  const auto returns = advantages + val;
-  advantages = masked_whiten(advantages, keep, true).masked_fill(padding, 0.0);
+  const auto gae = losses::ppo_advantages(rewards, val, keep, padding, ppo_.gamma, ppo_.lam);
+  const auto& advantages = gae.advantages;
+  const auto& returns = gae.returns;
 
   // The batch's metrics, as TRL logs them: means over each process's rows,
   // averaged over processes.
@@ -326,31 +300,26 @@ engine::LossOutput PPOTrainer::loss(engine::Engine& engine, const engine::Tensor
   const auto hv = at_response(engine.forward(engine::Role::Value, b), plen, t, b.outputs_from);
   const auto vpred = engine.head(engine::Role::Value, hv).select(-1, 0).to(torch::kFloat32).masked_fill(padding_p1, 0.0);
 
-  // The clipped value loss.
-  const auto vclipped = torch::max(torch::min(vpred, old_values + ppo_.cliprange_value), old_values - ppo_.cliprange_value);
-  const auto vf1 = (vpred - returns).pow(2), vf2 = (vclipped - returns).pow(2);
-  const auto vf_loss = 0.5 * masked_mean(torch::max(vf1, vf2), keep_p1);
-  // The clipped policy loss.
-  const auto diff = new_logprobs - old_logprobs;
-  const auto ratio = diff.exp();
-  const auto pg1 = -advantages * ratio;
-  const auto pg2 = -advantages * ratio.clamp(1.0 - ppo_.cliprange, 1.0 + ppo_.cliprange);
-  const auto pg_loss = masked_mean(torch::max(pg1, pg2), keep);
+  losses::PpoLossOptions po;
+  po.cliprange = ppo_.cliprange;
+  po.cliprange_value = ppo_.cliprange_value;
+  po.vf_coef = ppo_.vf_coef;
+  const auto l = losses::ppo_loss(new_logprobs, old_logprobs, vpred, old_values, returns, advantages, keep, keep_p1, po);
 
   engine::LossOutput out;
-  out.loss_sum = pg_loss + ppo_.vf_coef * vf_loss;
+  out.loss_sum = l.loss;
   // Each micro-batch's values, averaged over micro-batches and processes.
   auto& m = out.metrics;
   auto each = [&](const std::string& name, const torch::Tensor& v) { m.add(name, v.detach().to(torch::kFloat64), 1.0); };
   {
     torch::NoGradGuard no_grad;
-    each("policy/approxkl_avg", 0.5 * diff.pow(2).mean());
-    each("policy/clipfrac_avg", masked_mean((pg2 > pg1).to(torch::kFloat32), keep));
-    each("loss/policy_avg", pg_loss);
-    each("loss/value_avg", vf_loss);
-    each("val/clipfrac_avg", masked_mean((vf2 > vf1).to(torch::kFloat32), keep_p1));
+    each("policy/approxkl_avg", l.approxkl);
+    each("policy/clipfrac_avg", l.pg_clipfrac);
+    each("loss/policy_avg", l.pg_loss);
+    each("loss/value_avg", l.vf_loss);
+    each("val/clipfrac_avg", l.vf_clipfrac);
     each("policy/entropy_avg", lp.entropy.to(torch::kFloat32).mean());
-    each("val/ratio", ratio.mean());
+    each("val/ratio", l.ratio_mean);
   }
   return out;
 }

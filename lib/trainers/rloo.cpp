@@ -28,15 +28,13 @@ engine::LossOutput RLOOTrainer::loss(engine::Engine& engine, const engine::Tenso
   const auto dev = lp.logps.device();
   const auto mask = batch.at("completion_mask").to(dev, lp.logps.scalar_type());
   const auto adv = batch.at("advantages").to(dev, lp.logps.scalar_type());
-  // The whole completion's log-prob against the generating policy's.
-  const auto logps = (lp.logps * mask).sum(1);
   // Evaluation keeps no generating policy's log-probs: the ratio is 1.
-  const auto old = batch.count("old_logps") ? (batch.at("old_logps").to(dev) * mask).sum(1) : logps.detach();
-  const auto ratio = torch::exp(logps - old);
+  const auto old = batch.count("old_logps") ? batch.at("old_logps").to(dev) : torch::Tensor();
   const double lo = config_.epsilon, hi = config_.epsilon_high.value_or(config_.epsilon);
-  const auto clipped = torch::clamp(ratio, 1 - lo, 1 + hi);
+  const auto terms = losses::rloo_loss(lp.logps, old, mask, adv, lo, hi);
+  const auto& ratio = terms.ratio;
   engine::LossOutput out;
-  out.loss_sum = (-torch::min(ratio * adv, clipped * adv)).sum();
+  out.loss_sum = terms.loss_sum;
   auto& m = out.metrics;
   const double b = static_cast<double>(adv.size(0));
   m.add_per_batch("entropy", (lp.entropy.detach() * mask).sum(), mask.sum());
