@@ -11,7 +11,7 @@
 #include "dist/comm/make_communicator.hpp"
 #include "dist/env/launcher_env.hpp"
 #include "dist/strategy/make_strategy.hpp"
-#include "engine/checkpoint.hpp"
+#include "engine/activation_checkpointing.hpp"
 #include "model/adapter_dir.hpp"
 #include "model/loading.hpp"
 #include "model/lora.hpp"

@@ -76,7 +76,7 @@ class Trainer {
   // its loss adds zero while Engine::standing_in() is true.
   virtual LossOutput loss(Engine& engine, const TensorMap& batch) = 0;
 
-  // --- online trainers (grpo, rloo) ---------------------------------------
+  // --- online trainers (grpo, rloo, ppo, online_dpo) -------------------------
   // An online trainer learns from generation rounds. The loop takes the
   // train split's examples (prompts) prompts_per_round() at a time (over all
   // ranks; an incomplete last round of an epoch is dropped) and hands each

@@ -13,7 +13,7 @@ namespace trlx::engine {
 struct MemoryPlan {
   bool lora = false;
   bool checkpointing = false;
-  bool reentrant = false;         // checkpointing mode (see engine/checkpoint.hpp)
+  bool reentrant = false;         // checkpointing mode (see engine/activation_checkpointing.hpp)
   int64_t logprob_chunk_size = 0;  // 0: plain log-prob path
   std::vector<std::string> notes;  // decisions worth a log line, said once by the engine
 };

@@ -4,7 +4,7 @@
 #include "catch_torch.hpp"
 
 #include "config/loader.hpp"
-#include "engine/checkpoint.hpp"
+#include "engine/activation_checkpointing.hpp"
 #include "engine/memory_plan.hpp"
 #include "losses/logprobs.hpp"
 #include "model/loading.hpp"

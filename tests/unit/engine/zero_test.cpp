@@ -16,7 +16,7 @@
 #include "core/error.hpp"
 #include "dist/comm/make_communicator.hpp"
 #include "dist/strategy/strategy.hpp"
-#include "engine/checkpoint.hpp"
+#include "engine/activation_checkpointing.hpp"
 #include "engine/engine.hpp"
 #include "model/loading.hpp"
 #include "model/lora.hpp"

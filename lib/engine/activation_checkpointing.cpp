@@ -1,4 +1,5 @@
-#include "engine/checkpoint.hpp"
+// Activation checkpointing of decoder layers: recompute in backward instead of keeping activations.
+#include "engine/activation_checkpointing.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
