@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "engine/engine.hpp"
 #include "io/atomic_write.hpp"
 #include "rewards/builtin.hpp"
 #include "rewards/program.hpp"

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/log.hpp"
-#include "engine/engine.hpp"
+#include "engine/trainer.hpp"
 #include "losses/policy_gradient.hpp"
 #include "rewards/program.hpp"
 #include "rewards/reward_function.hpp"

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "engine/engine.hpp"
 
 namespace trlx::trainers {
 

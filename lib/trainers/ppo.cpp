@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "dist/env/launcher_env.hpp"
+#include "engine/engine.hpp"
 #include "model/loading.hpp"
 
 namespace trlx::trainers {
