@@ -22,6 +22,7 @@
 #include "engine/trainer.hpp"
 #include "losses/logprobs.hpp"
 #include "model/decoder.hpp"
+#include "model/generate.hpp"
 #include "model/lora.hpp"
 
 namespace trlx::config {
@@ -29,10 +30,6 @@ struct TrainingConfig;
 }
 namespace trlx::dist {
 class Communicator;
-}
-namespace trlx::model {
-struct Generation;
-struct GenerationOptions;
 }
 
 namespace trlx::engine {

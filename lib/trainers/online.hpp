@@ -15,6 +15,7 @@
 
 #include "core/log.hpp"
 #include "engine/trainer.hpp"
+#include "losses/logprobs.hpp"
 #include "losses/policy_gradient.hpp"
 #include "rewards/program.hpp"
 #include "rewards/reward_function.hpp"
