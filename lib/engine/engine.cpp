@@ -1,6 +1,7 @@
 // Building the engine: the policy as the config names it, the device, the
 // communicator and strategy, adapters, checkpointing and the optimizer.
 #include "engine/engine.hpp"
+#include "engine/engine_impl.hpp"
 
 #include <regex>
 
@@ -71,15 +72,76 @@ Engine::Engine(const config::TrainingConfig& config, LoadedPolicy policy, std::s
                model::LanguageModel value_model)
     : Engine(config, policy.model, std::move(trainer_name), policy.tokenizer_dir, std::move(policy.lora), nullptr,
              std::move(value_model)) {
-  base_dir_ = policy.base_dir;
+  impl_->base_dir_ = policy.base_dir;
 }
 
 Engine::Engine(const config::TrainingConfig& config, model::LanguageModel policy, std::string trainer_name,
                std::optional<fs::path> tokenizer_dir, std::optional<model::LoraInfo> lora,
                std::shared_ptr<dist::Communicator> comm, model::LanguageModel value_model)
-    : config_(config), policy_(std::move(policy)), value_(std::move(value_model)), lora_(std::move(lora)),
-      comm_(std::move(comm)),
-      trainer_name_(std::move(trainer_name)), tokenizer_dir_(std::move(tokenizer_dir)) {
+    : impl_(std::make_unique<Impl>(*this, config, std::move(policy), std::move(trainer_name), std::move(tokenizer_dir),
+                                   std::move(lora), std::move(comm), std::move(value_model))) {}
+
+Engine::~Engine() = default;
+
+// The insides move with the engine and point back at their new owner.
+Engine::Engine(Engine&& other) noexcept : impl_(std::move(other.impl_)) {
+  if (impl_) impl_->owner_ = this;
+}
+
+Engine& Engine::operator=(Engine&& other) noexcept {
+  impl_ = std::move(other.impl_);
+  if (impl_) impl_->owner_ = this;
+  return *this;
+}
+
+// The public face: each method is the Impl method of the same name.
+RunSummary Engine::train(Trainer& trainer) { return impl_->train(trainer); }
+torch::Tensor Engine::forward(Role role, const model::Batch& batch) { return impl_->forward(role, batch); }
+losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, const torch::Tensor& targets,
+                                       const torch::Tensor& mask, const losses::LogProbOptions& options) {
+  return impl_->logprobs(role, hidden, targets, mask, options);
+}
+torch::Tensor Engine::head(Role role, const torch::Tensor& hidden) { return impl_->head(role, hidden); }
+torch::Tensor Engine::mean_logits(Role role, const torch::Tensor& hidden) { return impl_->mean_logits(role, hidden); }
+torch::Tensor Engine::head_weight(Role role) { return impl_->head_weight(role); }
+const model::ModelConfig& Engine::model_config(Role role) { return impl_->model_config(role); }
+model::Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts, model::GenerationOptions options,
+                                   const GenerationPlacement& placement) {
+  return impl_->generate(prompts, std::move(options), placement);
+}
+bool Engine::training() const { return impl_->training(); }
+void Engine::set_training(bool on) { impl_->set_training(on); }
+void Engine::sync_reference_every(int64_t every_steps, double alpha) { impl_->sync_reference_every(every_steps, alpha); }
+bool Engine::has_separate_reference() const { return impl_->has_separate_reference(); }
+bool Engine::has_value_model() const { return impl_->has_value_model(); }
+void Engine::set_reference(model::LanguageModel reference) { impl_->set_reference(std::move(reference)); }
+void Engine::set_reward_model(model::LanguageModel reward) { impl_->set_reward_model(std::move(reward)); }
+void Engine::sum_across_ranks(std::vector<double>& values) { impl_->sum_across_ranks(values); }
+torch::Tensor Engine::sum_across_ranks(const torch::Tensor& t) { return impl_->sum_across_ranks(t); }
+void Engine::max_across_ranks(std::vector<double>& values) { impl_->max_across_ranks(values); }
+LossOutput Engine::run_loss(Trainer& trainer, TensorMap batch) { return impl_->run_loss(trainer, std::move(batch)); }
+bool Engine::standing_in() const { return impl_->standing_in(); }
+int Engine::rank() const { return impl_->rank(); }
+int Engine::world_size() const { return impl_->world_size(); }
+torch::Device Engine::device() const { return impl_->device(); }
+std::map<std::string, torch::Tensor> Engine::parameter_values(bool trainable_only) {
+  return impl_->parameter_values(trainable_only);
+}
+const config::TrainingConfig& Engine::config() const { return impl_->config(); }
+const MemoryPlan& Engine::memory_plan() const { return impl_->memory_plan(); }
+int64_t Engine::global_step() const { return impl_->global_step(); }
+const fs::path& Engine::output_dir() const { return impl_->output_dir(); }
+double Engine::tokens_seen() const { return impl_->tokens_seen(); }
+double Engine::learning_rate() const { return impl_->learning_rate(); }
+int64_t Engine::total_steps() const { return impl_->total_steps(); }
+
+Engine::Impl::Impl(Engine& owner, const config::TrainingConfig& config, model::LanguageModel policy,
+                   std::string trainer_name, std::optional<fs::path> tokenizer_dir,
+                   std::optional<model::LoraInfo> lora, std::shared_ptr<dist::Communicator> comm,
+                   model::LanguageModel value_model)
+    : owner_(&owner), config_(config), policy_(std::move(policy)), value_(std::move(value_model)),
+      lora_(std::move(lora)), comm_(std::move(comm)), trainer_name_(std::move(trainer_name)),
+      tokenizer_dir_(std::move(tokenizer_dir)) {
   output_dir_ = config_.output_dir.value_or("trainer_output");
   dist_ = config_.accelerate_config ? config::read_accelerate_config(*config_.accelerate_config)
                                     : config::DistributedConfig{};

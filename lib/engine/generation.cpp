@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 #include "engine/autocast.hpp"
 #include "engine/engine.hpp"
+#include "engine/engine_impl.hpp"
 
 namespace trlx::engine {
 
@@ -19,8 +20,8 @@ uint64_t mix(uint64_t h, uint64_t v) {
 
 }  // namespace
 
-model::Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts, model::GenerationOptions o,
-                                   const GenerationPlacement& placement) {
+model::Generation Engine::Impl::generate(const std::vector<std::vector<int64_t>>& prompts, model::GenerationOptions o,
+                                         const GenerationPlacement& placement) {
   auto& m = *policy_;
   if (generation_step_ != step_) {
     generation_step_ = step_;
@@ -35,7 +36,7 @@ model::Generation Engine::generate(const std::vector<std::vector<int64_t>>& prom
     o.max_across_ranks = [this](std::vector<double>& v) { strategy_->max_across_ranks(v); };
 
   struct GenerationState {
-    GenerationState(Engine& e, int64_t keep_bytes) : engine(e), was_training(e.policy_->is_training()) {
+    GenerationState(Impl& e, int64_t keep_bytes) : engine(e), was_training(e.policy_->is_training()) {
       e.policy_->eval();
       e.strategy_->begin_generation(*e.policy_, keep_bytes);
     }
@@ -43,7 +44,7 @@ model::Generation Engine::generate(const std::vector<std::vector<int64_t>>& prom
       engine.strategy_->end_generation();
       if (was_training) engine.policy_->train();
     }
-    Engine& engine;
+    Impl& engine;
     bool was_training;
   };
   if (!placement.gather_all && !(placement.budget_mb >= 0))

@@ -1,6 +1,7 @@
 // The training loop: batches of an epoch, one optimizer step over
 // micro-batches, evaluation, and the run from start (or resume) to the end.
 #include "engine/engine.hpp"
+#include "engine/engine_impl.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <unistd.h>
@@ -106,18 +107,7 @@ class PhaseClock {
 
 void Engine::request_stop() { g_stop = true; }
 
-nlohmann::json Trainer::state() const { return nullptr; }
-void Trainer::restore_state(const nlohmann::json&) {}
-
-Trainer::Rollout Trainer::rollout(Engine&, const std::vector<size_t>&) {
-  throw Error(fmt::format("the {} trainer declares generation rounds but builds none", name()));
-}
-
-MetricSums Trainer::evaluate_rounds(Engine&) {
-  throw Error(fmt::format("the {} trainer does not evaluate on generation rounds", name()));
-}
-
-std::vector<std::vector<size_t>> Engine::epoch_batches(size_t n, int64_t epoch) const {
+std::vector<std::vector<size_t>> Engine::Impl::epoch_batches(size_t n, int64_t epoch) const {
   // The order of an epoch depends only on the seed and the epoch, so a
   // resumed run sees the same batches as an uninterrupted one.
   const uint64_t seed = static_cast<uint64_t>(config_.data_seed.value_or(config_.seed)) * 1000003ULL +
@@ -142,7 +132,7 @@ std::vector<std::vector<size_t>> Engine::epoch_batches(size_t n, int64_t epoch) 
   return out;
 }
 
-void Engine::setup(Trainer& trainer) {
+void Engine::Impl::setup(Trainer& trainer) {
   const size_t n = trainer.num_examples("train");
   if (n == 0) fail_input("the training split has no examples");
   online_prompts_per_round_ = trainer.prompts_per_round();
@@ -179,8 +169,8 @@ void Engine::setup(Trainer& trainer) {
     schedule_.min_lr_rate = config_.learning_rate > 0 ? *config_.lr_scheduler_min_lr / config_.learning_rate : 0;
 }
 
-Engine::Collated Engine::collate_local(Trainer& trainer, const std::string& split,
-                                       const std::vector<size_t>& global_batch) {
+Engine::Impl::Collated Engine::Impl::collate_local(Trainer& trainer, const std::string& split,
+                                             const std::vector<size_t>& global_batch) {
   // This rank's consecutive share of a global batch; an uneven last batch
   // leaves later ranks fewer examples, possibly none: those compute on the
   // batch's first example, whose loss the caller discards.
@@ -202,7 +192,7 @@ Engine::Collated Engine::collate_local(Trainer& trainer, const std::string& spli
   return out;
 }
 
-void Engine::move_collated(TensorMap& batch) {
+void Engine::Impl::move_collated(TensorMap& batch) {
   auto defined = [&](const std::string& k) { return batch.count(k) && batch.at(k).defined(); };
   // Read on the host first: a batch's keys share prefixes ("chosen_", ...).
   std::set<std::string> trails;
@@ -224,15 +214,15 @@ void Engine::move_collated(TensorMap& batch) {
   }
 }
 
-LossOutput Engine::run_loss(Trainer& trainer, TensorMap batch) {
+LossOutput Engine::Impl::run_loss(Trainer& trainer, TensorMap batch) {
   trailing_masks_.clear();
   branch_reaches_.clear();
   move_collated(batch);
-  return trainer.loss(*this, batch);
+  return trainer.loss(owner(), batch);
 }
 
-std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
-                                                 MetricSums& metrics) {
+std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const std::vector<std::vector<size_t>>& micro,
+                                                       MetricSums& metrics) {
   return optimizer_step(
       trainer,
       [&] {
@@ -243,10 +233,10 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::ve
       metrics);
 }
 
-std::vector<Engine::Collated> Engine::next_online_micro_batches(Trainer& trainer, int64_t* epoch,
-                                                                 size_t* batch_in_epoch,
-                                                                 std::vector<std::vector<size_t>>* batches,
-                                                                 MetricSums& metrics) {
+std::vector<Engine::Impl::Collated> Engine::Impl::next_online_micro_batches(Trainer& trainer, int64_t* epoch,
+                                                                       size_t* batch_in_epoch,
+                                                                       std::vector<std::vector<size_t>>* batches,
+                                                                       MetricSums& metrics) {
   std::vector<Collated> out;
   for (int64_t i = 0; i < micro_per_step_; ++i) {
     if (round_left_ == 0) {
@@ -255,7 +245,7 @@ std::vector<Engine::Collated> Engine::next_online_micro_batches(Trainer& trainer
         *batch_in_epoch = 0;
         *batches = epoch_batches(trainer.num_examples("train"), *epoch);
       }
-      Trainer::Rollout r = trainer.rollout(*this, (*batches)[(*batch_in_epoch)++]);
+      Trainer::Rollout r = trainer.rollout(owner(), (*batches)[(*batch_in_epoch)++]);
       if (r.micro_batches.empty()) throw Error(fmt::format("the {} trainer's round gave no micro-batches", trainer.name()));
       round_batches_ = std::move(r.micro_batches);
       round_next_ = 0;
@@ -274,8 +264,8 @@ std::vector<Engine::Collated> Engine::next_online_micro_batches(Trainer& trainer
   return out;
 }
 
-std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::function<std::vector<Collated>()>& collect,
-                                                 MetricSums& metrics) {
+std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const std::function<std::vector<Collated>()>& collect,
+                                                       MetricSums& metrics) {
   auto& phases = PhaseClock::get();
   phases.mark("between steps: logging, evaluation, saving", device_);
   before_step();
@@ -314,7 +304,7 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
       auto& b = batches[i];
       strategy_->begin_backward(/*sync=*/i + 1 == batches.size(), /*has_data=*/true);
       standing_in_ = b.stand_in;
-      LossOutput out = trainer.loss(*this, b.batch);
+      LossOutput out = trainer.loss(owner(), b.batch);
       phases.mark("forward and loss (with reference forwards)", device_);
       auto loss = out.loss_sum / denom;
       // A stand-in's backward runs (so every rank joins the same gathers and
@@ -376,13 +366,13 @@ std::pair<double, double> Engine::optimizer_step(Trainer& trainer, const std::fu
   return {loss, norm_sum / updates};
 }
 
-std::pair<double, double> Engine::step_on(Trainer& trainer, const std::vector<std::vector<size_t>>& micro_batches) {
+std::pair<double, double> Engine::Impl::step_on(Trainer& trainer, const std::vector<std::vector<size_t>>& micro_batches) {
   setup(trainer);
   MetricSums m;
   return optimizer_step(trainer, micro_batches, m);
 }
 
-MetricSums Engine::evaluate(Trainer& trainer) {
+MetricSums Engine::Impl::evaluate(Trainer& trainer) {
   torch::NoGradGuard no_grad;
   MetricSums m;
   set_training(false);
@@ -393,7 +383,7 @@ MetricSums Engine::evaluate(Trainer& trainer) {
       bool& flag;
       ~Done() { flag = false; }
     } done{evaluating_};
-    m = trainer.evaluate_rounds(*this);
+    m = trainer.evaluate_rounds(owner());
     reduce_metrics(m);
     set_training(true);
     return m;
@@ -410,7 +400,7 @@ MetricSums Engine::evaluate(Trainer& trainer) {
     branch_reaches_.clear();
     auto b = collate_local(trainer, "test", idx);
     standing_in_ = b.stand_in;
-    auto out = trainer.loss(*this, b.batch);
+    auto out = trainer.loss(owner(), b.batch);
     standing_in_ = false;
     if (b.stand_in) {
       m.skip_batch();
@@ -426,7 +416,7 @@ MetricSums Engine::evaluate(Trainer& trainer) {
   return m;
 }
 
-RunSummary Engine::train(Trainer& trainer) {
+RunSummary Engine::Impl::train(Trainer& trainer) {
   trainer_ = &trainer;
   setup(trainer);
   prepare_output_dir();
@@ -540,7 +530,7 @@ RunSummary Engine::train(Trainer& trainer) {
       if (tty) std::cerr << "\r\033[K";
       log::info("step {}/{}  {}epoch={:.2f}  {:.2f} it/s  ETA {}", step_, schedule_.total_steps, line, epoch_f, rate,
                 duration(eta));
-      trainer.on_log(*this, step_);
+      trainer.on_log(owner(), step_);
       window = {};
       window_loss = 0;
       window_steps = 0;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "config/training.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "engine/engine.hpp"

@@ -2,6 +2,7 @@
 // TensorBoard logs, and the startup table.
 #include "engine/device_memory.hpp"
 #include "engine/engine.hpp"
+#include "engine/engine_impl.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -32,7 +33,7 @@ std::string human(double n) {
 
 }  // namespace
 
-void Engine::reduce_metrics(MetricSums& m) { reduce_over_ranks(*comm_, m); }
+void Engine::Impl::reduce_metrics(MetricSums& m) { reduce_over_ranks(*comm_, m); }
 
 void reduce_over_ranks(dist::Communicator& comm, MetricSums& m) {
   m.read();
@@ -116,7 +117,7 @@ void reduce_over_ranks(dist::Communicator& comm, MetricSums& m) {
   }
 }
 
-void Engine::log_metrics(const std::map<std::string, double>& m) {
+void Engine::Impl::log_metrics(const std::map<std::string, double>& m) {
   nlohmann::ordered_json j;
   for (const auto& [k, v] : m) j[k] = v;
   j["step"] = step_;
@@ -135,7 +136,7 @@ void Engine::log_metrics(const std::map<std::string, double>& m) {
   }
 }
 
-void Engine::open_tensorboard() {
+void Engine::Impl::open_tensorboard() {
   const bool wanted = std::any_of(config_.report_to.begin(), config_.report_to.end(),
                                   [](const std::string& s) { return s == "tensorboard" || s == "all"; });
   if (!wanted || rank() != 0) return;
@@ -145,7 +146,7 @@ void Engine::open_tensorboard() {
   log::info("TensorBoard event file: {}", tensorboard_->path().string());
 }
 
-std::string Engine::memory_savers() const {
+std::string Engine::Impl::memory_savers() const {
   std::vector<std::string> on;
   if (lora_)
     on.push_back(fmt::format("LoRA r={} on {} layers", lora_->config.r, lora_->adapted.size()));
@@ -156,7 +157,7 @@ std::string Engine::memory_savers() const {
   return on.empty() ? "none" : fmt::format("{}", fmt::join(on, ", "));
 }
 
-void Engine::print_startup(Trainer& trainer) {
+void Engine::Impl::print_startup(Trainer& trainer) {
   // Counts, and bytes for the estimate below, over what trains (the policy
   // and a value model): weights in their dtype, trained weights, and how
   // many trained elements are below fp32 (ZeRO keeps fp32 masters of them).

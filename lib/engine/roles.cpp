@@ -1,6 +1,7 @@
 // The models a trainer computes with, by role: the policy and the frozen
 // reference (a separate model, or the policy with its adapters off).
 #include "engine/engine.hpp"
+#include "engine/engine_impl.hpp"
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -11,7 +12,7 @@ namespace trlx::engine {
 
 namespace fs = std::filesystem;
 
-model::LanguageModelImpl& Engine::model_for(Role role) {
+model::LanguageModelImpl& Engine::Impl::model_for(Role role) {
   if (role == Role::Policy) return *policy_;
   if (role == Role::Value) {
     if (!value_) throw Error("this trainer asked for a value model, but the engine was given none");
@@ -31,9 +32,9 @@ model::LanguageModelImpl& Engine::model_for(Role role) {
 // policy itself, with its adapters off and the original modules in place of
 // the modules_to_save copies (a trained embedding copy tied to the head
 // included). Precision is the caller's: forwards and heads add autocast.
-class Engine::RoleScope {
+class Engine::Impl::RoleScope {
  public:
-  RoleScope(Engine& e, Role role) : model(e.model_for(role)) {
+  RoleScope(Impl& e, Role role) : model(e.model_for(role)) {
     if (role == Role::Reward) no_grad_.emplace();
     if (role != Role::Reference) return;
     no_grad_.emplace();
@@ -46,14 +47,14 @@ class Engine::RoleScope {
   std::optional<model::AdaptersDisabled> base_only_;
 };
 
-torch::Tensor Engine::forward(Role role, const model::Batch& batch) {
+torch::Tensor Engine::Impl::forward(Role role, const model::Batch& batch) {
   RoleScope scope(*this, role);
   Autocast ac(autocast_dtype(), device_.type(), !strategy_->shards_parameters());
   return scope.model.hidden_states(to_device(batch));
 }
 
-losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, const torch::Tensor& targets,
-                                       const torch::Tensor& mask, const losses::LogProbOptions& options) {
+losses::TokenLogProbs Engine::Impl::logprobs(Role role, const torch::Tensor& hidden, const torch::Tensor& targets,
+                                             const torch::Tensor& mask, const losses::LogProbOptions& options) {
   RoleScope scope(*this, role);
   Autocast ac(autocast_dtype(), device_.type(), !strategy_->shards_parameters());
   auto& m = scope.model;
@@ -68,13 +69,13 @@ losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, c
   return out;
 }
 
-torch::Tensor Engine::head(Role role, const torch::Tensor& hidden) {
+torch::Tensor Engine::Impl::head(Role role, const torch::Tensor& hidden) {
   RoleScope scope(*this, role);
   Autocast ac(autocast_dtype(), device_.type(), !strategy_->shards_parameters());
   return scope.model.head(hidden);
 }
 
-torch::Tensor Engine::mean_logits(Role role, const torch::Tensor& hidden) {
+torch::Tensor Engine::Impl::mean_logits(Role role, const torch::Tensor& hidden) {
   // A metric: fp32 and no gradient whatever the role.
   RoleScope scope(*this, role);
   torch::NoGradGuard no_grad;
@@ -100,9 +101,9 @@ torch::Tensor Engine::mean_logits(Role role, const torch::Tensor& hidden) {
   return torch::matmul(hidden.detach().to(torch::kFloat32), w);
 }
 
-const model::ModelConfig& Engine::model_config(Role role) { return model_for(role).config(); }
+const model::ModelConfig& Engine::Impl::model_config(Role role) { return model_for(role).config(); }
 
-torch::Tensor Engine::head_weight(Role role) {
+torch::Tensor Engine::Impl::head_weight(Role role) {
   RoleScope scope(*this, role);
   torch::NoGradGuard no_grad;
   auto& m = scope.model;
@@ -116,19 +117,19 @@ torch::Tensor Engine::head_weight(Role role) {
   return w;
 }
 
-void Engine::sync_reference_every(int64_t every_steps, double alpha) {
+void Engine::Impl::sync_reference_every(int64_t every_steps, double alpha) {
   if (every_steps < 1) fail_input("ref_model_sync_steps must be at least 1, not {}", every_steps);
   if (!reference_)
     fail_input("sync_ref_model needs a separate reference model to update (set ref_model, or train without use_peft)");
   reference_sync_ = ReferenceSync{every_steps, alpha};
 }
 
-void Engine::sync_reference(double alpha) {
+void Engine::Impl::sync_reference(double alpha) {
   strategy_->lerp_parameters(*reference_, *policy_, alpha);
   reference_moved_ = true;
 }
 
-void Engine::before_step() {
+void Engine::Impl::before_step() {
   // TR-DPO: after every every_steps-th optimizer step the reference moves
   // towards the policy, before the next forward (the first time it matters).
   // A checkpoint taken in between holds the reference before that move, and
@@ -140,7 +141,7 @@ void Engine::before_step() {
   }
 }
 
-model::Batch Engine::to_device(const model::Batch& b) const {
+model::Batch Engine::Impl::to_device(const model::Batch& b) const {
   auto mv = [&](const torch::Tensor& t) { return t.defined() ? t.to(device_) : t; };
   model::Batch out{mv(b.input_ids), mv(b.attention_mask), mv(b.position_ids), mv(b.document_ids)};
   out.padding_trails = b.padding_trails;
@@ -165,7 +166,7 @@ model::Batch Engine::to_device(const model::Batch& b) const {
   return out;
 }
 
-bool Engine::padding_trails(const torch::Tensor& host_mask) {
+bool Engine::Impl::padding_trails(const torch::Tensor& host_mask) {
   // Every row is ones then zeros: no 0 is followed by a 1.
   if (host_mask.dim() != 2 || host_mask.size(1) < 2) return host_mask.dim() == 2;
   auto m = host_mask.to(torch::kBool);
@@ -173,17 +174,17 @@ bool Engine::padding_trails(const torch::Tensor& host_mask) {
   return !rises.any().item<bool>();
 }
 
-void Engine::set_reference(model::LanguageModel reference) {
+void Engine::Impl::set_reference(model::LanguageModel reference) {
   reference_ = std::move(reference);
   add_frozen_model(*reference_);
 }
 
-void Engine::set_reward_model(model::LanguageModel reward) {
+void Engine::Impl::set_reward_model(model::LanguageModel reward) {
   reward_ = std::move(reward);
   add_frozen_model(*reward_);
 }
 
-void Engine::add_frozen_model(model::LanguageModelImpl& m) {
+void Engine::Impl::add_frozen_model(model::LanguageModelImpl& m) {
   for (auto& p : m.parameters()) p.requires_grad_(false);
   if (config_.disable_dropout) model::disable_dropout(m);
   m.eval();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "engine/engine.hpp"
 
 namespace trlx::engine {
 

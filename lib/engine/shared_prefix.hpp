@@ -17,7 +17,7 @@
 
 #include <torch/types.h>
 
-#include "engine/engine.hpp"
+#include "engine/trainer.hpp"
 
 namespace trlx::engine {
 

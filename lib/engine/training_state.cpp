@@ -1,6 +1,7 @@
 // What a run saves and restores: the model (whole or as an adapter),
 // checkpoints with optimizer, RNG and data position, and resume.
 #include "engine/engine.hpp"
+#include "engine/engine_impl.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <unistd.h>
@@ -69,7 +70,7 @@ void read_checkpoint_file(const fs::path& file, const std::function<void(const s
 
 }  // namespace
 
-void Engine::check_resumable(const fs::path& dir, const nlohmann::json& state) const {
+void Engine::Impl::check_resumable(const fs::path& dir, const nlohmann::json& state) const {
   const std::string trainer = state.value("trainer", "");
   if (!trainer.empty() && trainer != trainer_name_)
     fail_input("resume_from_checkpoint: {} was saved by `trlx {}`, and this run is `trlx {}`: resume it with trlx {}, "
@@ -89,7 +90,7 @@ void Engine::check_resumable(const fs::path& dir, const nlohmann::json& state) c
              same_layout ? fmt::format("split {} ways", saved_world) : "laid out for " + strategy, dir.string());
 }
 
-void Engine::drop_metrics_after_step() {
+void Engine::Impl::drop_metrics_after_step() {
   // Rows logged after the checkpoint (by a run that went on and then died)
   // would otherwise stand twice in metrics.jsonl once the steps run again.
   if (rank() != 0) return;
@@ -117,7 +118,7 @@ void Engine::drop_metrics_after_step() {
             dropped, step_);
 }
 
-void Engine::prepare_output_dir() {
+void Engine::Impl::prepare_output_dir() {
   std::error_code ec;
   fs::create_directories(output_dir_, ec);
   if (ec) fail_input("output_dir {} cannot be created: {}", output_dir_.string(), ec.message());
@@ -129,7 +130,7 @@ void Engine::prepare_output_dir() {
   fs::remove(probe);
 }
 
-std::optional<fs::path> Engine::checkpoint_to_resume() const {
+std::optional<fs::path> Engine::Impl::checkpoint_to_resume() const {
   if (!config_.resume_from_checkpoint) return std::nullopt;
   const std::string& want = *config_.resume_from_checkpoint;
   if (want == "latest" || want == "true") {
@@ -141,7 +142,7 @@ std::optional<fs::path> Engine::checkpoint_to_resume() const {
   return fs::path(want);
 }
 
-std::map<std::string, torch::Tensor> Engine::parameter_values(bool trainable_only) {
+std::map<std::string, torch::Tensor> Engine::Impl::parameter_values(bool trainable_only) {
   // Every rank makes the same reads, so each joins the same gathers.
   struct EndReads {
     dist::Strategy& s;
@@ -159,7 +160,7 @@ std::map<std::string, torch::Tensor> Engine::parameter_values(bool trainable_onl
   return out;
 }
 
-void Engine::write_on_rank0(const std::function<void(const io::BeforeWrite&)>& write) {
+void Engine::Impl::write_on_rank0(const std::function<void(const io::BeforeWrite&)>& write) {
   // Rank 0 writes; under parameter sharding it gathers one unit at a time
   // as the writer reaches it, and the other ranks join those gathers.
   if (rank() != 0) {
@@ -173,7 +174,7 @@ void Engine::write_on_rank0(const std::function<void(const io::BeforeWrite&)>& w
   write([this](const torch::Tensor& t) { strategy_->read_parameter(t); });
 }
 
-void Engine::save_full_model(model::LanguageModelImpl& m, const fs::path& dir, bool into_existing_dir) {
+void Engine::Impl::save_full_model(model::LanguageModelImpl& m, const fs::path& dir, bool into_existing_dir) {
   write_on_rank0([&](const io::BeforeWrite& before_write) {
     model::SaveModelOptions so;
     so.tokenizer_dir = tokenizer_dir_;
@@ -183,7 +184,7 @@ void Engine::save_full_model(model::LanguageModelImpl& m, const fs::path& dir, b
   });
 }
 
-void Engine::save_model(const fs::path& dir, bool into_existing_dir) {
+void Engine::Impl::save_model(const fs::path& dir, bool into_existing_dir) {
   if (!lora_) {
     save_full_model(*policy_, dir, into_existing_dir);
   } else {
@@ -208,18 +209,18 @@ void Engine::save_model(const fs::path& dir, bool into_existing_dir) {
   if (value_) save_full_model(*value_, dir / kValueModelDir, true);
 }
 
-torch::Device Engine::optimizer_device() const {
+torch::Device Engine::Impl::optimizer_device() const {
   for (const auto& g : optimizer_->param_groups())
     if (!g.params().empty()) return g.params().front().device();
   return device_;
 }
 
-std::string Engine::optimizer_file() const {
+std::string Engine::Impl::optimizer_file() const {
   return strategy_->shards_optimizer_state() ? fmt::format("optimizer-rank{}-of-{}.pt", rank(), world_size())
                                              : "optimizer.pt";
 }
 
-void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
+void Engine::Impl::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
   // Rank 0 writes what every rank holds alike; with sharded optimizer state
   // each rank adds its own shard first. The others wait so that no rank runs
   // ahead of a checkpoint.
@@ -330,7 +331,7 @@ void Engine::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
   }
 }
 
-void Engine::load_full_weights(model::LanguageModelImpl& m, const fs::path& dir) {
+void Engine::Impl::load_full_weights(model::LanguageModelImpl& m, const fs::path& dir) {
   auto loaded = model::load_language_model(dir, m.head_kind(), "auto");
   auto src = loaded->named_parameters(true);
   strategy_->write_parameters(m, [&](const std::string& name, torch::Tensor& p) {
@@ -339,7 +340,7 @@ void Engine::load_full_weights(model::LanguageModelImpl& m, const fs::path& dir)
   });
 }
 
-void Engine::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch) {
+void Engine::Impl::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch) {
   const fs::path state_file = dir / "trainer_state.json";
   std::ifstream in(state_file);
   if (!in) fail_input("resume_from_checkpoint: {} is not a checkpoint (no trainer_state.json)", dir.string());

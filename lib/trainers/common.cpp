@@ -1,5 +1,6 @@
 #include "trainers/common.hpp"
 
+#include "engine/engine.hpp"
 #include "losses/preference.hpp"
 
 #include <algorithm>

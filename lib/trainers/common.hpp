@@ -11,10 +11,15 @@
 #include <vector>
 
 #include "config/training.hpp"
-#include "engine/engine.hpp"
+#include "engine/trainer.hpp"
+#include "model/decoder.hpp"
 #include "text/data/dataset.hpp"
 #include "text/template/chat_template.hpp"
 #include "text/tokenizer/tokenizer.hpp"
+
+namespace trlx::engine {
+struct LoadedPolicy;  // engine/engine.hpp
+}
 
 namespace trlx::trainers {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.hpp"
+#include "engine/trainer.hpp"
 #include "trainers/cpo_config.hpp"
 #include "trainers/dpo.hpp"
 #include "trainers/orpo_config.hpp"

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "engine/engine.hpp"
 #include "engine/reference_cache.hpp"
 #include "engine/shared_prefix.hpp"
 #include "losses/preference.hpp"

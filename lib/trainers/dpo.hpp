@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.hpp"
+#include "engine/trainer.hpp"
 #include "trainers/common.hpp"
 #include "trainers/dpo_config.hpp"
 

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "engine/engine.hpp"
 
 namespace trlx::trainers {
 

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "engine/engine.hpp"
 #include "engine/shared_prefix.hpp"
 #include "losses/preference.hpp"
 #include "model/loading.hpp"

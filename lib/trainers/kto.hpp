@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.hpp"
+#include "engine/trainer.hpp"
 #include "trainers/common.hpp"
 #include "trainers/kto_config.hpp"
 

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "engine/engine.hpp"
 #include "io/atomic_write.hpp"
 #include "rewards/builtin.hpp"
 #include "rewards/program.hpp"
@@ -45,6 +46,10 @@ OnlineConfig::Rounds OnlineConfig::rounds(int64_t world_size) const {
                num_generations);
   return r;
 }
+
+OnlineRun::OnlineRun(TextInputs t) : text(std::move(t)) {}
+OnlineRun::~OnlineRun() = default;
+OnlineRun::OnlineRun(OnlineRun&&) noexcept = default;
 
 PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, const text::Tokenizer& tok,
                             const text::ChatTemplate* tmpl, const std::string& split) {

@@ -14,7 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/log.hpp"
-#include "engine/engine.hpp"
+#include "engine/trainer.hpp"
+#include "losses/logprobs.hpp"
 #include "losses/policy_gradient.hpp"
 #include "rewards/program.hpp"
 #include "rewards/reward_function.hpp"
@@ -54,7 +55,11 @@ std::vector<std::unique_ptr<rewards::RewardFunction>> make_reward_functions(cons
 // offline trainers' choice of ref_model, base with adapters off, or a copy),
 // the padding and eos ids, and the reward functions.
 struct OnlineRun {
-  explicit OnlineRun(TextInputs t) : text(std::move(t)) {}
+  explicit OnlineRun(TextInputs t);
+  // Out of line, where the Engine is a complete type (this header knows it
+  // only by name).
+  ~OnlineRun();
+  OnlineRun(OnlineRun&&) noexcept;
   TextInputs text;
   PromptSplit prompts;
   PromptSplit eval_prompts;  // the test split's, when the config evaluates

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "engine/engine.hpp"
 #include "losses/preference.hpp"
 
 namespace trlx::trainers {

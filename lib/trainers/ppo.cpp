@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "dist/env/launcher_env.hpp"
+#include "engine/engine.hpp"
 #include "losses/ppo.hpp"
 #include "model/loading.hpp"
 

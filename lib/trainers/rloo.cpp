@@ -1,6 +1,7 @@
 #include "trainers/rloo.hpp"
 
 #include "core/error.hpp"
+#include "engine/engine.hpp"
 
 namespace trlx::trainers {
 

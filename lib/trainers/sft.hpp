@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.hpp"
+#include "engine/trainer.hpp"
 #include "trainers/common.hpp"
 #include "trainers/sft_config.hpp"
 
