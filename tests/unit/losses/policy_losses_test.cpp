@@ -16,6 +16,7 @@
 #include "losses/policy_gradient.hpp"
 #include "losses/ppo.hpp"
 #include "losses/preference.hpp"
+#include "golden.hpp"
 #include "support.hpp"
 
 using nlohmann::json;
@@ -24,20 +25,9 @@ namespace L = trlx::losses;
 
 namespace {
 
-json load(const std::string& name) {
-  std::ifstream f(trlx::test::data_dir() / "policy_losses" / (name + ".json"));
-  REQUIRE(f.good());
-  json j = json::parse(f);
-  REQUIRE(j.at("dtype") == "float32");
-  return j;
-}
+json load(const std::string& name) { return trlx::test::load_golden("policy_losses", name); }
 
-// fp32, the dtype TRL computed in; the JSON numbers are exact fp32 values.
-Tensor vec(const json& a) {
-  std::vector<float> v;
-  for (const auto& x : a) v.push_back(x.get<float>());
-  return torch::tensor(v, torch::kFloat32);
-}
+Tensor vec(const json& a) { return trlx::test::golden_vec(a); }
 
 Tensor mat(const json& a) {
   std::vector<Tensor> rows;
@@ -45,13 +35,7 @@ Tensor mat(const json& a) {
   return torch::stack(rows);
 }
 
-// Within 1e-6 of TRL; above magnitude 1, within 1e-6 relative.
-bool near(double got, double want) { return std::abs(got - want) <= 1e-6 * std::max(1.0, std::abs(want)); }
-
-void check_value(const std::string& what, double got, double want) {
-  INFO(what << ": got " << got << ", TRL " << want);
-  CHECK(near(got, want));
-}
+void check_value(const std::string& what, double got, double want) { trlx::test::check_golden(what, got, want); }
 
 void check_all(const std::string& what, const Tensor& got, const Tensor& want) {
   // No gradient reached the tensor: 0 everywhere.

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "losses/preference.hpp"
+#include "golden.hpp"
 #include "support.hpp"
 
 using nlohmann::json;
@@ -20,31 +21,13 @@ namespace L = trlx::losses;
 
 namespace {
 
-json load(const std::string& name) {
-  std::ifstream f(trlx::test::data_dir() / "preference_losses" / (name + ".json"));
-  REQUIRE(f.good());
-  json j = json::parse(f);
-  REQUIRE(j.at("dtype") == "float32");
-  return j;
-}
+json load(const std::string& name) { return trlx::test::load_golden("preference_losses", name); }
 
-// fp32, the dtype TRL computed in; the JSON numbers are exact fp32 values.
-Tensor vec(const json& a) {
-  std::vector<float> v;
-  for (const auto& x : a) v.push_back(x.get<float>());
-  return torch::tensor(v, torch::kFloat32);
-}
+Tensor vec(const json& a) { return trlx::test::golden_vec(a); }
 
 Tensor leaf(const json& a) { return vec(a).requires_grad_(true); }
 
-// Within 1e-6 of TRL; above magnitude 1, within 1e-6 relative (an fp32 ulp at
-// 30 is 2e-6, so no fp32 program can promise an absolute 1e-6 there).
-bool near(double got, double want) { return std::abs(got - want) <= 1e-6 * std::max(1.0, std::abs(want)); }
-
-void check_value(const std::string& what, double got, double want) {
-  INFO(what << ": got " << got << ", TRL " << want);
-  CHECK(near(got, want));
-}
+void check_value(const std::string& what, double got, double want) { trlx::test::check_golden(what, got, want); }
 
 void check_vec(const std::string& what, const Tensor& got, const json& want) {
   // An input the loss does not use (sft alone and the rejected side) gets no gradient: 0.
@@ -181,7 +164,7 @@ TEST_CASE("dpo: per-pair losses and rewards follow the pairs, and losses average
   const Tensor d = ((x.chosen_logps - x.ref_chosen_logps) - (x.rejected_logps - x.ref_rejected_logps)) * 0.1;
   const Tensor want = -torch::log_sigmoid(d) * 0.25 + torch::relu(1 - d) * 2.0;
   CHECK(torch::allclose(out.losses, want, 1e-6, 1e-6));
-  CHECK(near(out.loss.item<double>(), want.mean().item<double>()));
+  CHECK(trlx::test::near_golden(out.loss.item<double>(), want.mean().item<double>()));
   CHECK(torch::allclose(out.chosen_rewards, (x.chosen_logps - x.ref_chosen_logps) * 0.1));
 }
 
