@@ -1,3 +1,4 @@
+// The GPU memory a run used, read from the CUDA caching allocator (nothing on CPU).
 #include "engine/device_memory.hpp"
 
 #include <fstream>

@@ -1,3 +1,4 @@
+// AdamW's update through ATen's fused kernel, one pass per tensor group.
 #include "engine/fused_adamw.hpp"
 
 #include <map>

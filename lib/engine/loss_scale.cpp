@@ -1,3 +1,4 @@
+// Dynamic loss scaling for fp16 mixed precision, as torch.amp.GradScaler does it.
 #include "engine/loss_scale.hpp"
 
 #include <cmath>

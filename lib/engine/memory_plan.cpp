@@ -1,3 +1,4 @@
+// How the memory savers combine with each other and with the strategy: one decision for every trainer.
 #include "engine/memory_plan.hpp"
 
 #include <fmt/format.h>

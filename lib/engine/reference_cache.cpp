@@ -1,3 +1,4 @@
+// Reference log-probs computed once before training (precompute_ref_log_probs) and cached on disk.
 #include "engine/reference_cache.hpp"
 
 #include <algorithm>

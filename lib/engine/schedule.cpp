@@ -1,3 +1,4 @@
+// Learning-rate schedules, step for step those of transformers' Trainer.
 #include "engine/schedule.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Rows that start with the same tokens run those tokens through the model once.
 #include "engine/shared_prefix.hpp"
 
 #include <algorithm>

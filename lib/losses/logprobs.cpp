@@ -1,3 +1,4 @@
+// The one log-prob path: per-token log-probs and entropy, chunked with an online log-sum-exp.
 #include "losses/logprobs.hpp"
 
 #include <ATen/autocast_mode.h>

@@ -1,3 +1,4 @@
+// TRL's built-in reward functions (trl.rewards) by their TRL names, scoring as TRL's do.
 #include "rewards/builtin.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Reward functions and judges that are programs speaking JSON lines on stdin and stdout.
 #include "rewards/program.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// What every reward function shares: the batch it scores and the names its metrics take.
 #include "rewards/reward_function.hpp"
 
 namespace trlx::rewards {

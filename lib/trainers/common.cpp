@@ -1,3 +1,4 @@
+// What every trainer does the same way around its data and loss: tokenizer, template, collation, runs.
 #include "trainers/common.hpp"
 
 #include "engine/engine.hpp"

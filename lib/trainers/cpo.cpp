@@ -1,3 +1,4 @@
+// `trlx cpo` and `trlx orpo`: reference-free preference training on prompt/chosen/rejected data.
 #include "trainers/cpo.hpp"
 
 #include <algorithm>

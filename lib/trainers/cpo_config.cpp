@@ -1,3 +1,4 @@
+// The `trlx cpo` config table: its fields with TRL's names and defaults, and their checks.
 #include "trainers/cpo_config.hpp"
 
 #include <fmt/format.h>

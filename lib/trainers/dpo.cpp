@@ -1,3 +1,4 @@
+// `trlx dpo`: its data preparation, its reference log-probs and the call to the preference loss.
 #include "trainers/dpo.hpp"
 
 #include <algorithm>

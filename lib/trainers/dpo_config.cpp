@@ -1,3 +1,4 @@
+// The `trlx dpo` config table: its fields with TRL's names and defaults, and their checks.
 #include "trainers/dpo_config.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// `trlx grpo`: group advantages, the entropy mask and the call to the policy loss.
 #include "trainers/grpo.hpp"
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// The `trlx grpo` config table: its fields with TRL's names and defaults, and their checks.
 #include "trainers/grpo_config.hpp"
 
 namespace trlx::trainers {

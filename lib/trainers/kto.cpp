@@ -1,3 +1,4 @@
+// `trlx kto`: unpaired preference data, the KL estimate from mismatched pairs, and the loss call.
 #include "trainers/kto.hpp"
 
 #include <cmath>

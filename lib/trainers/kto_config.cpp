@@ -1,3 +1,4 @@
+// The `trlx kto` config table: its fields with TRL's names and defaults, and their checks.
 #include "trainers/kto_config.hpp"
 
 namespace trlx::trainers {

@@ -1,3 +1,4 @@
+// What the online trainers share: prompts, generation through the engine, scoring, rounds.
 #include "trainers/online.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// `trlx online-dpo`: two completions per prompt ranked by rewards or a judge, and the DPO loss call.
 #include "trainers/online_dpo.hpp"
 
 #include <chrono>

@@ -1,3 +1,4 @@
+// The `trlx online-dpo` config table: its fields with TRL's names and defaults, and their checks.
 #include "trainers/online_dpo_config.hpp"
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// The `trlx orpo` config table: its fields with TRL's names and defaults, and their checks.
 #include "trainers/orpo_config.hpp"
 
 namespace trlx::trainers {

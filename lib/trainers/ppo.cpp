@@ -1,3 +1,4 @@
+// `trlx ppo`: rollouts scored by a reward model, a value model trained beside the policy, the PPO loss call.
 #include "trainers/ppo.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>

@@ -1,3 +1,4 @@
+// The `trlx ppo` config table: its fields with TRL's names and defaults, and their checks.
 #include "trainers/ppo_config.hpp"
 
 namespace trlx::trainers {

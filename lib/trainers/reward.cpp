@@ -1,3 +1,4 @@
+// `trlx reward`: a Bradley-Terry reward model on chosen/rejected pairs.
 #include "trainers/reward.hpp"
 
 #include <tuple>

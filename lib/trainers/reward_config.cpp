@@ -1,3 +1,4 @@
+// The `trlx reward` config table: its fields with TRL's names and defaults, and their checks.
 #include "trainers/reward_config.hpp"
 
 namespace trlx::trainers {

@@ -1,3 +1,4 @@
+// A sequence-classification model (a saved reward model) as a reward function.
 #include "trainers/reward_model_function.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>

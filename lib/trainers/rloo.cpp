@@ -1,3 +1,4 @@
+// `trlx rloo`: leave-one-out advantages and the call to the RLOO objective.
 #include "trainers/rloo.hpp"
 
 #include "core/error.hpp"

@@ -1,3 +1,4 @@
+// The `trlx rloo` config table: its fields with TRL's names and defaults, and their checks.
 #include "trainers/rloo_config.hpp"
 
 namespace trlx::trainers {

@@ -1,3 +1,4 @@
+// `trlx sft`: text, prompt-completion and conversation data tokenized with its loss mask, packing.
 #include "trainers/sft.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>

@@ -1,3 +1,4 @@
+// The `trlx sft` config table: its fields with TRL's names and defaults, and their checks.
 #include "trainers/sft_config.hpp"
 
 namespace trlx::trainers {

@@ -1,3 +1,4 @@
+// A string under normalization that maps every byte back to the input it came from (token offsets).
 #include "text/tokenizer/normalized.hpp"
 
 #include <algorithm>

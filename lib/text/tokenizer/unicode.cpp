@@ -1,3 +1,4 @@
+// Unicode for the tokenizer: UTF-8 walking, character classes, normalization forms.
 #include "text/tokenizer/unicode.hpp"
 
 #include "core/utf8.hpp"
