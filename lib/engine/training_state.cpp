@@ -273,8 +273,7 @@ void Engine::Impl::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     if (reference_moved_) save_full_model(*reference_, reference_dir, false);
     return;
   }
-  const fs::path old = output_dir_ / fmt::format(".checkpoint-{}.old-{}", step_, getpid());
-  try {
+  {
     // Into the existing temp dir: under sharded optimizer state it already
     // holds every rank's optimizer file, which a fresh directory would drop.
     save_model(tmp, true);
@@ -310,16 +309,9 @@ void Engine::Impl::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     io::write_file_atomic(tmp / "trainer_state.json", state.dump(2) + "\n");
     io::fsync_directory(tmp);
     // Only a complete checkpoint gets its final name; one already there under
-    // that name (saved again after a resume) is moved aside until then.
-    if (fs::exists(final_dir)) fs::rename(final_dir, old);
-    fs::rename(tmp, final_dir);
-    io::fsync_directory(output_dir_);
-    fs::remove_all(old);
-  } catch (...) {
-    // The checkpoint moved aside goes back under its name.
-    std::error_code ec;
-    if (fs::exists(old, ec) && !fs::exists(final_dir, ec)) fs::rename(old, final_dir, ec);
-    throw;
+    // that name (saved again after a resume) is moved aside until then, and
+    // back if the new one cannot take its place.
+    io::swap_in_directory(tmp, final_dir);
   }
   log::info("saved {}", final_dir.string());
   if (config_.save_total_limit) {
