@@ -10,22 +10,22 @@
 // order, in the inputs' dtype.
 #include <string>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 namespace trlx::losses {
 
 // Mean of x over the entries where mask is 1 (mask: 0/1 of x's dtype).
-torch::Tensor masked_mean(const torch::Tensor& x, const torch::Tensor& mask);
+at::Tensor masked_mean(const at::Tensor& x, const at::Tensor& mask);
 
 // (x - mean) / std over the masked entries (unbiased variance, 1e-8 added
 // under the root); the mean is added back when !shift_mean. Fewer than two
 // masked entries is an InputError (the variance is undefined).
-torch::Tensor masked_whiten(const torch::Tensor& x, const torch::Tensor& mask, bool shift_mean);
+at::Tensor masked_whiten(const at::Tensor& x, const at::Tensor& mask, bool shift_mean);
 
 struct PpoRewards {
-  torch::Tensor kl;                // [B, T] per-token KL estimate of the policy from the reference
-  torch::Tensor non_score_reward;  // [B, T] -kl_coef x kl
-  torch::Tensor rewards;           // [B, T] non_score_reward, the score added after the last token
+  at::Tensor kl;                // [B, T] per-token KL estimate of the policy from the reference
+  at::Tensor non_score_reward;  // [B, T] -kl_coef x kl
+  at::Tensor rewards;           // [B, T] non_score_reward, the score added after the last token
 };
 
 // logprobs, ref_logprobs [B, T] (past a response's end both hold the same
@@ -33,21 +33,21 @@ struct PpoRewards {
 // index of each response's last token (-1: none). kl_estimator "k1" (log
 // ratio) or "k3" ((r - 1) - log r). The score lands on the token after the
 // last one, or on the last one when that is the batch's last column.
-PpoRewards ppo_rewards(const torch::Tensor& logprobs, const torch::Tensor& ref_logprobs, const torch::Tensor& scores,
-                       const torch::Tensor& sequence_lengths, double kl_coef, const std::string& kl_estimator);
+PpoRewards ppo_rewards(const at::Tensor& logprobs, const at::Tensor& ref_logprobs, const at::Tensor& scores,
+                       const at::Tensor& sequence_lengths, double kl_coef, const std::string& kl_estimator);
 
 struct PpoAdvantages {
-  torch::Tensor advantages;  // [B, T] whitened over the response tokens, 0 past them
-  torch::Tensor returns;     // [B, T] advantages (before whitening) + values
-  torch::Tensor raw;         // [B, T] the advantages before whitening
+  at::Tensor advantages;  // [B, T] whitened over the response tokens, 0 past them
+  at::Tensor returns;     // [B, T] advantages (before whitening) + values
+  at::Tensor raw;         // [B, T] the advantages before whitening
 };
 
 // GAE(gamma, lam) backwards over the T columns of rewards and values [B, T]
 // (the value past the last column is 0), then the advantages whitened over
 // `keep` (1: a response token) and set to 0 on `padding` (bool, its
 // complement).
-PpoAdvantages ppo_advantages(const torch::Tensor& rewards, const torch::Tensor& values, const torch::Tensor& keep,
-                             const torch::Tensor& padding, double gamma, double lam);
+PpoAdvantages ppo_advantages(const at::Tensor& rewards, const at::Tensor& values, const at::Tensor& keep,
+                             const at::Tensor& padding, double gamma, double lam);
 
 struct PpoLossOptions {
   double cliprange = 0.2;
@@ -56,20 +56,20 @@ struct PpoLossOptions {
 };
 
 struct PpoLossOutput {
-  torch::Tensor loss;     // scalar: pg_loss + vf_coef x vf_loss
-  torch::Tensor pg_loss;  // scalar: masked mean of max(-A r, -A clip(r))
-  torch::Tensor vf_loss;  // scalar: 0.5 x masked mean of max((v - R)^2, (clip(v) - R)^2)
+  at::Tensor loss;     // scalar: pg_loss + vf_coef x vf_loss
+  at::Tensor pg_loss;  // scalar: masked mean of max(-A r, -A clip(r))
+  at::Tensor vf_loss;  // scalar: 0.5 x masked mean of max((v - R)^2, (clip(v) - R)^2)
   // Detached metrics, TRL's policy/clipfrac_avg, val/clipfrac_avg,
   // policy/approxkl_avg and val/ratio (one micro-batch's values).
-  torch::Tensor pg_clipfrac, vf_clipfrac, approxkl, ratio_mean;
+  at::Tensor pg_clipfrac, vf_clipfrac, approxkl, ratio_mean;
 };
 
 // new_logprobs, old_logprobs [B, T] (the same mark past a response's end);
 // vpred, old_values, returns, advantages [B, T]; keep (response tokens) and
 // keep_p1 (those and the token after) [B, T] 0/1 of the inputs' dtype.
-PpoLossOutput ppo_loss(const torch::Tensor& new_logprobs, const torch::Tensor& old_logprobs,
-                       const torch::Tensor& vpred, const torch::Tensor& old_values, const torch::Tensor& returns,
-                       const torch::Tensor& advantages, const torch::Tensor& keep, const torch::Tensor& keep_p1,
+PpoLossOutput ppo_loss(const at::Tensor& new_logprobs, const at::Tensor& old_logprobs,
+                       const at::Tensor& vpred, const at::Tensor& old_values, const at::Tensor& returns,
+                       const at::Tensor& advantages, const at::Tensor& keep, const at::Tensor& keep_p1,
                        const PpoLossOptions& options);
 
 }  // namespace trlx::losses
