@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "env_guard.hpp"
 #include "io/hub.hpp"
+#include "fixture_cache.hpp"
 #include "support.hpp"
 
 using namespace trlx;
@@ -18,7 +19,7 @@ namespace hub = trlx::io::hub;
 
 namespace {
 
-fs::path fixture_cache() { return test::data_dir() / "hub_cache"; }
+using test::fixture_cache;
 
 nlohmann::json expected() {
   std::ifstream in(fixture_cache() / "expected.json");

@@ -11,6 +11,7 @@
 #include "env_guard.hpp"
 #include "io/hub.hpp"
 #include "model/adapter_dir.hpp"
+#include "fixture_cache.hpp"
 #include "support.hpp"
 #include "trainers/dpo_config.hpp"
 #include "trainers/sft_config.hpp"
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path fixture_cache() { return test::data_dir() / "hub_cache"; }
+using test::fixture_cache;
 
 std::string commit_of(const std::string& repo_id) {
   std::ifstream in(fixture_cache() / "expected.json");

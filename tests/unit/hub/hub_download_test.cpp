@@ -16,6 +16,7 @@
 #include "env_guard.hpp"
 #include "hub_server.hpp"
 #include "io/hub.hpp"
+#include "fixture_cache.hpp"
 #include "support.hpp"
 
 extern char** environ;
@@ -29,7 +30,7 @@ namespace {
 const std::string kModel = "trlx-test/tiny-qwen2";
 const std::string kDataset = "trlx-test/tiny-sft";
 
-fs::path fixture_cache() { return test::data_dir() / "hub_cache"; }
+using test::fixture_cache;
 
 hub::HubOptions options_for(const test::HubServer& server, const fs::path& cache) {
   hub::HubOptions o;

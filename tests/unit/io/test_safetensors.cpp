@@ -1,10 +1,7 @@
 // Reading and writing tensors: values against the reference's fixtures,
 // byte-identical writes, round trips, sharded checkpoints as transformers
 // writes them, views and alignment, crash-safe replacement.
-// LibTorch first: its logging header defines a CHECK macro that Catch's must replace.
-#include <torch/torch.h>
-#undef CHECK
-#include <catch2/catch.hpp>
+#include "catch_torch.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -13,7 +13,7 @@ using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 TEST_CASE("torch archives: written whole, or an error naming the file with nothing left behind", "[io]") {
-  test::TempDir dir("trlx_torch_file");
+  trlx::test::TempDir dir("trlx_torch_file");
   const auto target = dir.path / "state.pt";
   const auto big = torch::arange(1 << 18, torch::kFloat32);  // 1 MiB
   io::write_torch_file(target, [&](std::ostream& o) { torch::save(big, o); });
@@ -25,7 +25,7 @@ TEST_CASE("torch archives: written whole, or an error naming the file with nothi
   // The same file again, on a "disk" with 64 KiB left: the old one stays.
   std::string msg;
   {
-    test::FileSizeLimit full(64 * 1024);
+    trlx::test::FileSizeLimit full(64 * 1024);
     try {
       io::write_torch_file(target, [&](std::ostream& o) { torch::save(big * 2, o); });
       FAIL("expected the write to fail");

@@ -22,11 +22,7 @@ namespace {
 std::filesystem::path fixtures() { return test::data_dir() / "generation"; }
 using model_test::models;
 
-nlohmann::json read_json(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  REQUIRE(in);
-  return nlohmann::json::parse(in);
-}
+using model_test::read_json;
 
 std::vector<std::vector<int64_t>> rows_of(const nlohmann::json& j) { return j.get<std::vector<std::vector<int64_t>>>(); }
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "helpers.hpp"
 #include "io/safetensors.hpp"
 #include "model/loading.hpp"
 #include "model/lora.hpp"
@@ -36,10 +37,7 @@ struct TempDir : test::TempDir {
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  return nlohmann::json::parse(in);
-}
+using model_test::read_json;
 
 std::set<std::string> tensor_names(const fs::path& file) {
   std::set<std::string> out;

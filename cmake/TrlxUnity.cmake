@@ -1,0 +1,81 @@
+# Unity batches: most of a unit's compile time goes into instantiating and
+# generating the inline code of the headers it includes (LibTorch's above
+# all), which the units of one batch share (two LibTorch units compile in
+# 27 s together, 48 s apart).
+#
+# trlx_unity(<target> BASE <dir> [EXCLUDE <file>...])
+#   Replaces the target's .cpp sources under <dir> by batches of at most
+#   TRLX_UNITY_BATCH units, made per directory and balanced (9 units: 3+3+3),
+#   so that a file added to one area leaves the other areas' batches as they
+#   were. A batch includes its units by paths relative to <dir>, which must be
+#   on the target's include path: its text, like every compile line, is then
+#   the same in every checkout (ccache). Sources with properties of their own
+#   (a define, no precompiled header) go in EXCLUDE and compile alone.
+#   Batch files: <build dir>/unity/<target>/<dir with _>_<n>.cpp.
+option(TRLX_UNITY_BUILD "Compile units in batches of TRLX_UNITY_BATCH (cmake/TrlxUnity.cmake)" ON)
+set(TRLX_UNITY_BATCH 4 CACHE STRING "Units per unity batch")
+
+function(trlx_unity target)
+  if(NOT TRLX_UNITY_BUILD)
+    return()
+  endif()
+  cmake_parse_arguments(U "" "BASE" "EXCLUDE" ${ARGN})
+  get_target_property(sources ${target} SOURCES)
+  get_target_property(source_dir ${target} SOURCE_DIR)
+  set(kept)
+  set(dirs)
+  foreach(src ${sources})
+    set(path ${src})
+    if(NOT IS_ABSOLUTE "${path}" AND NOT path MATCHES "^\\$<")
+      set(path ${source_dir}/${src})
+    endif()
+    if(NOT path MATCHES "\\.cpp$" OR path IN_LIST U_EXCLUDE)
+      list(APPEND kept ${src})
+      continue()
+    endif()
+    file(RELATIVE_PATH rel ${U_BASE} ${path})
+    if(rel MATCHES "^\\.\\.")
+      list(APPEND kept ${src})
+      continue()
+    endif()
+    get_filename_component(dir "${rel}" DIRECTORY)
+    string(MAKE_C_IDENTIFIER "${dir}" key)
+    if(NOT key IN_LIST dirs)
+      list(APPEND dirs ${key})
+      set(units_${key})
+      set(name_${key} "${dir}")
+    endif()
+    list(APPEND units_${key} ${rel})
+  endforeach()
+  set(out_dir ${CMAKE_CURRENT_BINARY_DIR}/unity/${target})
+  foreach(key ${dirs})
+    set(units ${units_${key}})
+    list(SORT units)
+    list(LENGTH units n)
+    # ceil(n / batch) batches; the first n % batches of them get one unit more.
+    math(EXPR batches "(${n} + ${TRLX_UNITY_BATCH} - 1) / ${TRLX_UNITY_BATCH}")
+    math(EXPR base_size "${n} / ${batches}")
+    math(EXPR larger "${n} % ${batches}")
+    string(REPLACE "/" "_" stem "${name_${key}}")
+    if(stem STREQUAL "")
+      set(stem "top")
+    endif()
+    set(index 0)
+    foreach(b RANGE 1 ${batches})
+      set(size ${base_size})
+      if(b LESS_EQUAL larger)
+        math(EXPR size "${size} + 1")
+      endif()
+      set(text "// A unity batch of ${target} (cmake/TrlxUnity.cmake).\n")
+      foreach(i RANGE 1 ${size})
+        list(GET units ${index} unit)
+        string(APPEND text "#include \"${unit}\"\n")
+        math(EXPR index "${index} + 1")
+      endforeach()
+      set(file ${out_dir}/${stem}_${b}.cpp)
+      file(CONFIGURE OUTPUT ${file} CONTENT "${text}")
+      list(APPEND kept ${file})
+    endforeach()
+  endforeach()
+  set_target_properties(${target} PROPERTIES SOURCES "${kept}")
+endfunction()
