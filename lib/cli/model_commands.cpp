@@ -187,7 +187,7 @@ int run_generate(std::vector<std::string> args) {
     bool special = true;
     if (tmpl) {
       nlohmann::ordered_json messages = in.is_array() ? in : nlohmann::ordered_json::array({{{"role", "user"}, {"content", in}}});
-      text = trainers::render_conversation(tok, *tmpl, messages, true);
+      text = trainers::render_conversation(tok, *tmpl, messages, true, trainers::TemplateInputs{});
       special = false;  // the template writes the special tokens itself
     } else {
       if (!in.is_string()) fail_input("a message list needs --chat");

@@ -167,6 +167,7 @@ std::vector<int> assistant_mask(const text::Encoding& enc, const std::vector<std
 struct Conversation {
   ordered_json messages;
   ordered_json tools;  // null: none in the row
+  ordered_json chat_template_kwargs;  // null: none in the row
   std::string where;
 };
 
@@ -185,6 +186,12 @@ Conversation conversation_from(const ordered_json& v, const std::string& where) 
                  }());
     c.messages = v.at("messages");
     if (v.contains("tools") && !v.at("tools").is_null()) c.tools = v.at("tools");
+    if (v.contains("chat_template_kwargs") && !v.at("chat_template_kwargs").is_null()) {
+      c.chat_template_kwargs = v.at("chat_template_kwargs");
+      if (!c.chat_template_kwargs.is_object())
+        fail_input("{}: `chat_template_kwargs` must be an object of template variables, found {}", where,
+                   c.chat_template_kwargs.type_name());
+    }
   } else {
     fail_input("{}: expected a list of messages or an object with `messages`, found {}", where, v.type_name());
   }
@@ -359,9 +366,14 @@ int run_render_template(std::vector<std::string> args) {
 
   for (size_t i = 0; i < conversations.size(); ++i) {
     const auto& conv = conversations[i];
-    text::ChatOptions co = trainers::chat_options(tok, add_generation_prompt);
-    co.tools = !tools_json.is_null() ? &tools_json : (!conv.tools.is_null() ? &conv.tools : nullptr);
-    co.extra = kwargs_json.is_null() ? nullptr : &kwargs_json;
+    // As a trainer renders a row: its tools and its chat_template_kwargs
+    // over --chat_template_kwargs; --tools, when given, for every row.
+    trainers::TemplateInputs inputs;
+    inputs.tools = !tools_json.is_null() ? tools_json : conv.tools;
+    inputs.variables = kwargs_json.is_object() ? kwargs_json : ordered_json::object();
+    if (conv.chat_template_kwargs.is_object())
+      for (const auto& [k, val] : conv.chat_template_kwargs.items()) inputs.variables[k] = val;
+    text::ChatOptions co = trainers::chat_options(tok, add_generation_prompt, inputs);
     text::RenderedChat r;
     try {
       r = text::apply_chat_template(tmpl, conv.messages, co);

@@ -407,6 +407,17 @@ void ConfigLoader::set_from_yaml(const FieldSpec& f, const YAML::Node& node, Ori
   // One mapping where a list of mappings is taken: that list of one.
   if (node.IsMap() && f.kind == Kind::StringList && f.mapping_items)
     return set_value(f, std::vector<std::string>{mapping_text(node, at, f.name)}, origin);
+  if (f.mapping) {
+    // A mapping, or a string of a JSON object (TRL parses a str with json.loads).
+    if (node.IsMap()) return set_value(f, mapping_text(node, at, f.name), origin);
+    if (node.IsScalar()) {
+      const auto j = nlohmann::json::parse(node.Scalar(), nullptr, false);
+      if (!j.is_discarded() && j.is_object()) return set_value(f, j.dump(), origin);
+    }
+    errors_.push_back(fmt::format("{}: `{}` expects a mapping (or a string of a JSON object), found {}", at, f.name,
+                                  node.IsSequence() ? std::string("a list") : fmt::format("`{}`", node.Scalar())));
+    return;
+  }
   if (node.IsMap()) return bad("a mapping");
   const bool is_list = f.kind == Kind::StringList || f.kind == Kind::FloatList;
   if (node.IsSequence()) {
@@ -465,6 +476,15 @@ void ConfigLoader::apply_flag(const std::string& name, const std::vector<std::st
   }
   if (values.size() == 1 && f->nullable && (values[0] == "null" || values[0] == "None" || values[0] == "none"))
     return set_value(*f, std::monostate{}, origin);
+  if (f->mapping) {
+    // The mapping as JSON text: '{"enable_thinking": false}'.
+    const std::string text = values.size() == 1 ? values[0] : join(values, " ");
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      return errors_.push_back(fmt::format("{}: expects a JSON object (e.g. '{{\"enable_thinking\": false}}'), found `{}`",
+                                           origin.flag, text));
+    return set_value(*f, j.dump(), origin);
+  }
   if (f->kind == Kind::StringList && f->mapping_items) {
     // A mapping item is given as JSON ('{"command": "..."}'), which has commas.
     std::vector<std::string> strs;

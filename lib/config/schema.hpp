@@ -49,6 +49,10 @@ struct FieldSpec {
   // A string list whose items may also be mappings ({command: ...}); such an
   // item is kept as its JSON text (it starts with '{').
   bool mapping_items = false;
+  // A string field that holds a mapping (TRL's `dict | str` fields such as
+  // chat_template_kwargs): a YAML mapping, or a string of a JSON object, kept
+  // as the object's JSON text; anything else is refused.
+  bool mapping = false;
   // A string field that names a model or a dataset: a local path, or a
   // Hugging Face hub name (`org/name`) resolved through the hub cache before
   // training (config/hub_paths). Model names may carry the revision field
@@ -68,6 +72,7 @@ struct FieldSpec {
   // Refuse any value other than the default, giving `reason`.
   FieldSpec& not_built(std::string reason) { not_built_reason = std::move(reason); return *this; }
   FieldSpec& items_may_be_mappings() { mapping_items = true; return *this; }
+  FieldSpec& holds_mapping() { mapping = true; return *this; }
   FieldSpec& hub_model(std::string revision_field = "") {
     hub = HubRef::Model;
     hub_revision_field = std::move(revision_field);

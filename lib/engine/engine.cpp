@@ -119,6 +119,14 @@ void Engine::set_reward_model(model::LanguageModel reward) { impl_->set_reward_m
 void Engine::sum_across_ranks(std::vector<double>& values) { impl_->sum_across_ranks(values); }
 torch::Tensor Engine::sum_across_ranks(const torch::Tensor& t) { return impl_->sum_across_ranks(t); }
 void Engine::max_across_ranks(std::vector<double>& values) { impl_->max_across_ranks(values); }
+std::vector<std::vector<double>> Engine::gather_across_ranks(const std::vector<double>& mine) {
+  return impl_->gather_across_ranks(mine);
+}
+std::vector<double> Engine::concat_across_ranks(const std::vector<double>& mine) {
+  std::vector<double> out;
+  for (const auto& part : gather_across_ranks(mine)) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
 LossOutput Engine::run_loss(Trainer& trainer, TensorMap batch) { return impl_->run_loss(trainer, std::move(batch)); }
 bool Engine::standing_in() const { return impl_->standing_in(); }
 int Engine::rank() const { return impl_->rank(); }

@@ -144,6 +144,10 @@ class Engine {
   at::Tensor sum_across_ranks(const at::Tensor& t);
   // The largest of each value over ranks (metrics such as max_reward).
   void max_across_ranks(std::vector<double>& values);
+  // Every rank's `mine` (any length, exact), rank by rank; and the same laid
+  // end to end in rank order.
+  std::vector<std::vector<double>> gather_across_ranks(const std::vector<double>& mine);
+  std::vector<double> concat_across_ranks(const std::vector<double>& mine);
   // The trainer's loss on a host micro-batch, moved to the device as a
   // step's are (for evaluate_rounds; the caller sets grad mode).
   LossOutput run_loss(Trainer& trainer, TensorMap batch);

@@ -66,6 +66,9 @@ struct Engine::Impl {
   void sum_across_ranks(std::vector<double>& values) { strategy_->sum_across_ranks(values); }
   torch::Tensor sum_across_ranks(const torch::Tensor& t) { return strategy_->sum_across_ranks(t); }
   void max_across_ranks(std::vector<double>& values) { strategy_->max_across_ranks(values); }
+  std::vector<std::vector<double>> gather_across_ranks(const std::vector<double>& mine) {
+    return strategy_->gather_across_ranks(mine);
+  }
   LossOutput run_loss(Trainer& trainer, TensorMap batch);
   bool standing_in() const { return standing_in_; }
   int rank() const { return comm_->rank(); }

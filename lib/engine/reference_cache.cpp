@@ -85,32 +85,43 @@ std::optional<CachedValues> read_cache(const fs::path& path, const std::string& 
 CachedValues compute(Engine& engine, size_t n, const std::vector<std::string>& columns, size_t batch_size,
                      const BatchValues& batch_values) {
   const size_t width = columns.size();
-  // Each rank computes every world_size-th batch; a sum over ranks fills in
-  // the rest. Every rank runs the same number of forwards (a sharded model
-  // gathers in each): one without a batch in the last round recomputes the
-  // first and keeps nothing.
-  std::vector<double> flat(width * n, 0.0);
+  // Rank r computes batches r, r + world_size, ... and the ranks' values,
+  // gathered, are put back in example order. Every rank runs the same number
+  // of forwards (a sharded model gathers in each): one without a batch in the
+  // last round recomputes the first and keeps nothing.
   const size_t w = static_cast<size_t>(engine.world_size());
   const size_t num_batches = (n + batch_size - 1) / batch_size, rounds = (num_batches + w - 1) / w;
+  auto rows_of = [&](size_t batch_no) {
+    const size_t first = batch_no * batch_size;
+    return std::make_pair(first, std::min(n, first + batch_size));
+  };
+  std::vector<double> mine;
   for (size_t round = 0; round < rounds; ++round) {
     const size_t batch_no = round * w + static_cast<size_t>(engine.rank());
     const bool stand_in = batch_no >= num_batches;
-    const size_t first = stand_in ? 0 : batch_no * batch_size;
+    const auto [first, end] = rows_of(stand_in ? 0 : batch_no);
     std::vector<size_t> idx;
-    for (size_t i = first; i < std::min(n, first + batch_size); ++i) idx.push_back(i);
+    for (size_t i = first; i < end; ++i) idx.push_back(i);
     const auto v = batch_values(idx);
     if (v.size() != idx.size() * width)
       throw Error(fmt::format("reference values: {} values for a batch of {} examples x {} columns", v.size(),
                               idx.size(), width));
-    if (stand_in) continue;
-    for (size_t r = 0; r < idx.size(); ++r)
-      std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(r * width), width,
-                  flat.begin() + static_cast<std::ptrdiff_t>(idx[r] * width));
+    if (!stand_in) mine.insert(mine.end(), v.begin(), v.end());
   }
-  engine.sum_across_ranks(flat);
+  const auto each = engine.gather_across_ranks(mine);
   CachedValues out{columns, std::vector<std::vector<double>>(width, std::vector<double>(n))};
-  for (size_t i = 0; i < n; ++i)
-    for (size_t c = 0; c < width; ++c) out.values[c][i] = flat[i * width + c];
+  for (size_t r = 0; r < w; ++r) {
+    const auto& theirs = each[r];
+    size_t at = 0;
+    for (size_t batch_no = r; batch_no < num_batches; batch_no += w) {
+      const auto [first, end] = rows_of(batch_no);
+      if (theirs.size() < at + (end - first) * width)
+        throw Error(fmt::format("reference values: rank {} sent {} values, fewer than its batches hold", r,
+                                theirs.size()));
+      for (size_t i = first; i < end; ++i)
+        for (size_t c = 0; c < width; ++c) out.values[c][i] = theirs[at++];
+    }
+  }
   return out;
 }
 

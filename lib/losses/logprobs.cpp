@@ -1,6 +1,8 @@
 // The one log-prob path: per-token log-probs and entropy, chunked with an online log-sum-exp.
 #include "losses/logprobs.hpp"
 
+#include <torch/torch.h>
+
 #include <ATen/autocast_mode.h>
 #include <limits>
 #include <fmt/ranges.h>

@@ -14,7 +14,7 @@
 //    from the saved hidden states and per-token log-sum-exp.
 // Both compute only the tokens whose mask is set, so prompt and padding
 // tokens cost nothing.
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 namespace trlx::losses {
 
@@ -35,15 +35,15 @@ struct LogProbOptions {
 };
 
 struct TokenLogProbs {
-  torch::Tensor logps;    // [B, T] log p(target); 0 where the target is masked
-  torch::Tensor entropy;  // [B, T] (when asked)
-  torch::Tensor correct;  // [B, T] bool (when asked)
+  at::Tensor logps;    // [B, T] log p(target); 0 where the target is masked
+  at::Tensor entropy;  // [B, T] (when asked)
+  at::Tensor correct;  // [B, T] bool (when asked)
 };
 
 // hidden [B, T, H] (positions that predict), targets [B, T] (the next
 // tokens), mask [B, T] (1 where a target counts), weight [V, H].
 // Under autocast the matmul runs in the autocast dtype; the softmax is fp32.
-TokenLogProbs token_logprobs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
-                             const torch::Tensor& mask, const LogProbOptions& options = {});
+TokenLogProbs token_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                             const at::Tensor& mask, const LogProbOptions& options = {});
 
 }  // namespace trlx::losses

@@ -1,6 +1,9 @@
 // The online trainers' advantages and policy-gradient losses as pure tensor functions.
 #include "losses/policy_gradient.hpp"
 
+#include <torch/torch.h>
+
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -167,6 +170,31 @@ torch::Tensor reduce_policy_loss(const torch::Tensor& per_token_loss, const torc
   const auto n = r.round_completion_tokens.to(masked.device(), torch::kFloat64).clamp_min(1.0);
   const auto factor = static_cast<double>(r.micro_batches_per_round) * r.world_size / n;
   return masked.sum() * factor.to(masked.scalar_type());
+}
+
+torch::Tensor masked_entropy_mean(const torch::Tensor& entropy, const torch::Tensor& mask,
+                                  const torch::Tensor& entropy_mask) {
+  const auto counted = entropy_mask.defined() ? mask * entropy_mask.to(mask.scalar_type()) : mask;
+  return (entropy * counted).sum() / counted.sum().clamp_min(1.0);
+}
+
+double next_entropy_coef(double coef, double entropy, const EntropyControl& c) {
+  return entropy <= c.target ? std::min(coef + c.delta, c.max) : std::max(coef - c.delta, c.min);
+}
+
+double applied_entropy_coef(double coef, bool adaptive, double last_entropy, double target) {
+  if (!adaptive) return coef;
+  return last_entropy <= target ? coef : 0.0;
+}
+
+ClipIndicators clip_indicators(const torch::Tensor& ratio, const torch::Tensor& advantages, double epsilon_low,
+                               double epsilon_high, at::ScalarType dtype) {
+  const auto r = ratio.detach();
+  ClipIndicators out;
+  out.low = ((r < 1 - epsilon_low) & (advantages < 0)).to(dtype);
+  out.high = ((r > 1 + epsilon_high) & (advantages > 0)).to(dtype);
+  out.region = torch::clamp_max(out.low + out.high, 1.0);
+  return out;
 }
 
 RlooLossTerms rloo_loss(const torch::Tensor& logps, const torch::Tensor& old_logps, const torch::Tensor& mask,

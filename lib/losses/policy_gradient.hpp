@@ -12,32 +12,32 @@
 #include <optional>
 #include <string>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 namespace trlx::losses {
 
 // Standard deviation ignoring NaN (Bessel-corrected; NaN with fewer than 2
 // values), over `dim` or over everything.
-torch::Tensor nanstd(const torch::Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+at::Tensor nanstd(const at::Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 
 struct Advantages {
-  torch::Tensor advantages;  // [N]; 0 where no function scored the completion
-  torch::Tensor rewards;     // [N] weighted sum of the functions; NaN where none scored it
-  torch::Tensor std_is_zero; // [N] or [groups]: the std the advantages were scaled by is 0 (frac_reward_zero_std)
+  at::Tensor advantages;  // [N]; 0 where no function scored the completion
+  at::Tensor rewards;     // [N] weighted sum of the functions; NaN where none scored it
+  at::Tensor std_is_zero; // [N] or [groups]: the std the advantages were scaled by is 0 (frac_reward_zero_std)
 };
 
 // GRPO: rewards_per_func [N, F] (NaN: skipped), grouped in consecutive runs
 // of `num_generations` completions of one prompt. `scale_rewards` group,
 // batch or none; `aggregation` sum_then_normalize or normalize_then_sum.
-Advantages grpo_advantages(const torch::Tensor& rewards_per_func, const torch::Tensor& weights,
+Advantages grpo_advantages(const at::Tensor& rewards_per_func, const at::Tensor& weights,
                            int64_t num_generations, const std::string& scale_rewards, const std::string& aggregation);
 
 // RLOO: the weighted reward (clipped to `clip_range`), minus beta x the
 // sequence KL from the reference when given, against the mean of the other
 // completions of the prompt; normalised over the batch when asked.
-Advantages rloo_advantages(const torch::Tensor& rewards_per_func, const torch::Tensor& weights, int64_t num_generations,
+Advantages rloo_advantages(const at::Tensor& rewards_per_func, const at::Tensor& weights, int64_t num_generations,
                            const std::optional<std::pair<double, double>>& clip_range,
-                           const std::optional<torch::Tensor>& sequence_kl, double beta, bool normalize);
+                           const std::optional<at::Tensor>& sequence_kl, double beta, bool normalize);
 
 struct PolicyLossOptions {
   std::string loss_type = "dapo";
@@ -52,17 +52,17 @@ struct PolicyLossOptions {
 };
 
 struct PolicyLossTerms {
-  torch::Tensor per_token_loss;  // [B, T] (or [B, 1] when nothing depends on the token)
-  torch::Tensor ratio;           // coef_1: [B, T], or [B, 1] at sequence level
-  torch::Tensor per_token_kl;    // [B, T] when beta > 0
-  torch::Tensor phi;             // [B, 1] vespo's weights
+  at::Tensor per_token_loss;  // [B, T] (or [B, 1] when nothing depends on the token)
+  at::Tensor ratio;           // coef_1: [B, T], or [B, 1] at sequence level
+  at::Tensor per_token_kl;    // [B, T] when beta > 0
+  at::Tensor phi;             // [B, 1] vespo's weights
 };
 
 // logps, old_logps, ref_logps [B, T] (ref only with beta > 0); advantages
 // [B]; mask [B, T]; entropy_mask [B, T] bool or undefined.
-PolicyLossTerms policy_loss_terms(const torch::Tensor& logps, const torch::Tensor& old_logps,
-                                  const torch::Tensor& ref_logps, const torch::Tensor& advantages,
-                                  const torch::Tensor& mask, const torch::Tensor& entropy_mask,
+PolicyLossTerms policy_loss_terms(const at::Tensor& logps, const at::Tensor& old_logps,
+                                  const at::Tensor& ref_logps, const at::Tensor& advantages,
+                                  const at::Tensor& mask, const at::Tensor& entropy_mask,
                                   const PolicyLossOptions& options);
 
 // ---------------------------------------------------------- GRPO's reductions
@@ -79,7 +79,7 @@ struct PolicyLossReduction {
   // on every rank (a scalar; the caller sums it over ranks), and how the
   // round is split: micro-batches per round on each rank (steps_per_generation
   // in training, 1 in evaluation) and ranks.
-  torch::Tensor round_completion_tokens;
+  at::Tensor round_completion_tokens;
   int64_t micro_batches_per_round = 1;
   int64_t world_size = 1;
 };
@@ -92,21 +92,51 @@ struct PolicyLossReduction {
 // cispo, vespo: sum x micro_batches_per_round x world_size over the round's
 // tokens). Dividing by the step's micro-batches x world_size gives TRL's loss
 // on each rank, whose gradients the ranks average.
-torch::Tensor reduce_policy_loss(const torch::Tensor& per_token_loss, const torch::Tensor& mask,
+at::Tensor reduce_policy_loss(const at::Tensor& per_token_loss, const at::Tensor& mask,
                                  const PolicyLossReduction& reduction);
+
+// --------------------------------------------- GRPO's entropy bonus
+
+// The mean entropy over the tokens that count: mask [B, T], times
+// entropy_mask [B, T] (bool) when defined.
+at::Tensor masked_entropy_mean(const at::Tensor& entropy, const at::Tensor& mask, const at::Tensor& entropy_mask);
+
+struct EntropyControl {
+  double target = 0, delta = 0, min = 0, max = 0;  // entropy_target, entropy_coef_delta/_min/_max
+};
+// The adaptive entropy coefficient after a step whose entropy over every
+// rank's counted tokens was `entropy`: raised by delta (to at most max) at
+// or below the target, lowered by delta (to at least min) above it.
+double next_entropy_coef(double coef, double entropy, const EntropyControl& control);
+// The coefficient the bonus applies in a step: the adaptive one only while
+// the last step's entropy was at or below the target (none measured yet:
+// +inf, so none applies); a fixed one always.
+double applied_entropy_coef(double coef, bool adaptive, double last_entropy, double target);
+
+// ------------------------------------------------------- clip metrics
+
+struct ClipIndicators {
+  at::Tensor low;     // ratio < 1 - epsilon_low where the advantage is negative (0/1)
+  at::Tensor high;    // ratio > 1 + epsilon_high where the advantage is positive (0/1)
+  at::Tensor region;  // either of the two (0/1)
+};
+// The clip_ratio metrics' indicators of GRPO and RLOO, in `dtype`;
+// advantages broadcast against ratio ([B, 1] against [B, T], [B] against [B]).
+ClipIndicators clip_indicators(const at::Tensor& ratio, const at::Tensor& advantages, double epsilon_low,
+                               double epsilon_high, at::ScalarType dtype);
 
 // ------------------------------------------------------------------- RLOO
 
 struct RlooLossTerms {
-  torch::Tensor loss_sum;  // scalar: sum over rows of -min(ratio A, clip(ratio) A)
-  torch::Tensor ratio;     // [B] sequence-level ratio to the generating policy
+  at::Tensor loss_sum;  // scalar: sum over rows of -min(ratio A, clip(ratio) A)
+  at::Tensor ratio;     // [B] sequence-level ratio to the generating policy
 };
 
 // RLOO's clipped objective on whole sequences: logps and old_logps [B, T]
 // per-token log-probs (old_logps undefined: the policy that generated is the
 // one trained, a ratio of 1), mask [B, T], advantages [B]; the ratio of the
 // summed log-probs clipped to [1 - epsilon_low, 1 + epsilon_high].
-RlooLossTerms rloo_loss(const torch::Tensor& logps, const torch::Tensor& old_logps, const torch::Tensor& mask,
-                        const torch::Tensor& advantages, double epsilon_low, double epsilon_high);
+RlooLossTerms rloo_loss(const at::Tensor& logps, const at::Tensor& old_logps, const at::Tensor& mask,
+                        const at::Tensor& advantages, double epsilon_low, double epsilon_high);
 
 }  // namespace trlx::losses

@@ -1,6 +1,8 @@
 // Preference and reward losses (DPO, online DPO, KTO, CPO, ORPO, Bradley-Terry) as pure tensor functions.
 #include "losses/preference.hpp"
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 namespace trlx::losses {
 
@@ -49,24 +49,24 @@ struct DpoInputs {
   // tokens. With ld_alpha these cover only the first min(len_chosen,
   // len_rejected) completion tokens of the pair, and the *_tail_logps below
   // hold the sums over the rest (0 for the shorter side).
-  torch::Tensor chosen_logps, rejected_logps;
-  torch::Tensor ref_chosen_logps, ref_rejected_logps;
-  torch::Tensor chosen_tail_logps, rejected_tail_logps;          // ld_alpha only
-  torch::Tensor ref_chosen_tail_logps, ref_rejected_tail_logps;  // ld_alpha only
+  at::Tensor chosen_logps, rejected_logps;
+  at::Tensor ref_chosen_logps, ref_rejected_logps;
+  at::Tensor chosen_tail_logps, rejected_tail_logps;          // ld_alpha only
+  at::Tensor ref_chosen_tail_logps, ref_rejected_tail_logps;  // ld_alpha only
   // Completion token counts; needed by ipo, sigmoid_norm, sft and use_weighting.
-  torch::Tensor chosen_tokens, rejected_tokens;
+  at::Tensor chosen_tokens, rejected_tokens;
   // use_weighting only: per sequence, sum over completion tokens of
   // log p(token) - log sum_v p(v)^2 (the WPO-aligned log-prob; detached here).
-  torch::Tensor chosen_wpo_logps, rejected_wpo_logps;
+  at::Tensor chosen_wpo_logps, rejected_wpo_logps;
 };
 
 struct DpoLossOutput {
-  torch::Tensor loss;    // scalar: sum over loss types of weight * mean over pairs
-  torch::Tensor losses;  // [B] sum over loss types of weight * per-pair loss (aot*: sorted order;
+  at::Tensor loss;    // scalar: sum over loss types of weight * mean over pairs
+  at::Tensor losses;  // [B] sum over loss types of weight * per-pair loss (aot*: sorted order;
                          // sft: the batch value on every row); mean(losses) equals
                          // loss up to rounding
-  torch::Tensor chosen_rewards, rejected_rewards;  // [B] detached beta * (policy - ref)
-  torch::Tensor chosen_logps, rejected_logps;      // [B] detached policy log-probs as TRL logs them
+  at::Tensor chosen_rewards, rejected_rewards;  // [B] detached beta * (policy - ref)
+  at::Tensor chosen_logps, rejected_logps;      // [B] detached policy log-probs as TRL logs them
                                                    // (ld_alpha applied)
 };
 
@@ -76,10 +76,10 @@ DpoLossOutput dpo_loss(const DpoInputs& inputs, const DpoLossOptions& options);
 // -log sigmoid(logits x beta) and (logits - 1 / (2 beta))^2. dpo_loss and
 // online_dpo_loss both compute them here. beta is a number, or a scalar
 // tensor (online DPO keeps its per-epoch beta on the device).
-torch::Tensor sigmoid_pair_loss(const torch::Tensor& logits, double beta);
-torch::Tensor sigmoid_pair_loss(const torch::Tensor& logits, const torch::Tensor& beta);
-torch::Tensor ipo_pair_loss(const torch::Tensor& logits, double beta);
-torch::Tensor ipo_pair_loss(const torch::Tensor& logits, const torch::Tensor& beta);
+at::Tensor sigmoid_pair_loss(const at::Tensor& logits, double beta);
+at::Tensor sigmoid_pair_loss(const at::Tensor& logits, const at::Tensor& beta);
+at::Tensor ipo_pair_loss(const at::Tensor& logits, double beta);
+at::Tensor ipo_pair_loss(const at::Tensor& logits, const at::Tensor& beta);
 
 // --------------------------------------------------------------------- Online DPO
 
@@ -87,14 +87,14 @@ torch::Tensor ipo_pair_loss(const torch::Tensor& logits, const torch::Tensor& be
 // (chosen - rejected) - (ref_chosen - ref_rejected) of whole-completion
 // log-prob sums, and IPO takes it without dividing by token counts.
 struct OnlineDpoInputs {
-  torch::Tensor chosen_logps, rejected_logps;          // [B] policy (with graph)
-  torch::Tensor ref_chosen_logps, ref_rejected_logps;  // [B] reference
-  torch::Tensor beta;                                  // scalar tensor
+  at::Tensor chosen_logps, rejected_logps;          // [B] policy (with graph)
+  at::Tensor ref_chosen_logps, ref_rejected_logps;  // [B] reference
+  at::Tensor beta;                                  // scalar tensor
 };
 
 struct OnlineDpoLossOutput {
-  torch::Tensor losses;                            // [B] per-pair loss (the trainer sums or averages)
-  torch::Tensor chosen_rewards, rejected_rewards;  // [B] beta * (policy - ref), with graph (callers detach)
+  at::Tensor losses;                            // [B] per-pair loss (the trainer sums or averages)
+  at::Tensor chosen_rewards, rejected_rewards;  // [B] beta * (policy - ref), with graph (callers detach)
 };
 
 // loss_type: sigmoid or ipo.
@@ -106,9 +106,9 @@ OnlineDpoLossOutput online_dpo_loss(const OnlineDpoInputs& inputs, const std::st
 // rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins,
 // logps/chosen, logps/rejected, count. All-reduce (sum) across ranks, then
 // preference_metrics() divides; TRL's means over gathered pairs are the same.
-torch::Tensor preference_metric_sums(const torch::Tensor& chosen_rewards, const torch::Tensor& rejected_rewards,
-                                     const torch::Tensor& chosen_logps, const torch::Tensor& rejected_logps);
-std::vector<std::pair<std::string, double>> preference_metrics(const torch::Tensor& sums);
+at::Tensor preference_metric_sums(const at::Tensor& chosen_rewards, const at::Tensor& rejected_rewards,
+                                     const at::Tensor& chosen_logps, const at::Tensor& rejected_logps);
+std::vector<std::pair<std::string, double>> preference_metrics(const at::Tensor& sums);
 
 // ---------------------------------------------------------------------------- KTO
 
@@ -125,20 +125,20 @@ void validate_kto_loss(const KtoLossOptions& options);
 // log-prob sums of the mismatched (prompt, other completion) sequences,
 // detached. The trainer averages it over ranks (TRL gathers it and takes the
 // mean) and passes the result as KtoInputs::kl.
-torch::Tensor kto_local_kl(const torch::Tensor& kl_logps, const torch::Tensor& ref_kl_logps);
+at::Tensor kto_local_kl(const at::Tensor& kl_logps, const at::Tensor& ref_kl_logps);
 
 struct KtoInputs {
-  torch::Tensor logps, ref_logps;  // [B] completion log-prob sums, policy (with graph) and reference
-  torch::Tensor labels;            // [B] bool: true = desirable
-  torch::Tensor kl;                // scalar, the cross-rank mean of kto_local_kl (kto only; clamped at 0 here)
+  at::Tensor logps, ref_logps;  // [B] completion log-prob sums, policy (with graph) and reference
+  at::Tensor labels;            // [B] bool: true = desirable
+  at::Tensor kl;                // scalar, the cross-rank mean of kto_local_kl (kto only; clamped at 0 here)
 };
 
 struct KtoLossOutput {
-  torch::Tensor loss;    // scalar: nan-mean over the batch of the weighted losses
-  torch::Tensor losses;  // [B] weighted per-example losses, batch order
-  torch::Tensor chosen_rewards, rejected_rewards;  // [n_desirable], [n_undesirable] detached beta * (policy - ref)
-  torch::Tensor chosen_logps, rejected_logps;      // same split, detached
-  torch::Tensor kl;                                // scalar used by the loss (0 for apo_zero_unpaired); metric "kl"
+  at::Tensor loss;    // scalar: nan-mean over the batch of the weighted losses
+  at::Tensor losses;  // [B] weighted per-example losses, batch order
+  at::Tensor chosen_rewards, rejected_rewards;  // [n_desirable], [n_undesirable] detached beta * (policy - ref)
+  at::Tensor chosen_logps, rejected_logps;      // same split, detached
+  at::Tensor kl;                                // scalar used by the loss (0 for apo_zero_unpaired); metric "kl"
 };
 
 KtoLossOutput kto_loss(const KtoInputs& inputs, const KtoLossOptions& options);
@@ -150,8 +150,8 @@ KtoLossOutput kto_loss(const KtoInputs& inputs, const KtoLossOptions& options);
 // on the host: TRL's rewards/chosen, logps/chosen, rewards/rejected,
 // logps/rejected, rewards/margins, each only when its side is non-empty,
 // after "kl" (pass the loss's kl).
-torch::Tensor kto_metric_sums(const KtoLossOutput& out);
-std::vector<std::pair<std::string, double>> kto_metrics(const torch::Tensor& sums, double kl);
+at::Tensor kto_metric_sums(const KtoLossOutput& out);
+std::vector<std::pair<std::string, double>> kto_metrics(const at::Tensor& sums, double kl);
 
 // ---------------------------------------------------------------------------- CPO
 
@@ -172,16 +172,16 @@ bool cpo_uses_average_logps(const CpoLossOptions& options);
 double cpo_effective_alpha(const CpoLossOptions& options);
 
 struct CpoInputs {
-  torch::Tensor chosen_logps, rejected_logps;  // [B] policy log-probs (sum or average, see above)
-  torch::Tensor nll_loss;  // scalar: cross-entropy mean over the chosen completions' tokens;
+  at::Tensor chosen_logps, rejected_logps;  // [B] policy log-probs (sum or average, see above)
+  at::Tensor nll_loss;  // scalar: cross-entropy mean over the chosen completions' tokens;
                            // may be undefined when cpo_effective_alpha() is 0
 };
 
 struct CpoLossOutput {
-  torch::Tensor loss;    // scalar: mean(losses) + cpo_alpha * nll_loss
-  torch::Tensor losses;  // [B] preference term per pair
-  torch::Tensor chosen_rewards, rejected_rewards;  // [B] detached beta * log-prob (AlphaPO: beta * its reward)
-  torch::Tensor nll_loss;                          // scalar, detached; metric "nll_loss" (mean over ranks)
+  at::Tensor loss;    // scalar: mean(losses) + cpo_alpha * nll_loss
+  at::Tensor losses;  // [B] preference term per pair
+  at::Tensor chosen_rewards, rejected_rewards;  // [B] detached beta * log-prob (AlphaPO: beta * its reward)
+  at::Tensor nll_loss;                          // scalar, detached; metric "nll_loss" (mean over ranks)
 };
 
 CpoLossOutput cpo_loss(const CpoInputs& inputs, const CpoLossOptions& options);
@@ -193,19 +193,19 @@ struct OrpoLossOptions {
 };
 
 struct OrpoInputs {
-  torch::Tensor chosen_logps, rejected_logps;  // [B] average log-prob per completion token
-  torch::Tensor nll_loss;  // scalar: cross-entropy mean over all attended tokens (prompt and completion) of
+  at::Tensor chosen_logps, rejected_logps;  // [B] average log-prob per completion token
+  at::Tensor nll_loss;  // scalar: cross-entropy mean over all attended tokens (prompt and completion) of
                            // the chosen sequences
 };
 
 struct OrpoLossOutput {
-  torch::Tensor loss;    // scalar: nll_loss + mean(losses)
-  torch::Tensor losses;  // [B] -beta * log sigmoid(log odds ratio), float32
-  torch::Tensor chosen_rewards, rejected_rewards;  // [B] detached beta * average log-prob
+  at::Tensor loss;    // scalar: nll_loss + mean(losses)
+  at::Tensor losses;  // [B] -beta * log sigmoid(log odds ratio), float32
+  at::Tensor chosen_rewards, rejected_rewards;  // [B] detached beta * average log-prob
   // Scalars, detached, under TRL's names: "log_odds_ratio" is the mean of
   // log sigmoid(log odds), "log_odds_chosen" the mean log odds; "nll_loss".
   // Each is averaged over ranks.
-  torch::Tensor log_odds_ratio, log_odds_chosen, nll_loss;
+  at::Tensor log_odds_ratio, log_odds_chosen, nll_loss;
 };
 
 OrpoLossOutput orpo_loss(const OrpoInputs& inputs, const OrpoLossOptions& options);
@@ -217,16 +217,16 @@ struct RewardLossOptions {
 };
 
 struct RewardInputs {
-  torch::Tensor chosen_rewards, rejected_rewards;  // [B] score-head outputs
-  torch::Tensor margin;                            // [B] or undefined
+  at::Tensor chosen_rewards, rejected_rewards;  // [B] score-head outputs
+  at::Tensor margin;                            // [B] or undefined
 };
 
 struct RewardLossOutput {
-  torch::Tensor loss;  // scalar: mean -log sigmoid(chosen - rejected - margin) + centering term
+  at::Tensor loss;  // scalar: mean -log sigmoid(chosen - rejected - margin) + centering term
   // Scalars, detached. TRL's metrics: "accuracy" and "margin" are per-rank
   // means averaged over ranks; "min_reward", "mean_reward", "max_reward" are
   // over every chosen and rejected reward of all ranks (min, mean, max).
-  torch::Tensor accuracy, margin, min_reward, mean_reward, max_reward;
+  at::Tensor accuracy, margin, min_reward, mean_reward, max_reward;
 };
 
 RewardLossOutput reward_loss(const RewardInputs& inputs, const RewardLossOptions& options);

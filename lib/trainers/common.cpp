@@ -69,14 +69,49 @@ text::ChatOptions chat_options(const text::Tokenizer& tok, bool add_generation_p
   return o;
 }
 
+TemplateInputs template_inputs(const nlohmann::ordered_json& row, const nlohmann::ordered_json& config_kwargs) {
+  TemplateInputs in;
+  if (auto it = row.find("tools"); it != row.end()) in.tools = *it;
+  in.variables = config_kwargs.is_object() ? config_kwargs : nlohmann::ordered_json::object();
+  if (auto it = row.find("chat_template_kwargs"); it != row.end() && it->is_object())
+    for (const auto& [k, v] : it->items()) in.variables[k] = v;
+  return in;
+}
+
+text::ChatOptions chat_options(const text::Tokenizer& tok, bool add_generation_prompt, const TemplateInputs& inputs) {
+  text::ChatOptions o = chat_options(tok, add_generation_prompt);
+  if (!inputs.tools.is_null()) o.tools = &inputs.tools;
+  if (!inputs.variables.empty()) o.extra = &inputs.variables;
+  return o;
+}
+
 std::string render_conversation(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
-                                const nlohmann::ordered_json& messages, bool add_generation_prompt) {
-  return text::apply_chat_template(tmpl, messages, chat_options(tok, add_generation_prompt)).text;
+                                const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                const TemplateInputs& inputs) {
+  return text::apply_chat_template(tmpl, messages, chat_options(tok, add_generation_prompt, inputs)).text;
 }
 
 std::vector<int64_t> render_conversation_ids(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
-                                             const nlohmann::ordered_json& messages, bool add_generation_prompt) {
-  return encode_text(tok, render_conversation(tok, tmpl, messages, add_generation_prompt), false);
+                                             const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                             const TemplateInputs& inputs) {
+  return encode_text(tok, render_conversation(tok, tmpl, messages, add_generation_prompt, inputs), false);
+}
+
+std::string render_prompt(const text::Tokenizer& tok, const text::ChatTemplate& tmpl,
+                          const nlohmann::ordered_json& prompt, const TemplateInputs& inputs) {
+  const std::string role =
+      prompt.is_array() && !prompt.empty() && prompt.back().is_object() && prompt.back().value("role", "").size()
+          ? prompt.back().value("role", "")
+          : std::string();
+  text::ChatOptions o = chat_options(tok, false, inputs);
+  if (role == "user" || role == "tool")
+    o.add_generation_prompt = true;
+  else if (role == "assistant")
+    o.continue_final_message = true;
+  else
+    fail_input("a conversational prompt must end with a user, tool or assistant message; this one ends with {}",
+               role.empty() ? std::string("no role") : "role \"" + role + "\"");
+  return text::apply_chat_template(tmpl, prompt, o).text;
 }
 
 nlohmann::ordered_json prompt_then(const nlohmann::ordered_json& prompt, const nlohmann::ordered_json& completion) {

@@ -48,16 +48,41 @@ TextInputs load_text_inputs(const config::TrainingConfig& config, const std::str
 
 // --- conversations and texts to ids ----------------------------------------
 
-// The tokenizer's special tokens for a template, as transformers passes them.
-text::ChatOptions chat_options(const text::Tokenizer& tokenizer, bool add_generation_prompt);
+// What a row gives the chat template besides its messages, as TRL passes it
+// (apply_chat_template's `tools=` and `**chat_template_kwargs`): the row's
+// `tools` (function schemas; data shaping has checked them and parsed a JSON
+// string), and template variables: the config's chat_template_kwargs with
+// the row's `chat_template_kwargs` over them.
+struct TemplateInputs {
+  nlohmann::ordered_json tools;  // null: none
+  nlohmann::ordered_json variables = nlohmann::ordered_json::object();
+};
+TemplateInputs template_inputs(const nlohmann::ordered_json& row,
+                               const nlohmann::ordered_json& config_kwargs = nlohmann::ordered_json::object());
 
-// A conversation rendered through the chat template; as ids, tokenized without
-// special tokens (the template writes them), as transformers'
-// apply_chat_template(tokenize=True) does.
+// The tokenizer's special tokens for a template, as transformers passes them;
+// with `inputs`, its tools and variables too (borrowed: they must outlive
+// the options).
+text::ChatOptions chat_options(const text::Tokenizer& tokenizer, bool add_generation_prompt);
+text::ChatOptions chat_options(const text::Tokenizer& tokenizer, bool add_generation_prompt,
+                               const TemplateInputs& inputs);
+
+// A conversation rendered through the chat template with a row's template
+// inputs; as ids, tokenized without special tokens (the template writes
+// them), as transformers' apply_chat_template(tokenize=True) does.
 std::string render_conversation(const text::Tokenizer& tokenizer, const text::ChatTemplate& chat_template,
-                                const nlohmann::ordered_json& messages, bool add_generation_prompt);
+                                const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                const TemplateInputs& inputs);
 std::vector<int64_t> render_conversation_ids(const text::Tokenizer& tokenizer, const text::ChatTemplate& chat_template,
-                                             const nlohmann::ordered_json& messages, bool add_generation_prompt);
+                                             const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                             const TemplateInputs& inputs);
+
+// A conversational prompt as TRL's maybe_apply_chat_template renders one
+// (CPO, ORPO, online DPO): after a user or tool turn with the generation
+// prompt; after an assistant turn ending inside it, to be continued
+// (continue_final_message); any other last role is an InputError.
+std::string render_prompt(const text::Tokenizer& tokenizer, const text::ChatTemplate& chat_template,
+                          const nlohmann::ordered_json& prompt, const TemplateInputs& inputs);
 
 // The prompt's messages followed by the completion's (one conversation).
 nlohmann::ordered_json prompt_then(const nlohmann::ordered_json& prompt, const nlohmann::ordered_json& completion);

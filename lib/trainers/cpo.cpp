@@ -57,9 +57,12 @@ SidedSplit prepare_sided_preference_split(const PreferenceDataOptions& c, const 
     if (conversational) {
       // Rendered to text first; the prompt is the shared start of the
       // rendered prompt and prompt+chosen.
-      prompt = render_conversation(tok, *tmpl, row["prompt"], true);
-      const std::string full_c = render_conversation(tok, *tmpl, prompt_then(row["prompt"], row["chosen"]), false),
-                        full_r = render_conversation(tok, *tmpl, prompt_then(row["prompt"], row["rejected"]), false);
+      const auto inputs = template_inputs(row);
+      prompt = render_prompt(tok, *tmpl, row["prompt"], inputs);
+      const std::string full_c =
+                            render_conversation(tok, *tmpl, prompt_then(row["prompt"], row["chosen"]), false, inputs),
+                        full_r =
+                            render_conversation(tok, *tmpl, prompt_then(row["prompt"], row["rejected"]), false, inputs);
       size_t n = 0;
       while (n < prompt.size() && n < full_c.size() && prompt[n] == full_c[n]) ++n;
       prompt.resize(n);

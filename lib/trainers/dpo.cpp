@@ -82,10 +82,12 @@ PreferenceSplit prepare_preference_split(const PreferenceDataOptions& c, const t
   };
   text::RowResults<Ids> tokenized(shaped.rows.size(), static_cast<int>(c.dataset_num_proc.value_or(1)), [&](size_t i) {
     const auto& row = shaped.rows[i].value;
-    if (conversational)
-      return Ids{render_conversation_ids(tok, *tmpl, row["prompt"], true),
-                 render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["chosen"]), false),
-                 render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["rejected"]), false)};
+    if (conversational) {
+      const auto inputs = template_inputs(row);
+      return Ids{render_conversation_ids(tok, *tmpl, row["prompt"], true, inputs),
+                 render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["chosen"]), false, inputs),
+                 render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["rejected"]), false, inputs)};
+    }
     const std::string p = row["prompt"].get<std::string>();
     return Ids{encode_text(tok, p, true), encode_text(tok, p + with_eos(row["chosen"].get<std::string>(), eos), true),
                encode_text(tok, p + with_eos(row["rejected"].get<std::string>(), eos), true)};

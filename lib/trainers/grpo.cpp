@@ -54,21 +54,10 @@ double GRPOTrainer::num_items(const engine::TensorMap&) const {
 
 torch::Tensor GRPOTrainer::entropy_threshold(engine::Engine& engine, const torch::Tensor& entropy,
                                              const torch::Tensor& mask) {
-  // Every rank's completion-token entropies, gathered through sums: each
-  // rank writes its own stretch of one vector of the global length.
-  const auto local = entropy.detach().masked_select(mask > 0).to(torch::kFloat64).cpu();
-  std::vector<double> counts(static_cast<size_t>(engine.world_size()), 0.0);
-  counts[static_cast<size_t>(engine.rank())] = static_cast<double>(local.numel());
-  engine.sum_across_ranks(counts);
-  size_t offset = 0, total = 0;
-  for (int r = 0; r < engine.world_size(); ++r) {
-    if (r < engine.rank()) offset += static_cast<size_t>(counts[static_cast<size_t>(r)]);
-    total += static_cast<size_t>(counts[static_cast<size_t>(r)]);
-  }
-  std::vector<double> all(total, 0.0);
+  // Every rank's completion-token entropies, in rank order.
+  const auto local = entropy.detach().masked_select(mask > 0).to(torch::kFloat64).cpu().contiguous();
   const double* p = local.data_ptr<double>();
-  for (int64_t i = 0; i < local.numel(); ++i) all[offset + static_cast<size_t>(i)] = p[i];
-  engine.sum_across_ranks(all);
+  const auto all = engine.concat_across_ranks(std::vector<double>(p, p + local.numel()));
   if (all.empty()) return torch::Tensor();
   const auto gathered = torch::tensor(all, torch::kFloat64).to(torch::kFloat32);
   return torch::quantile(gathered, 1.0 - grpo_.top_entropy_quantile).to(entropy.device());
@@ -109,10 +98,9 @@ engine::LossOutput GRPOTrainer::loss(engine::Engine& engine, const engine::Tenso
   const int64_t ga = config_.gradient_accumulation_steps;
   const bool last_micro = !eval && (++micro_in_step_ % ga) == 0;
   if (bonus) {
-    const auto effective = entropy_mask.defined() ? mask * entropy_mask.to(mask.scalar_type()) : mask;
-    const auto mean_entropy = (lp.entropy * effective).sum() / effective.sum().clamp_min(1.0);
-    const double apply =
-        grpo_.use_adaptive_entropy ? (last_world_entropy_ <= grpo_.entropy_target ? entropy_coef_ : 0.0) : entropy_coef_;
+    const auto mean_entropy = losses::masked_entropy_mean(lp.entropy, mask, entropy_mask);
+    const double apply = losses::applied_entropy_coef(entropy_coef_, grpo_.use_adaptive_entropy, last_world_entropy_,
+                                                      grpo_.entropy_target);
     // TRL's policy_loss is the dapo family's loss after its division by
     // the step's micro-batches, the others' before it.
     const bool token_sum = losses::loss_sums_over_round(type);
@@ -121,14 +109,15 @@ engine::LossOutput GRPOTrainer::loss(engine::Engine& engine, const engine::Tenso
     loss = loss - apply * mean_entropy;
     if (grpo_.use_adaptive_entropy && !eval) {
       // Device sums over the step's micro-batches, read once at its end.
+      const auto effective = entropy_mask.defined() ? mask * entropy_mask.to(mask.scalar_type()) : mask;
       auto sums = torch::stack({(lp.entropy.detach() * effective).sum(), effective.sum()}).to(torch::kFloat64);
       window_sums_ = window_sums_.defined() ? window_sums_ + sums : sums;
       if (last_micro) {
         const auto w = engine.sum_across_ranks(window_sums_).cpu();
         const double world_entropy = w[0].item<double>() / std::max(1.0, w[1].item<double>());
-        entropy_coef_ = world_entropy <= grpo_.entropy_target
-                            ? std::min(entropy_coef_ + grpo_.entropy_coef_delta, grpo_.entropy_coef_max)
-                            : std::max(entropy_coef_ - grpo_.entropy_coef_delta, grpo_.entropy_coef_min);
+        entropy_coef_ = losses::next_entropy_coef(
+            entropy_coef_, world_entropy,
+            {grpo_.entropy_target, grpo_.entropy_coef_delta, grpo_.entropy_coef_min, grpo_.entropy_coef_max});
         last_world_entropy_ = world_entropy;
         window_sums_ = torch::Tensor();
       }
@@ -152,11 +141,12 @@ engine::LossOutput GRPOTrainer::loss(engine::Engine& engine, const engine::Tenso
   } else if (type == "vespo") {
     masked_mean("vespo/phi_seq_mean", terms.phi);
   } else if (type != "sapo") {
-    const auto low = ((ratio < 1 - loss_options_.epsilon_low) & (advc < 0)).to(mask.scalar_type());
-    const auto high = ((ratio > 1 + loss_options_.epsilon_high) & (advc > 0)).to(mask.scalar_type());
+    const auto clip =
+        losses::clip_indicators(ratio, advc, loss_options_.epsilon_low, loss_options_.epsilon_high, mask.scalar_type());
+    const auto &low = clip.low, &high = clip.high;
     masked_mean("clip_ratio/low_mean", low);
     masked_mean("clip_ratio/high_mean", high);
-    masked_mean("clip_ratio/region_mean", torch::clamp_max(low + high, 1.0));
+    masked_mean("clip_ratio/region_mean", clip.region);
     // Per-sequence means (NaN for a sequence without tokens), the smallest
     // and largest over ranks.
     auto seq_mean = [&](const torch::Tensor& x) {

@@ -61,9 +61,12 @@ KTOSplit prepare_kto_split(const KTOConfig& c, const text::Tokenizer& tok, const
   using PromptFull = std::pair<std::vector<int64_t>, std::vector<int64_t>>;
   text::RowResults<PromptFull> tokenized(shaped.rows.size(), static_cast<int>(c.dataset_num_proc.value_or(1)), [&](size_t i) {
     const auto& row = shaped.rows[i].value;
-    if (conversational)
-      return PromptFull{render_conversation_ids(tok, *tmpl, row["prompt"], true),
-                        render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["completion"]), false)};
+    if (conversational) {
+      const auto inputs = template_inputs(row);
+      return PromptFull{render_conversation_ids(tok, *tmpl, row["prompt"], true, inputs),
+                        render_conversation_ids(tok, *tmpl, prompt_then(row["prompt"], row["completion"]), false,
+                                                inputs)};
+    }
     const std::string prompt = row["prompt"].get<std::string>();
     return PromptFull{encode_text(tok, prompt, true),
                       encode_text(tok, prompt + with_eos(row["completion"].get<std::string>(), eos), true)};

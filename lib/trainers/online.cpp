@@ -53,17 +53,22 @@ OnlineRun::~OnlineRun() = default;
 OnlineRun::OnlineRun(OnlineRun&&) noexcept = default;
 
 PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, const text::Tokenizer& tok,
-                            const text::ChatTemplate* tmpl, const std::string& split) {
+                            const text::ChatTemplate* tmpl, const std::string& split, const OnlineSetup& setup) {
   const auto read = read_split(data::Task::prompt_only, data_source(c, trainer), split, true);
   const data::Shaped& shaped = *read;
   PromptSplit out;
   out.conversational = is_conversational(shaped, tmpl, trainer, false);
+  const auto config_kwargs = c.chat_template_kwargs ? nlohmann::ordered_json::parse(*c.chat_template_kwargs)
+                                                     : nlohmann::ordered_json::object();
   // Tokenized on dataset_num_proc threads, then taken in row order.
   text::RowResults<std::vector<int64_t>> tokenized(
       shaped.rows.size(), static_cast<int>(c.dataset_num_proc.value_or(1)), [&](size_t i) {
-        const auto& prompt = shaped.rows[i].value["prompt"];
-        return out.conversational ? render_conversation_ids(tok, *tmpl, prompt, true)
-                                  : encode_text(tok, prompt.get<std::string>(), c.prompt_special_tokens);
+        const auto& row = shaped.rows[i].value;
+        const auto& prompt = row["prompt"];
+        if (!out.conversational) return encode_text(tok, prompt.get<std::string>(), setup.prompt_special_tokens);
+        const auto inputs = template_inputs(row, config_kwargs);
+        return setup.prompts_as_data_utils ? encode_text(tok, render_prompt(tok, *tmpl, prompt, inputs), false)
+                                           : render_conversation_ids(tok, *tmpl, prompt, true, inputs);
       });
   for (size_t i = 0; i < shaped.rows.size(); ++i) {
     const auto& row = shaped.rows[i];
@@ -183,7 +188,8 @@ config::TrainingConfig engine_config(const OnlineConfig& c) {
   return run;
 }
 
-OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer, model::LanguageModel value_model) {
+OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer, const OnlineSetup& setup,
+                            model::LanguageModel value_model) {
   OnlineRun r(load_text_inputs(c, trainer));
   auto policy = engine::load_policy(c, model::HeadKind::CausalLM);
   check_tokenizer_fits(r.text.tokenizer, policy.tokenizer_dir, policy.model->config().vocab_size, policy.base_dir);
@@ -208,18 +214,19 @@ OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer, m
         add_eos(x.get<int64_t>());
       }
   }
-  r.prompts = prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(), c.dataset_train_split);
+  r.prompts = prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(), c.dataset_train_split,
+                              setup);
   if (c.eval_strategy != "no")
     r.eval_prompts =
-        prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(), c.dataset_test_split);
+        prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(), c.dataset_test_split, setup);
   const config::TrainingConfig run = engine_config(c);
   std::optional<Reference> reference;
-  if (c.beta != 0 || c.always_reference)
+  if (c.beta != 0 || setup.always_reference)
     reference = load_reference(run, policy, c.ref_model, false, model::HeadKind::CausalLM);
   r.engine = std::make_unique<engine::Engine>(run, std::move(policy), trainer, std::move(value_model));
   if (reference && reference->separate) r.engine->set_reference(reference->separate);
   if (c.sync_ref_model) r.engine->sync_reference_every(c.ref_model_sync_steps, c.ref_model_mixup_alpha);
-  if (!c.scores_itself)
+  if (!setup.scores_itself)
     r.reward_functions = make_reward_functions(c, trainer, r.engine->device(), r.prompts.conversational);
   r.judge = make_judge(c);
   return r;
@@ -551,15 +558,16 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   const auto& completions = scored.completions;
 
   const int64_t f = static_cast<int64_t>(reward_functions_.size());
-  // Every rank's slots in one global table: each slot is written by the rank
-  // that holds it and is zero elsewhere, so one sum over ranks gathers it
-  // (NaN survives the sum). Columns: the f rewards, then the completion's
-  // length, whether it was truncated, its loss tokens and its summed KL from
-  // the reference (when the reward includes it).
+  // This rank's slots as rows of a table that the ranks' rows, gathered in
+  // rank order (slot order), make global. Columns: the f rewards, then the
+  // completion's length, whether it was truncated, its loss tokens and its
+  // summed KL from the reference (when the reward includes it).
   const int64_t cols = f + 4;
   const int64_t c_len = f, c_trunc = f + 1, c_loss_tokens = f + 2, c_kl = f + 3;
-  std::vector<double> table(static_cast<size_t>(g * cols), 0.0);
-  auto at = [&](int64_t slot, int64_t col) -> double& { return table[static_cast<size_t>(slot * cols + col)]; };
+  std::vector<double> mine(static_cast<size_t>(local * cols), 0.0);
+  auto at = [&](int64_t slot, int64_t col) -> double& {
+    return mine[static_cast<size_t>((slot - first) * cols + col)];
+  };
   const auto* r = scored.rewards.data_ptr<double>();
   std::vector<bool> truncated(slots.size());
   std::vector<std::vector<int64_t>> prompt_ids;
@@ -613,7 +621,7 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
     const auto seq = per_token.sum(1).contiguous();
     for (int64_t i = 0; i < local; ++i) at(first + i, c_kl) = seq.data_ptr<double>()[i];
   }
-  engine.sum_across_ranks(table);
+  const auto table = engine.concat_across_ranks(mine);
   const auto full = torch::tensor(table, torch::kFloat64).view({g, cols});
   const double loss_tokens = full.select(1, c_loss_tokens).sum().item<double>();
   std::optional<torch::Tensor> seq_kl;
@@ -625,7 +633,7 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   const auto weights = torch::tensor(w, torch::kFloat64).to(torch::kFloat32);
   const auto adv = advantages(rewards_per_func, weights, seq_kl, ng);
   if (config_.log_completions && !shape.eval)
-    keep_round_log(engine, split, round_prompts, ng, completions, first, full.select(1, c_len), rewards_per_func,
+    keep_round_log(engine, split, round_prompts, ng, completions, full.select(1, c_len), rewards_per_func,
                    adv.advantages);
 
   // --- the round's metrics (the same on every rank) -----------------------
@@ -670,22 +678,21 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
 
 void GroupTrainer::keep_round_log(engine::Engine& engine, const PromptSplit& split,
                                   const std::vector<size_t>& round_prompts, int64_t group,
-                                  const std::vector<std::vector<int64_t>>& completions, int64_t first,
+                                  const std::vector<std::vector<int64_t>>& completions,
                                   const torch::Tensor& lengths, const torch::Tensor& rewards,
                                   const torch::Tensor& advantages) {
-  // Every slot's completion ids, end to end, in one sum over ranks: each
-  // rank writes its own slots' ids (token ids are exact as doubles).
+  // Every slot's completion ids end to end, gathered in rank order, which is
+  // slot order (token ids are exact as doubles); `lengths` cut them apart.
   const auto len = lengths.to(torch::kInt64).contiguous();
   const int64_t g = len.numel();
   std::vector<size_t> offset(static_cast<size_t>(g) + 1, 0);
   for (int64_t s = 0; s < g; ++s)
     offset[static_cast<size_t>(s) + 1] = offset[static_cast<size_t>(s)] + static_cast<size_t>(len[s].item<int64_t>());
-  std::vector<double> ids(offset.back(), 0.0);
-  for (size_t i = 0; i < completions.size(); ++i) {
-    const size_t at = offset[static_cast<size_t>(first) + i];
-    for (size_t t = 0; t < completions[i].size(); ++t) ids[at + t] = static_cast<double>(completions[i][t]);
-  }
-  engine.sum_across_ranks(ids);
+  std::vector<double> mine;
+  for (const auto& c : completions) mine.insert(mine.end(), c.begin(), c.end());
+  const auto ids = engine.concat_across_ranks(mine);
+  if (ids.size() != offset.back())
+    throw Error(fmt::format("round log: {} completion tokens gathered, {} expected", ids.size(), offset.back()));
   if (engine.rank() != 0) return;
   RoundLog log;
   for (int64_t s = 0; s < g; ++s) {

@@ -36,11 +36,31 @@ struct PromptSplit {
   size_t truncated = 0;  // prompts cut to max_prompt_length
 };
 
+// What an online trainer asks of the shared set-up beyond its config; each
+// trainer class gives its own (T::setup(), read by run_online).
+struct OnlineSetup {
+  // Plain-text prompts get the tokenizer's special tokens (a BOS), as the
+  // trainer's reference tokenizes them.
+  bool prompt_special_tokens = true;
+  // The trainer needs the reference whatever beta is (PPO's KL term);
+  // otherwise beta 0 loads none.
+  bool always_reference = false;
+  // The trainer scores completions itself (PPO's reward model reads token
+  // ids): no reward functions are built.
+  bool scores_itself = false;
+  // A conversational prompt renders as TRL's maybe_apply_chat_template
+  // renders it (one ending with an assistant turn is continued, not
+  // answered); otherwise always with the generation prompt.
+  bool prompts_as_data_utils = false;
+};
+
 // The prompts of one split: plain text tokenized (with the tokenizer's
-// special tokens when config.prompt_special_tokens), conversations rendered through the chat template with the
-// generation prompt; longer than max_prompt_length: the last tokens kept.
+// special tokens when setup.prompt_special_tokens), conversations rendered
+// through the chat template with the generation prompt; longer than
+// max_prompt_length: the last tokens kept.
 PromptSplit prepare_prompts(const OnlineConfig& config, const std::string& trainer, const text::Tokenizer& tokenizer,
-                            const text::ChatTemplate* chat_template, const std::string& split);
+                            const text::ChatTemplate* chat_template, const std::string& split,
+                            const OnlineSetup& setup);
 
 // The reward functions reward_funcs names (built-ins and programs; a reward
 // model directory runs on this process's device, whole). Programs start now,
@@ -70,7 +90,7 @@ struct OnlineRun {
   std::unique_ptr<rewards::JudgeProgram> judge;
 };
 // `value_model`: trained beside the policy (PPO), handed to the engine.
-OnlineRun set_up_online_run(const OnlineConfig& config, const std::string& trainer,
+OnlineRun set_up_online_run(const OnlineConfig& config, const std::string& trainer, const OnlineSetup& setup,
                             model::LanguageModel value_model = model::LanguageModel{nullptr});
 
 // The judge program config.judge names, started now; null without one.
@@ -85,6 +105,9 @@ config::TrainingConfig engine_config(const OnlineConfig& config);
 // per-token log-probs of completions under the policy or the reference.
 class OnlineTrainer : public engine::Trainer {
  public:
+  // What the trainer asks of set_up_online_run; a trainer that asks
+  // otherwise hides this with its own.
+  static OnlineSetup setup() { return {}; }
   // Completions for this rank's slots of a round, instead of sampling them
   // (parity tests replay a reference's completions): global slot indices ->
   // completion ids, each ending where it ended (an eos included).
@@ -264,7 +287,7 @@ class GroupTrainer : public OnlineTrainer {
   // Gathers the round's completions (every rank joins) and keeps the log on
   // rank 0. `lengths`: each slot's completion length, gathered.
   void keep_round_log(engine::Engine& engine, const PromptSplit& split, const std::vector<size_t>& round_prompts,
-                      int64_t group, const std::vector<std::vector<int64_t>>& completions, int64_t first,
+                      int64_t group, const std::vector<std::vector<int64_t>>& completions,
                       const torch::Tensor& lengths, const torch::Tensor& rewards, const torch::Tensor& advantages);
   std::optional<RoundLog> round_log_;
 };
@@ -273,7 +296,7 @@ class GroupTrainer : public OnlineTrainer {
 // process exit code.
 template <class T, class C>
 int run_online(const C& c, const std::string& trainer) {
-  auto r = set_up_online_run(c, trainer);
+  auto r = set_up_online_run(c, trainer, T::setup());
   T t(c, std::move(r.prompts), std::move(r.text.tokenizer), std::move(r.reward_functions), r.pad_id, r.eos_ids,
       r.engine->world_size());
   if (r.judge) t.set_judge(std::move(r.judge));

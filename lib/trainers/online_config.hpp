@@ -52,15 +52,9 @@ struct OnlineConfig : config::TrainingConfig {
   // sample); null: all of the round's.
   std::optional<int64_t> num_completions_to_print;
   bool log_unique_prompts = false;
-  // Not a field: whether plain-text prompts get the tokenizer's special
-  // tokens (a BOS), as each trainer's reference tokenizes them.
-  bool prompt_special_tokens = true;
-  // Not a field: the trainer needs the reference whatever beta is (PPO's KL
-  // term); otherwise beta 0 loads none.
-  bool always_reference = false;
-  // Not a field: the trainer scores completions itself (PPO's reward model
-  // reads token ids), so no reward functions are built.
-  bool scores_itself = false;
+  // GRPO and RLOO: template variables for every prompt (JSON object text;
+  // a row's own chat_template_kwargs win).
+  std::optional<std::string> chat_template_kwargs;
 
   // TRL's resolution of generation_batch_size and steps_per_generation for
   // `world_size` processes (InputError when they do not fit together);
@@ -149,6 +143,10 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
   b.field(&O::max_prompt_length, "max_prompt_length", std::nullopt,
           "Longer prompts keep their last max_prompt_length tokens; null keeps them whole.")
       .min(1);
+  b.field(&O::chat_template_kwargs, "chat_template_kwargs", std::nullopt,
+          "Variables passed to the chat template with every conversational prompt (e.g. {enable_thinking: false}); "
+          "a row's own chat_template_kwargs column wins over them.")
+      .holds_mapping();
   b.field(&O::shuffle_dataset, "shuffle_dataset", true, "Visit prompts in a seeded random order (else file order).");
   b.field(&O::log_completions, "log_completions", false,
           "At each logging step, write the last generation round (step, prompt, completion, each reward, advantage; "

@@ -10,6 +10,9 @@ namespace trlx::trainers {
 
 class OnlineDPOTrainer : public OnlineTrainer {
  public:
+  // TRL tokenizes the prompt text without special tokens here, and renders
+  // conversations through maybe_apply_chat_template.
+  static OnlineSetup setup() { return {.prompt_special_tokens = false, .prompts_as_data_utils = true}; }
   OnlineDPOTrainer(const OnlineDPOConfig& config, PromptSplit prompts, text::Tokenizer tokenizer,
                    std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions, int64_t pad_id,
                    std::vector<int64_t> eos_ids, int world_size);

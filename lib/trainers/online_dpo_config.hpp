@@ -10,11 +10,7 @@ namespace trlx::trainers {
 // fields keep their meaning; num_generations is 2, max_completion_length is
 // read as `max_new_tokens`, and OnlineConfig::beta holds the first epoch's.
 struct OnlineDPOConfig : OnlineConfig {
-  OnlineDPOConfig() {
-    num_generations = 2;
-    // TRL tokenizes the prompt text without special tokens here.
-    prompt_special_tokens = false;
-  }
+  OnlineDPOConfig() { num_generations = 2; }
   std::vector<double> betas;  // `beta`: one value, or one per epoch (the last for the rest)
   std::string loss_type;
   std::optional<double> missing_eos_penalty;

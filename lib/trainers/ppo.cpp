@@ -334,7 +334,7 @@ int run_ppo(const PPOConfig& c) {
   // The engine counts gradient accumulation per update (one mini-batch).
   PPOConfig run = c;
   run.gradient_accumulation_steps = c.micro_batches_per_update();
-  auto r = set_up_online_run(run, "ppo", value);
+  auto r = set_up_online_run(run, "ppo", PPOTrainer::setup(), value);
   // Both score models read the policy's token ids.
   const auto tokenizer_dir = tokenizer_dir_of(*c.model_name_or_path);
   check_tokenizer_fits(r.text.tokenizer, tokenizer_dir, value->config().vocab_size, value_dir);

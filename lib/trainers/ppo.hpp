@@ -20,6 +20,9 @@ namespace trlx::trainers {
 
 class PPOTrainer : public OnlineTrainer {
  public:
+  // The reference gives the KL term whatever kl_coef is; the reward model
+  // scores the completions' token ids (no reward functions).
+  static OnlineSetup setup() { return {.always_reference = true, .scores_itself = true}; }
   // The engine holds the value model and the reward model
   // (Engine::set_reward_model). `eos_id`: the tokenizer's eos
   // (val/num_eos_tokens, missing_eos_penalty); stop_token / stop_token_id say

@@ -13,9 +13,6 @@ namespace trlx::trainers {
 // shuffle_dataset); response_length is read as max_completion_length.
 struct PPOConfig : OnlineConfig {
   PPOConfig() {
-    // The reference gives the KL term whatever kl_coef is.
-    always_reference = true;
-    scores_itself = true;
     // TRL samples PPO's responses from the whole distribution at temperature.
     top_p = 1.0;
     top_k = 0;

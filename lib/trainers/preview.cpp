@@ -23,8 +23,6 @@ int preview_sft(const SFTConfig& c, size_t num_examples, bool json) {
   const bool tty = !json && isatty(STDOUT_FILENO);
   const auto eos = tok.eos_token_id();
   size_t warned_no_eos = 0;
-  if (tmpl && !tmpl->has_generation_tag() && c.assistant_only_loss)
-    log::warn("{}: assistant_only_loss needs a {{% generation %}} block in the chat template", tmpl->origin());
   if (tmpl) {
     // A template that ignores add_generation_prompt renders prompts without
     // the assistant header the model must learn to answer after.

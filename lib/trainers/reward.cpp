@@ -32,9 +32,11 @@ RewardSplit prepare_reward_split(const RewardConfig& c, const text::Tokenizer& t
     const auto& row = shaped.rows[i].value;
     const bool has_prompt = row.contains("prompt");
     if (conversational) {
+      const auto inputs = template_inputs(row);
       auto full = [&](const char* side) {
         return render_conversation_ids(
-            tok, *tmpl, prompt_then(has_prompt ? row["prompt"] : nlohmann::ordered_json::array(), row[side]), false);
+            tok, *tmpl, prompt_then(has_prompt ? row["prompt"] : nlohmann::ordered_json::array(), row[side]), false,
+            inputs);
       };
       return ChosenRejected{full("chosen"), full("rejected")};
     }

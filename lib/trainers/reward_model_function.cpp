@@ -62,7 +62,8 @@ class RewardModelFunction final : public rewards::RewardFunction {
         // (the template writes them), as TRL scores conversations.
         seqs.push_back(encode_text(text_.tokenizer,
                                    render_conversation(text_.tokenizer, *text_.chat_template,
-                                                       prompt_then(s.prompt, s.completion), false),
+                                                       prompt_then(s.prompt, s.completion), false,
+                                                       TemplateInputs{}),
                                    false));
       } else {
         seqs.push_back(encode_text(text_.tokenizer, s.prompt.get<std::string>() + rewards::completion_text(s), false));

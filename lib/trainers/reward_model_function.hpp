@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include <torch/torch.h>
+#include <c10/core/Device.h>
 
 #include "model/decoder.hpp"
 #include "rewards/reward_function.hpp"
@@ -28,7 +28,7 @@ model::LanguageModel load_score_model(const std::string& dir, const std::string&
 // is not a one-label sequence classifier, or when the prompts are
 // `conversational` and it has no chat template.
 std::unique_ptr<rewards::RewardFunction> make_reward_model_function(const std::filesystem::path& dir,
-                                                                   torch::Device device, const std::string& dtype,
+                                                                   c10::Device device, const std::string& dtype,
                                                                    bool conversational, int64_t seed);
 
 }  // namespace trlx::trainers

@@ -40,15 +40,13 @@ engine::LossOutput RLOOTrainer::loss(engine::Engine& engine, const engine::Tenso
   auto& m = out.metrics;
   const double b = static_cast<double>(adv.size(0));
   m.add_per_batch("entropy", (lp.entropy.detach() * mask).sum(), mask.sum());
-  const auto r = ratio.detach();
-  const auto low = ((r < 1 - lo) & (adv < 0)).to(torch::kFloat32);
-  const auto high = ((r > 1 + hi) & (adv > 0)).to(torch::kFloat32);
-  const auto count = torch::full({}, b, low.options());
-  m.add_per_batch("clip_ratio/low_mean", low.sum(), count);
-  m.add_entry("clip_ratio/low_min", low.min(), engine::EntryReduce::Min);
-  m.add_per_batch("clip_ratio/high_mean", high.sum(), count);
-  m.add_entry("clip_ratio/high_max", high.max(), engine::EntryReduce::Max);
-  m.add_per_batch("clip_ratio/region_mean", torch::clamp_max(low + high, 1.0).sum(), count);
+  const auto clip = losses::clip_indicators(ratio, adv, lo, hi, torch::kFloat32);
+  const auto count = torch::full({}, b, clip.low.options());
+  m.add_per_batch("clip_ratio/low_mean", clip.low.sum(), count);
+  m.add_entry("clip_ratio/low_min", clip.low.min(), engine::EntryReduce::Min);
+  m.add_per_batch("clip_ratio/high_mean", clip.high.sum(), count);
+  m.add_entry("clip_ratio/high_max", clip.high.max(), engine::EntryReduce::Max);
+  m.add_per_batch("clip_ratio/region_mean", clip.region.sum(), count);
   return out;
 }
 

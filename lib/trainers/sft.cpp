@@ -12,6 +12,7 @@
 #include "model/loading.hpp"
 #include "text/data/dataset.hpp"
 #include "text/template/chat_template.hpp"
+#include "text/template/training_template.hpp"
 #include "text/tokenizer/parallel.hpp"
 #include "text/tokenizer/tokenizer.hpp"
 
@@ -27,8 +28,8 @@ struct Rendered {
 // A conversation through the chat template, tokenized without special tokens
 // (the template writes them), with the assistant mask from its generation tag.
 Rendered render(const text::Tokenizer& tok, const text::ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
-                bool add_generation_prompt, bool want_mask) {
-  auto chat = text::apply_chat_template(tmpl, messages, chat_options(tok, add_generation_prompt));
+                bool add_generation_prompt, bool want_mask, const TemplateInputs& inputs) {
+  auto chat = text::apply_chat_template(tmpl, messages, chat_options(tok, add_generation_prompt, inputs));
   auto enc = tok.encode(chat.text, false);
   Rendered r;
   r.ids.assign(enc.ids.begin(), enc.ids.end());
@@ -53,6 +54,25 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
   if (!read) return {};
   const data::Shaped& shaped = *read;
   const bool conversational = is_conversational(shaped, tmpl, "sft", true);
+  // assistant_only_loss finds the assistant tokens through the template's
+  // {% generation %} blocks: a template without them is replaced by its
+  // training variant where trlx knows one (as TRL swaps in its training
+  // templates), and refused otherwise.
+  std::optional<text::ChatTemplate> training;
+  if (conversational && c.assistant_only_loss && !tmpl->has_generation_tag()) {
+    auto variant = text::training_variant(tmpl->source());
+    if (!variant)
+      fail_input("{}: assistant_only_loss needs {{% generation %}} blocks around the assistant replies to find the "
+                 "assistant tokens, and this chat template has none; trlx derives a training variant for Qwen3 "
+                 "templates only. Give a template with {{% generation %}} ... {{% endgeneration %}} around each "
+                 "assistant reply through chat_template_path, or turn assistant_only_loss off",
+                 tmpl->origin());
+    training.emplace(std::move(variant->source), tmpl->origin() + " (trlx's " + variant->family + " training variant)");
+    log::info("sft: assistant_only_loss: the {} chat template lacks {{% generation %}} blocks; using its training "
+              "variant ({{% generation %}} around each assistant turn, every turn's thinking block kept)",
+              variant->family);
+    tmpl = &*training;
+  }
   const bool prompt_completion = shaped.sft_layout == data::SftLayout::prompt_completion;
   const bool completion_only = c.completion_only_loss.value_or(prompt_completion);
   const std::string eos = completion_eos(tok, c.eos_token, "sft", true, conversational);
@@ -74,8 +94,10 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
     if (prompt_completion) {
       std::vector<int64_t> prompt_ids, full_ids;
       if (conversational) {
-        prompt_ids = render(tok, *tmpl, row["prompt"], true, false).ids;
-        auto full = render(tok, *tmpl, prompt_then(row["prompt"], row["completion"]), false, c.assistant_only_loss);
+        const auto inputs = template_inputs(row);
+        prompt_ids = render(tok, *tmpl, row["prompt"], true, false, inputs).ids;
+        auto full =
+            render(tok, *tmpl, prompt_then(row["prompt"], row["completion"]), false, c.assistant_only_loss, inputs);
         full_ids = full.ids;
         assistant = full.assistant;
       } else {
@@ -89,7 +111,7 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
       std::fill(completion_mask.begin() + static_cast<long>(plen), completion_mask.end(), 1);
       ex.ids = std::move(full_ids);
     } else if (conversational) {
-      auto r = render(tok, *tmpl, row["messages"], false, c.assistant_only_loss);
+      auto r = render(tok, *tmpl, row["messages"], false, c.assistant_only_loss, template_inputs(row));
       ex.ids = std::move(r.ids);
       assistant = std::move(r.assistant);
     } else {

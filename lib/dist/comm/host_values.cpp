@@ -35,6 +35,27 @@ std::vector<std::vector<int64_t>> all_gather_values(Communicator& comm, const st
   return all;
 }
 
+std::vector<std::vector<double>> all_gather_doubles(Communicator& comm, const std::vector<double>& mine) {
+  if (alone(comm)) return {mine};
+  const int world = comm.world_size();
+  // Lengths first, then the values padded to the longest.
+  const auto lens = all_gather_values(comm, std::vector<int64_t>{static_cast<int64_t>(mine.size())});
+  int64_t longest = 0;
+  for (const auto& l : lens) longest = std::max(longest, l[0]);
+  std::vector<std::vector<double>> out(static_cast<size_t>(world));
+  if (longest == 0) return out;
+  auto padded = torch::zeros({longest}, torch::kFloat64);
+  std::copy(mine.begin(), mine.end(), padded.data_ptr<double>());
+  auto in = comm.host_to_device(padded);
+  auto gathered = comm.host_to_device(torch::zeros({longest * world}, torch::kFloat64));
+  comm.all_gather(in, gathered)->wait();
+  const auto host = comm.device_to_host(gathered);
+  const auto* p = host.data_ptr<double>();
+  for (int r = 0; r < world; ++r)
+    out[static_cast<size_t>(r)].assign(p + r * longest, p + r * longest + lens[static_cast<size_t>(r)][0]);
+  return out;
+}
+
 int64_t broadcast_value(Communicator& comm, int64_t value, int root) {
   if (alone(comm)) return value;
   auto t = comm.host_to_device(torch::tensor({value}, torch::kInt64));

@@ -94,6 +94,9 @@ torch::Tensor Strategy::sum_across_ranks(const torch::Tensor& t) {
 }
 
 void Strategy::max_across_ranks(std::vector<double>& values) { all_reduce_values(*comm_, values, ReduceOp::Max); }
+std::vector<std::vector<double>> Strategy::gather_across_ranks(const std::vector<double>& mine) {
+  return all_gather_doubles(*comm_, mine);
+}
 
 std::unique_ptr<Strategy> make_single_strategy(std::shared_ptr<Communicator> comm) {
   return std::make_unique<SingleStrategy>(std::move(comm));

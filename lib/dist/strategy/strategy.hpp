@@ -140,6 +140,8 @@ class Strategy {
   at::Tensor sum_across_ranks(const at::Tensor& t);
   // The largest of each value over ranks, in place.
   void max_across_ranks(std::vector<double>& values);
+  // Every rank's `mine` (any length), rank by rank.
+  std::vector<std::vector<double>> gather_across_ranks(const std::vector<double>& mine);
 
  protected:
   // lerp_parameters on whole tensors, matched by name; parameters for which

@@ -477,6 +477,47 @@ std::string form_words(Form f) {
 
 }  // namespace
 
+namespace {
+
+// Image columns: vision-language rows, which trlx cannot train on. Refused
+// for the whole dataset (not a bad row to skip): training on their text
+// alone would be a different run than asked.
+void refuse_images(const RowCtx& ctx) {
+  for (const char* key : {"image", "images"})
+    if (ctx.get_set(key))
+      throw InputError(fmt::format("{}: column \"{}\": vision-language training is not supported by trlx; use a "
+                                   "text-only dataset (drop the column, and the image placeholders in the text)",
+                                   ctx.where, key));
+}
+
+// What a row passes the chat template besides its messages: `tools`, a list
+// of function schemas (a JSON string of one, as datasets often store it, is
+// parsed here, so that later stages see the list), and
+// `chat_template_kwargs`, an object of template variables. Null: none.
+void check_template_columns(const RowCtx& ctx, Value& v) {
+  if (auto it = v.find("tools"); it != v.end() && !it->is_null()) {
+    if (it->is_string()) {
+      Value parsed = Value::parse(it->get<std::string>(), nullptr, false);
+      if (parsed.is_discarded())
+        ctx.fail("column \"tools\" is a string that is not JSON; give a list of function schemas "
+                 "([{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}]) or its JSON text");
+      *it = std::move(parsed);
+    }
+    if (!it->is_array())
+      ctx.fail("column \"tools\" holds {}, not a list of function schemas", describe_value(*it));
+    for (size_t i = 0; i < it->size(); ++i)
+      if (!(*it)[i].is_object())
+        ctx.fail("column \"tools\": element {} is {}, not a function schema (a JSON object)", i,
+                 describe_value((*it)[i]));
+  }
+  if (auto it = v.find("chat_template_kwargs"); it != v.end() && !it->is_null() && !it->is_object())
+    ctx.fail("column \"chat_template_kwargs\" holds {}, not an object of template variables (e.g. "
+             "{{\"enable_thinking\": false}})",
+             describe_value(*it));
+}
+
+}  // namespace
+
 Shaped shape_for(Task task, Dataset dataset, const LoadOptions& options) {
   Shaped out;
   out.task = task;
@@ -490,7 +531,9 @@ Shaped shape_for(Task task, Dataset dataset, const LoadOptions& options) {
   std::string first_where;
   for (auto& row : dataset.rows) {
     RowCtx ctx{row, row.where()};
+    refuse_images(ctx);
     try {
+      check_template_columns(ctx, row.value);
       Traits t;
       bool extracted = false;
       shaper.row(ctx, row.value, t, extracted);

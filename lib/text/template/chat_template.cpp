@@ -1,6 +1,8 @@
 // Chat templates as transformers' apply_chat_template renders them, with the assistant mask.
 #include "text/template/chat_template.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -141,11 +143,69 @@ RenderedChat apply_chat_template(const ChatTemplate& tmpl, const ordered_json& m
     if (!options.extra->is_object()) fail_input("{}: extra template variables must be an object", tmpl.origin());
     for (auto it = options.extra->begin(); it != options.extra->end(); ++it) ctx[it.key()] = it.value();
   }
+  // continue_final_message: a tag after the final message's content (its last
+  // text block when the content is a list) marks where the text is cut.
+  static const std::string kTag = "CONTINUE_FINAL_MESSAGE_TAG ";
+  std::string final_text;
+  if (options.continue_final_message) {
+    if (chat.empty()) fail_input("{}: continue_final_message is set but the conversation is empty", tmpl.origin());
+    auto& last = chat.back();
+    if (!last.contains("content"))
+      fail_input("{}: continue_final_message is set but the final message has no \"content\" to continue",
+                 tmpl.origin());
+    if (tmpl.source().find("content") == std::string::npos)
+      fail_input("{}: continue_final_message is set to \"content\" but the chat template does not use it",
+                 tmpl.origin());
+    auto& content = last["content"];
+    if (content.is_string()) {
+      final_text = content.get<std::string>();
+      content = final_text + kTag;
+    } else if (content.is_array()) {
+      bool found = false;
+      for (auto it = content.rbegin(); it != content.rend() && !found; ++it)
+        if (it->is_object() && it->contains("text") && (*it)["text"].is_string()) {
+          final_text = (*it)["text"].get<std::string>();
+          (*it)["text"] = final_text + kTag;
+          found = true;
+        }
+      if (!found)
+        fail_input("{}: continue_final_message is set but the final message has no text to continue", tmpl.origin());
+    } else {
+      fail_input("{}: continue_final_message is set but the final message's content is {}", tmpl.origin(),
+                 content.type_name());
+    }
+  }
   ctx["messages"] = std::move(chat);
   ctx["tools"] = options.tools ? *options.tools : ordered_json(nullptr);
   ctx["documents"] = options.documents ? *options.documents : ordered_json(nullptr);
   ctx["add_generation_prompt"] = options.add_generation_prompt;
-  return tmpl.render(ctx);
+  RenderedChat out = tmpl.render(ctx);
+  if (options.continue_final_message) {
+    auto strip = [](const std::string& s) {
+      const auto b = s.find_first_not_of(" \t\n\r\f\v");
+      if (b == std::string::npos) return std::string();
+      return s.substr(b, s.find_last_not_of(" \t\n\r\f\v") - b + 1);
+    };
+    const std::string tag = strip(kTag);
+    const auto at = out.text.rfind(tag);
+    if (out.text.find(strip(final_text)) == std::string::npos || at == std::string::npos)
+      fail_input("{}: continue_final_message is set but the final message does not appear in the rendered chat "
+                 "(the template deletes part of it)",
+                 tmpl.origin());
+    if (out.text.compare(at, kTag.size(), kTag) == 0) {
+      out.text.resize(at);
+    } else {
+      // Trailing spacing the template trimmed: cut before the tag and its spaces.
+      out.text.resize(at);
+      const auto e = out.text.find_last_not_of(" \t\n\r\f\v");
+      out.text.resize(e == std::string::npos ? 0 : e + 1);
+    }
+    for (auto& [b, e] : out.generation_spans) {
+      b = std::min(b, out.text.size());
+      e = std::min(e, out.text.size());
+    }
+  }
+  return out;
 }
 
 }  // namespace trlx::text

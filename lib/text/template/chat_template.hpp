@@ -58,6 +58,10 @@ class ChatTemplate {
 // borrowed for the call; null pointers mean None.
 struct ChatOptions {
   bool add_generation_prompt = false;
+  // The text ends inside the final message, which the model is to continue
+  // (its content's end, whatever the template writes after it is cut), as
+  // transformers' continue_final_message does.
+  bool continue_final_message = false;
   const nlohmann::ordered_json* tools = nullptr;      // list of JSON schemas
   const nlohmann::ordered_json* documents = nullptr;  // list of {title, text}
   const nlohmann::ordered_json* extra = nullptr;      // object: more variables (enable_thinking, ...)

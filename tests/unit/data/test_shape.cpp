@@ -305,3 +305,66 @@ TEST_CASE("help text of each data task", "[data][shape]") {
   CHECK_THAT(describe(Task::reward), Contains("\"margin\""));
   CHECK_THAT(describe(Task::prompt_only), Contains("\"prompt\""));
 }
+
+// --- what a row passes the chat template ----------------------------------------
+
+TEST_CASE("tools: a list of schemas is kept, a JSON string of one is parsed for every task", "[data][shape][tools]") {
+  const std::string conv = "[" + kUser + ", " + kAsst + "]";
+  const std::string schema = R"({"type": "function", "function": {"name": "add", "parameters": {}}})";
+  const std::string as_list = "[" + schema + "]";
+  // The string form, as a datasets column of JSON text holds it.
+  const std::string as_string = nlohmann::ordered_json(as_list).dump();
+  for (const auto& tools : {as_list, as_string}) {
+    const Shaped s = shape(Task::sft, "{\"messages\": " + conv + ", \"tools\": " + tools + "}\n");
+    const Value& t = s.rows[0].value["tools"];
+    REQUIRE(t.is_array());
+    REQUIRE(t.size() == 1);
+    CHECK(t[0]["function"]["name"] == "add");
+    const Shaped p = shape(Task::prompt_only, "{\"prompt\": [" + kUser + "], \"tools\": " + tools + "}\n");
+    CHECK(p.rows[0].value["tools"].is_array());
+  }
+  // Null is no tools; chat_template_kwargs an object, kept.
+  const Shaped n = shape(Task::sft, "{\"messages\": " + conv +
+                                        ", \"tools\": null, \"chat_template_kwargs\": {\"enable_thinking\": false}}\n");
+  CHECK(n.rows[0].value["tools"].is_null());
+  CHECK(n.rows[0].value["chat_template_kwargs"]["enable_thinking"] == false);
+}
+
+TEST_CASE("tools: a value that is not a list of schemas is a bad row, named", "[data][shape][tools]") {
+  const std::string conv = "[" + kUser + ", " + kAsst + "]";
+  const std::string ok = R"([{"type": "function", "function": {"name": "add"}}])";
+  CHECK_THAT(shape_error(Task::sft, "{\"messages\": " + conv + ", \"tools\": {\"name\": \"add\"}}\n"),
+             Contains("mem.jsonl:1") && Contains("\"tools\"") && Contains("not a list of function schemas"));
+  CHECK_THAT(shape_error(Task::sft, "{\"messages\": " + conv + ", \"tools\": \"[{oops\"}\n"),
+             Contains("mem.jsonl:1") && Contains("not JSON"));
+  CHECK_THAT(shape_error(Task::preference, "{\"prompt\": [" + kUser + "], \"chosen\": [" + kAsst + "], \"rejected\": [" +
+                                               kAsst + "], \"tools\": [1]}\n"),
+             Contains("element 0") && Contains("not a function schema"));
+  CHECK_THAT(shape_error(Task::sft, "{\"messages\": " + conv + ", \"chat_template_kwargs\": \"x\"}\n"),
+             Contains("\"chat_template_kwargs\"") && Contains("not an object"));
+  // With skip_bad_rows the row is dropped and counted, the good one kept.
+  LoadOptions skip;
+  skip.skip_bad_rows = true;
+  const Shaped s = shape(Task::sft,
+                         "{\"messages\": " + conv + ", \"tools\": 3}\n{\"messages\": " + conv + ", \"tools\": " + ok +
+                             "}\n",
+                         skip);
+  CHECK(s.rows.size() == 1);
+  CHECK(s.skipped == 1);
+}
+
+TEST_CASE("image columns: vision-language rows are refused, not stripped, even with skip_bad_rows",
+          "[data][shape][tools]") {
+  LoadOptions skip;
+  skip.skip_bad_rows = true;
+  for (const char* column : {"image", "images"}) {
+    const std::string row =
+        std::string("{\"messages\": [") + kUser + ", " + kAsst + "], \"" + column + "\": [\"cat.png\"]}\n";
+    const std::string e = shape_error(Task::sft, row, skip);
+    CHECK_THAT(e, Contains("mem.jsonl:1") && Contains(std::string("column \"") + column + "\"") &&
+                      Contains("vision-language training is not supported"));
+  }
+  // A null image column is no image.
+  const Shaped s = shape(Task::sft, "{\"messages\": [" + kUser + ", " + kAsst + "], \"images\": null}\n");
+  CHECK(s.rows.size() == 1);
+}

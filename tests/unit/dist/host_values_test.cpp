@@ -7,6 +7,7 @@
 // host_to_device, so they fail here as they would on a GPU.
 #include "catch_torch.hpp"
 
+#include <cmath>
 #include <set>
 
 #include "dist/comm/host_values.hpp"
@@ -88,6 +89,24 @@ TEST_CASE("host values reach collectives on the communicator's device, with the 
   for (int k = 0; k < w; ++k)
     CHECK(names[static_cast<size_t>(k)] == std::string(static_cast<size_t>(k + 1), 'a' + static_cast<char>(k)) + "\x1f\n\xc3\xa9");
   CHECK(broadcast_value(gpu, 100 + r, 0) == 100);
+  // Doubles of a different count on each rank (none on rank 0), exact: NaN,
+  // -0.0 and values a sum over zero-padded vectors would round stay as sent.
+  std::vector<double> reals;
+  for (int i = 0; i < r; ++i) reals.push_back(r == 1 && i == 0 ? -0.0 : 0.1 * r + i);
+  if (r == 2) reals.push_back(std::nan(""));
+  const auto gathered = all_gather_doubles(gpu, reals);
+  REQUIRE(gathered.size() == static_cast<size_t>(w));
+  CHECK(gathered[0].empty());
+  for (int k = 1; k < w; ++k) {
+    const auto& g = gathered[static_cast<size_t>(k)];
+    REQUIRE(g.size() == static_cast<size_t>(k + (k == 2 ? 1 : 0)));
+    for (int i = 0; i < k; ++i) {
+      const double want = k == 1 && i == 0 ? -0.0 : 0.1 * k + i;
+      CHECK(g[static_cast<size_t>(i)] == want);
+      CHECK(std::signbit(g[static_cast<size_t>(i)]) == std::signbit(want));
+    }
+    if (k == 2) CHECK(std::isnan(g.back()));
+  }
 }
 
 TEST_CASE("strategies' sums, parameter agreement and gradient-sync check keep to the device contract", "[mpi]") {
@@ -100,6 +119,10 @@ TEST_CASE("strategies' sums, parameter agreement and gradient-sync check keep to
   std::vector<double> maxes = {static_cast<double>(r)};
   s.max_across_ranks(maxes);
   CHECK(maxes[0] == gpu->world_size() - 1);
+  const auto each = s.gather_across_ranks(std::vector<double>(static_cast<size_t>(r), 0.5 + r));
+  REQUIRE(each.size() == static_cast<size_t>(gpu->world_size()));
+  for (int k = 0; k < gpu->world_size(); ++k)
+    CHECK(each[static_cast<size_t>(k)] == std::vector<double>(static_cast<size_t>(k), 0.5 + k));
   // A tensor sum (KTO's KL estimate): reduced without a host value, and a
   // tensor off the communicator's device goes through its host_to_device.
   const auto t = s.sum_across_ranks(torch::tensor({1.0, static_cast<double>(r)}, torch::kFloat64));

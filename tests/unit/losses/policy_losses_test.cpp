@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -123,6 +124,46 @@ TEST_CASE("grpo: which loss types divide by the round's tokens", "[losses][grpo]
   CHECK_THROWS(L::reduce_policy_loss(torch::ones({2, 3}), torch::ones({2, 3}), r));
 }
 
+TEST_CASE("grpo: the entropy bonus's mean and its adaptive coefficient follow TRL's rule", "[losses][grpo]") {
+  // Entropy over the counted tokens: the mask, times the entropy mask.
+  const Tensor entropy = torch::tensor({{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}});
+  const Tensor mask = torch::tensor({{1.0, 1.0, 0.0}, {1.0, 0.0, 0.0}});
+  CHECK(L::masked_entropy_mean(entropy, mask, Tensor()).item<double>() == Approx(7.0 / 3.0));
+  const Tensor high = torch::tensor({{false, true, true}, {true, false, false}});
+  CHECK(L::masked_entropy_mean(entropy, mask, high).item<double>() == Approx(3.0));
+  // Nothing counted: 0, not NaN.
+  CHECK(L::masked_entropy_mean(entropy, torch::zeros({2, 3}), Tensor()).item<double>() == 0.0);
+
+  // TRL's controller (GRPOTrainer._compute_loss): up by delta at or below
+  // the target, down by delta above it, within [min, max].
+  const L::EntropyControl c{.target = 0.5, .delta = 0.01, .min = 0.0, .max = 0.03};
+  CHECK(L::next_entropy_coef(0.02, 0.5, c) == Approx(0.03));
+  CHECK(L::next_entropy_coef(0.025, 0.1, c) == 0.03);
+  CHECK(L::next_entropy_coef(0.02, 0.51, c) == Approx(0.01));
+  CHECK(L::next_entropy_coef(0.005, 0.9, c) == 0.0);
+  // Applied only while the last step's entropy was at or below the target;
+  // before any step (+inf) none; a fixed coefficient always.
+  const double inf = std::numeric_limits<double>::infinity();
+  CHECK(L::applied_entropy_coef(0.02, true, inf, 0.5) == 0.0);
+  CHECK(L::applied_entropy_coef(0.02, true, 0.5, 0.5) == 0.02);
+  CHECK(L::applied_entropy_coef(0.02, true, 0.6, 0.5) == 0.0);
+  CHECK(L::applied_entropy_coef(0.02, false, 0.6, 0.5) == 0.02);
+}
+
+TEST_CASE("grpo and rloo: the clip indicators count a clip only on the side the advantage pushes", "[losses][grpo]") {
+  // Per token [B, T] against per-row advantages [B, 1], epsilon 0.2 / 0.28.
+  const Tensor ratio = torch::tensor({{0.7, 0.9, 1.3}, {0.7, 1.1, 1.3}});
+  const Tensor adv = torch::tensor({-1.0, 1.0}).unsqueeze(1);
+  const auto c = L::clip_indicators(ratio, adv, 0.2, 0.28, torch::kFloat32);
+  CHECK(c.low.scalar_type() == torch::kFloat32);
+  CHECK(torch::equal(c.low, torch::tensor({{1.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}})));
+  CHECK(torch::equal(c.high, torch::tensor({{0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 1.0f}})));
+  CHECK(torch::equal(c.region, torch::tensor({{1.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 1.0f}})));
+  // A zero advantage is never clipped.
+  const auto z = L::clip_indicators(torch::tensor({0.1, 5.0}), torch::zeros({2}), 0.2, 0.2, torch::kFloat64);
+  CHECK(z.region.sum().item<double>() == 0.0);
+}
+
 // ---------------------------------------------------------------------------- RLOO
 
 TEST_CASE("rloo: the clipped sequence objective equals TRL's loss and gradient", "[losses][rloo]") {
@@ -141,11 +182,9 @@ TEST_CASE("rloo: the clipped sequence objective equals TRL's loss and gradient",
       const Tensor loss = t.loss_sum / static_cast<double>(adv.size(0));
       check_value("loss", loss.item<double>(), c.at("loss"));
       // TRL's clip metrics from the ratio the loss returns.
-      const Tensor r = t.ratio.detach();
-      check_value("clip_ratio/low_mean", ((r < 1 - lo) & (adv < 0)).to(torch::kFloat32).mean().item<double>(),
-                  c.at("clip_ratio/low_mean"));
-      check_value("clip_ratio/high_mean", ((r > 1 + hi) & (adv > 0)).to(torch::kFloat32).mean().item<double>(),
-                  c.at("clip_ratio/high_mean"));
+      const auto clip = L::clip_indicators(t.ratio, adv, lo, hi, torch::kFloat32);
+      check_value("clip_ratio/low_mean", clip.low.mean().item<double>(), c.at("clip_ratio/low_mean"));
+      check_value("clip_ratio/high_mean", clip.high.mean().item<double>(), c.at("clip_ratio/high_mean"));
       loss.backward();
       check_all("grad", logps.grad(), mat(c.at("grad")));
     }

@@ -17,6 +17,7 @@
 #include "text/tokenizer/tokenizer.hpp"
 #include "trainers/cpo.hpp"
 #include "trainers/dpo.hpp"
+#include "trainers/grpo.hpp"
 #include "trainers/grpo_config.hpp"
 #include "trainers/kto.hpp"
 #include "trainers/kto_config.hpp"
@@ -163,10 +164,10 @@ TEST_CASE("dataset_num_proc threads prepare the examples one thread prepares",
       {
         const auto one = trainers::prepare_prompts(
             config_for<trainers::GRPOConfig>(trainers::grpo_schema(), file("grpo"), 1), "grpo",
-            in.tok, &in.tmpl, "train");
+            in.tok, &in.tmpl, "train", trainers::GRPOTrainer::setup());
         const auto many = trainers::prepare_prompts(
             config_for<trainers::GRPOConfig>(trainers::grpo_schema(), file("grpo"), threads),
-            "grpo", in.tok, &in.tmpl, "train");
+            "grpo", in.tok, &in.tmpl, "train", trainers::GRPOTrainer::setup());
         REQUIRE(one.examples.size() == many.examples.size());
         REQUIRE(one.examples.size() > 1000);
         for (size_t i = 0; i < one.examples.size(); ++i)

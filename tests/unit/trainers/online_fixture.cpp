@@ -109,7 +109,7 @@ StepValues replay(const config::Schema& schema, const std::string& name, const n
   const C c = online_config<C>(schema, cs, run, run.output_dir.empty() ? out.path : run.output_dir);
   auto tok = text::Tokenizer::from_dir(tiny_model());
   text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
-  auto prompts = trainers::prepare_prompts(c, name, tok, &tmpl, "train");
+  auto prompts = trainers::prepare_prompts(c, name, tok, &tmpl, "train", T::setup());
   // trlx tokenizes every prompt as TRL did.
   for (const auto& round : cs.at("rounds"))
     for (const auto& slot : round.at("slots")) {
@@ -157,7 +157,8 @@ StepValues replay(const config::Schema& schema, const std::string& name, const n
   if (evaluates) {
     // The test split, tokenized as TRL did, and the k-th completion of each
     // prompt in an eval batch.
-    auto eval_prompts = trainers::prepare_prompts(c, name, text::Tokenizer::from_dir(tiny_model()), &tmpl, "test");
+    auto eval_prompts = trainers::prepare_prompts(c, name, text::Tokenizer::from_dir(tiny_model()), &tmpl, "test",
+                                                  T::setup());
     const auto& want_ids = cs.at("eval_prompt_ids");
     REQUIRE(eval_prompts.examples.size() == want_ids.size());
     for (size_t i = 0; i < want_ids.size(); ++i)
@@ -217,7 +218,7 @@ StepValues ppo_steps(const nlohmann::json& cs, const Run& run, std::vector<engin
 
   auto tok = text::Tokenizer::from_dir(tiny_model());
   text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
-  auto prompts = trainers::prepare_prompts(c, "ppo", tok, &tmpl, "train");
+  auto prompts = trainers::prepare_prompts(c, "ppo", tok, &tmpl, "train", trainers::PPOTrainer::setup());
   // trlx tokenizes every prompt as TRL did; update u holds prompts u x G .. in file order.
   const int64_t g = global * c.gradient_accumulation_steps;
   for (const auto& round : cs.at("rounds"))
