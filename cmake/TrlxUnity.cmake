@@ -3,9 +3,9 @@
 # all), which the units of one batch share (two LibTorch units compile in
 # 27 s together, 48 s apart).
 #
-# trlx_unity(<target> BASE <dir> [EXCLUDE <file>...])
+# trlx_unity(<target> BASE <dir> [BATCH <n>] [EXCLUDE <file>...])
 #   Replaces the target's .cpp sources under <dir> by batches of at most
-#   TRLX_UNITY_BATCH units, made per directory and balanced (9 units: 3+3+3),
+#   <n> (default TRLX_UNITY_BATCH; test executables TRLX_UNITY_TEST_BATCH) units, made per directory and balanced (9 units: 3+3+3),
 #   so that a file added to one area leaves the other areas' batches as they
 #   were. A batch includes its units by paths relative to <dir>, which must be
 #   on the target's include path: its text, like every compile line, is then
@@ -19,7 +19,10 @@ function(trlx_unity target)
   if(NOT TRLX_UNITY_BUILD)
     return()
   endif()
-  cmake_parse_arguments(U "" "BASE" "EXCLUDE" ${ARGN})
+  cmake_parse_arguments(U "" "BASE;BATCH" "EXCLUDE" ${ARGN})
+  if(NOT U_BATCH)
+    set(U_BATCH ${TRLX_UNITY_BATCH})
+  endif()
   get_target_property(sources ${target} SOURCES)
   get_target_property(source_dir ${target} SOURCE_DIR)
   set(kept)
@@ -53,7 +56,7 @@ function(trlx_unity target)
     list(SORT units)
     list(LENGTH units n)
     # ceil(n / batch) batches; the first n % batches of them get one unit more.
-    math(EXPR batches "(${n} + ${TRLX_UNITY_BATCH} - 1) / ${TRLX_UNITY_BATCH}")
+    math(EXPR batches "(${n} + ${U_BATCH} - 1) / ${U_BATCH}")
     math(EXPR base_size "${n} / ${batches}")
     math(EXPR larger "${n} % ${batches}")
     string(REPLACE "/" "_" stem "${name_${key}}")
@@ -76,6 +79,14 @@ function(trlx_unity target)
       file(CONFIGURE OUTPUT ${file} CONTENT "${text}")
       list(APPEND kept ${file})
     endforeach()
+  endforeach()
+  # Batches of an earlier layout (another batch size) are removed, so that
+  # the directory holds what the build compiles.
+  file(GLOB old_batches ${out_dir}/*.cpp)
+  foreach(old ${old_batches})
+    if(NOT old IN_LIST kept)
+      file(REMOVE ${old})
+    endif()
   endforeach()
   set_target_properties(${target} PROPERTIES SOURCES "${kept}")
 endfunction()

@@ -26,7 +26,7 @@ trainers::KTOConfig kto_config(const test::Flags& flags) {
   return test::trainer_config<trainers::KTOConfig>(trainers::kto_schema(), kto_data() / "train.jsonl", flags);
 }
 
-fs::path write_rows(const std::string& name, const std::string& text) {
+fs::path write_kto_rows(const std::string& name, const std::string& text) {
   return test::write_temp("trlx_kto_test_" + name + ".jsonl", text);
 }
 
@@ -41,7 +41,7 @@ TEST_CASE("kto: first 3 steps equal TRL's KTOTrainer (loss, grad norm, every met
 
 TEST_CASE("kto: paired data is unpaired into a desirable and an undesirable row per pair", "[trainers][kto]") {
   auto tok = text::Tokenizer::from_dir(tiny_model());
-  auto paired = write_rows("paired", "{\"prompt\": \"Hi\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n"
+  auto paired = write_kto_rows("paired", "{\"prompt\": \"Hi\", \"chosen\": \" yes\", \"rejected\": \" no\"}\n"
                                      "{\"prompt\": \"Ho\", \"chosen\": \" a\", \"rejected\": \" b\"}\n");
   auto split = trainers::prepare_kto_split(kto_config({{"dataset_name", paired.string()}}), tok, nullptr, "train", true);
   REQUIRE(split.examples.size() == 4);
@@ -106,12 +106,12 @@ TEST_CASE("kto: KL sequences pair each prompt with the previous row's completion
 
 TEST_CASE("kto: bad input is a clear error, and prompts reaching max_length are dropped and counted", "[trainers][kto]") {
   auto tok = text::Tokenizer::from_dir(tiny_model());
-  auto nolabel = write_rows("nolabel", "{\"prompt\": \"a\", \"completion\": \"b\"}\n");
+  auto nolabel = write_kto_rows("nolabel", "{\"prompt\": \"a\", \"completion\": \"b\"}\n");
   auto msg = test::input_error_of([&] {
     trainers::prepare_kto_split(kto_config({{"dataset_name", nolabel.string()}}), tok, nullptr, "train", true);
   });
   CHECK_THAT(msg, Contains("label"));
-  auto empty = write_rows("empty", "{\"prompt\": \"a\", \"completion\": \"\", \"label\": true}\n");
+  auto empty = write_kto_rows("empty", "{\"prompt\": \"a\", \"completion\": \"\", \"label\": true}\n");
   msg = test::input_error_of([&] {
     trainers::prepare_kto_split(kto_config({{"dataset_name", empty.string()}}), tok, nullptr, "train", true);
   });

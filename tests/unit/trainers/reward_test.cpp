@@ -27,7 +27,7 @@ trainers::RewardConfig reward_config(const test::Flags& flags) {
   return test::trainer_config<trainers::RewardConfig>(trainers::reward_schema(), reward_data() / "train.jsonl", flags);
 }
 
-fs::path write_rows(const std::string& name, const std::string& text) {
+fs::path write_reward_rows(const std::string& name, const std::string& text) {
   return test::write_temp("trlx_reward_test_" + name + ".jsonl", text);
 }
 
@@ -66,12 +66,12 @@ TEST_CASE("reward: a model saved by trlx loads in transformers as AutoModelForSe
 
 TEST_CASE("reward: bad input is a clear error, and pairs longer than max_length are dropped and counted", "[trainers][reward]") {
   auto tok = text::Tokenizer::from_dir(tiny_model());
-  auto missing = write_rows("missing", "{\"chosen\": \"a\"}\n");
+  auto missing = write_reward_rows("missing", "{\"chosen\": \"a\"}\n");
   auto msg = test::input_error_of([&] {
     trainers::prepare_reward_split(reward_config({{"dataset_name", missing.string()}}), tok, nullptr, "train", true);
   });
   CHECK_THAT(msg, Contains("rejected"));
-  auto empty = write_rows("empty", "{\"chosen\": \"a\", \"rejected\": \"\"}\n");
+  auto empty = write_reward_rows("empty", "{\"chosen\": \"a\", \"rejected\": \"\"}\n");
   msg = test::input_error_of([&] {
     trainers::prepare_reward_split(reward_config({{"dataset_name", empty.string()}}), tok, nullptr, "train", true);
   });
