@@ -368,11 +368,10 @@ int run_render_template(std::vector<std::string> args) {
     const auto& conv = conversations[i];
     // As a trainer renders a row: its tools and its chat_template_kwargs
     // over --chat_template_kwargs; --tools, when given, for every row.
-    trainers::TemplateInputs inputs;
-    inputs.tools = !tools_json.is_null() ? tools_json : conv.tools;
-    inputs.variables = kwargs_json.is_object() ? kwargs_json : ordered_json::object();
-    if (conv.chat_template_kwargs.is_object())
-      for (const auto& [k, val] : conv.chat_template_kwargs.items()) inputs.variables[k] = val;
+    const ordered_json row = {{"tools", !tools_json.is_null() ? tools_json : conv.tools},
+                              {"chat_template_kwargs", conv.chat_template_kwargs}};
+    const auto inputs =
+        trainers::template_inputs(row, kwargs_json.is_object() ? kwargs_json : ordered_json::object());
     text::ChatOptions co = trainers::chat_options(tok, add_generation_prompt, inputs);
     text::RenderedChat r;
     try {

@@ -222,6 +222,18 @@ else
   run 0 render-template --tokenizer "$TOK/qwen3" --messages "$D/conversation.json" --add_generation_prompt
   same "$D/qwen3_render_stock.txt"
   lacks "generation %} block"
+  # A row's tools reach the system turn and its chat_template_kwargs win over
+  # --chat_template_kwargs (enable_thinking false: the empty thinking block)
+  printf '%s\n' '{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "add_numbers"}}], "chat_template_kwargs": {"enable_thinking": false}}' >"$TMP/tool_row.jsonl"
+  run 0 render-template --tokenizer "$TOK/qwen3" --messages "$TMP/tool_row.jsonl" --add_generation_prompt \
+    --chat_template_kwargs '{"enable_thinking": true}'
+  has '"name": "add_numbers"'
+  has "<think>"
+  # Without the row's switch the CLI's applies (thinking on: no empty block)
+  printf '%s\n' '{"messages": [{"role": "user", "content": "hi"}]}' >"$TMP/plain_row.jsonl"
+  run 0 render-template --tokenizer "$TOK/qwen3" --messages "$TMP/plain_row.jsonl" --add_generation_prompt \
+    --chat_template_kwargs '{"enable_thinking": true}'
+  lacks "<think>"
   # Llama-3's template writes bos_token from the tokenizer
   run 0 render-template --tokenizer "$TOK/llama3" --messages "$D/conversation.json"
   has "<|begin_of_text|><|start_header_id|>system<|end_header_id|>"
