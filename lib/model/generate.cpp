@@ -128,6 +128,14 @@ Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int6
   const int64_t n = o.num_return_sequences;
   const int64_t num_prompts = static_cast<int64_t>(prompts.size());
   const int64_t rows = num_prompts * n;
+  if (!o.max_new_tokens_per_prompt.empty() && o.max_new_tokens_per_prompt.size() != prompts.size())
+    throw Error(fmt::format("generate: {} per-prompt token limits for {} prompts", o.max_new_tokens_per_prompt.size(),
+                            prompts.size()));
+  auto limit_of = [&](int64_t prompt) {
+    return o.max_new_tokens_per_prompt.empty()
+               ? o.max_new_tokens
+               : std::min(o.max_new_tokens, o.max_new_tokens_per_prompt[static_cast<size_t>(prompt)]);
+  };
   int64_t longest = 1;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto len = static_cast<int64_t>(prompts[i].size());
@@ -135,10 +143,11 @@ Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int6
     for (int64_t id : prompts[i])
       if (id < 0 || id >= vocab)
         fail_input("generate: prompt {} holds token id {}, outside the model's vocabulary (0..{})", i, id, vocab - 1);
-    if (o.max_context > 0 && len + o.max_new_tokens > o.max_context)
+    const int64_t limit = limit_of(static_cast<int64_t>(i));
+    if (o.max_context > 0 && len + limit > o.max_context)
       fail_input("generate: prompt {} has {} tokens; with max_new_tokens {} it needs {} positions, beyond the model's "
                  "context of {} (max_position_embeddings): shorten the prompt (max_prompt_length) or max_new_tokens",
-                 i, len, o.max_new_tokens, len + o.max_new_tokens, o.max_context);
+                 i, len, limit, len + limit, o.max_context);
     longest = std::max(longest, len);
   }
   const bool lockstep = static_cast<bool>(o.max_across_ranks);
@@ -282,7 +291,7 @@ Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int6
         else if (std::find(o.stop_token_ids.begin(), o.stop_token_ids.end(), token) != o.stop_token_ids.end() ||
                  (o.stop && o.stop(c)))
           why = FinishReason::Stop;
-        else if (static_cast<int64_t>(c.size()) >= o.max_new_tokens)
+        else if (static_cast<int64_t>(c.size()) >= limit_of(static_cast<int64_t>(r) / n))
           why = FinishReason::Length;
         if (why) {
           out.finish[r] = *why;

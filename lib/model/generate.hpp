@@ -37,6 +37,9 @@ struct GenerationOptions {
   // Rows generated at once (KV cache slots); 0: every row at once. Rounded
   // up to a multiple of num_return_sequences.
   int64_t max_batch = 0;
+  // Per prompt, fewer new tokens than max_new_tokens (each at most it);
+  // empty: max_new_tokens for every prompt.
+  std::vector<int64_t> max_new_tokens_per_prompt;
   // The model's context: a prompt plus max_new_tokens beyond it is refused
   // (0: no limit).
   int64_t max_context = 0;

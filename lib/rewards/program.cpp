@@ -1,5 +1,6 @@
 // Reward functions and judges that are programs speaking JSON lines on stdin and stdout.
 #include "rewards/program.hpp"
+#include "rewards/tool_program.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -511,6 +512,27 @@ struct ProgramProcess {
     }
   }
 
+  // The first line the program prints on its own (a tool program's
+  // announcement), within `seconds`; failures as exchange()'s, InputError
+  // since nothing was asked yet.
+  std::string read_unprompted(double seconds, const std::string& what) {
+    const auto deadline = after(seconds);
+    for (;;) {
+      if (auto line = next_line()) return *line;
+      if (out_eof || check_exited()) {
+        wait_exit(kDyingGraceSeconds);
+        if (exited) fail_exited("before " + what);
+        fail_now(fmt::format("closed its stdout before {}.", what), true);
+      }
+      if (seconds_left(deadline) <= 0)
+        fail_now(fmt::format("printed no {} within {}s (timeout_seconds), so trlx killed it. A program must end "
+                             "each line with a newline and flush its stdout (Python: print(..., flush=True)).",
+                             what, seconds),
+                 true);
+      pump(deadline, false);
+    }
+  }
+
   void start() {
     if (options.working_dir && !std::filesystem::is_directory(*options.working_dir))
       fail_input("reward program '{}' (command: {}): its working_dir {} is not a directory.",
@@ -791,6 +813,155 @@ std::string judge_request_line(const std::vector<std::pair<Sample, Sample>>& pai
     rows.push_back(&first);
   }
   return request_text(std::move(prompts), std::move(completions), std::move(ids), rows, step);
+}
+
+// ------------------------------------------------------------ tool programs
+
+ToolProgram::ToolProgram(ProgramOptions options) : options_(std::move(options)) {}
+ToolProgram::~ToolProgram() = default;
+const std::string& ToolProgram::name() const { return options_.name; }
+const std::string& ToolProgram::command() const { return options_.command; }
+bool ToolProgram::is_async(const std::string& tool) const {
+  return std::find(async_.begin(), async_.end(), tool) != async_.end();
+}
+
+void ToolProgram::launch() {
+  process_ = start_program(options_, "tool program", "call", "running", "python3 examples/tools/python_tools.py my_tools.py");
+  const std::string line = process_->read_unprompted(options_.timeout_seconds, "its announcement line ({\"tools\": [...]})");
+  const auto a = nlohmann::ordered_json::parse(line, nullptr, false);
+  auto bad = [&](const std::string& what) {
+    process_->fail_now(fmt::format("announced '{}': {}. A tool program starts by printing one line {{\"tools\": "
+                                   "[{{\"type\": \"function\", \"function\": {{\"name\": ..., \"description\": ..., "
+                                   "\"parameters\": {{...}}}}}}, ...]}} (docs/tools.md).",
+                                   shorten(line), what),
+                       true);
+  };
+  if (a.is_discarded() || !a.is_object()) bad("not a JSON object");
+  if (!a.contains("tools") || !a["tools"].is_array()) bad("no \"tools\" list");
+  nlohmann::ordered_json schemas = nlohmann::ordered_json::array();
+  for (const auto& t : a["tools"]) {
+    const auto* fn = t.is_object() && t.contains("function") ? &t["function"] : nullptr;
+    if (!fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string() ||
+        (*fn)["name"].get<std::string>().empty())
+      bad(fmt::format("the tool {} has no function name", shorten(t.dump())));
+    schemas.push_back(t);
+  }
+  std::vector<std::string> async;
+  if (a.contains("async")) {
+    if (!a["async"].is_array()) bad("\"async\" is not a list of tool names");
+    for (const auto& n : a["async"]) {
+      if (!n.is_string()) bad("\"async\" is not a list of tool names");
+      async.push_back(n.get<std::string>());
+    }
+  }
+  bool env = false, reward = false;
+  std::string env_name;
+  if (a.contains("environment") && !a["environment"].is_null()) {
+    const auto& e = a["environment"];
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || e["name"].get<std::string>().empty() ||
+        (e.contains("reward") && !e["reward"].is_boolean()))
+      bad("\"environment\" must be {\"name\": \"...\", \"reward\": true|false}");
+    env = true;
+    env_name = e["name"].get<std::string>();
+    reward = e.value("reward", false);
+  }
+  if (schemas.empty() && !env) bad("an empty tool list");
+  if (restarts_ == 0) {
+    schemas_ = std::move(schemas);
+    async_ = std::move(async);
+    environment_ = env;
+    has_reward_ = reward;
+    environment_name_ = env_name;
+  } else if (schemas != schemas_) {
+    process_->fail_now("announced other tools when started again than at its first start");
+  }
+}
+
+ToolResult ToolProgram::call(const std::string& tool, const nlohmann::ordered_json& arguments,
+                             std::optional<int64_t> episode) {
+  if (dead_) return {false, *dead_};
+  try {
+    if (!process_) {
+      ++restarts_;
+      launch();
+    }
+    nlohmann::ordered_json request = {{"call", {{"name", tool}, {"arguments", arguments}}}};
+    if (episode) request["episode"] = *episode;
+    const std::string line = process_->exchange(
+        request.dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace) + "\n", 1);
+    const auto answer = nlohmann::ordered_json::parse(line, nullptr, false);
+    if (!answer.is_discarded() && answer.is_object()) {
+      if (auto it = answer.find("error"); it != answer.end())
+        return {false, it->is_string() ? it->get<std::string>() : it->dump()};
+      if (auto it = answer.find("result"); it != answer.end())
+        return {true, it->is_string() ? it->get<std::string>() : it->dump()};
+    }
+    process_->fail_now(fmt::format("answered call {} of '{}' with '{}'; expected {{\"result\": ...}} or "
+                                   "{{\"error\": \"...\"}}.",
+                                   process_->requests, tool, shorten(line)));
+  } catch (const Error& e) {
+    // What went wrong is the call's result; the program starts again for
+    // the next call.
+    const std::string what = e.what();
+    if (!logged_failure_) {
+      log::warn("a tool call failed; the model sees the error, the program starts again for the next call, and later "
+                "failures of this program are counted in tools/failure_frequency, not logged: {}",
+                what);
+      logged_failure_ = true;
+    }
+    const bool never_started = process_ == nullptr || process_->requests == 0;
+    process_.reset();
+    if (never_started && restarts_ > 0) dead_ = "the tool program could not be started again: " + what;
+    return {false, fmt::format("tool program '{}' failed: {}", options_.name,
+                               what.substr(0, what.find('\n')))};
+  }
+  return {false, "unreachable"};
+}
+
+std::optional<std::string> ToolProgram::reset(int64_t episode, const nlohmann::ordered_json& row) {
+  if (dead_) throw Error(*dead_);
+  if (!process_) {
+    ++restarts_;
+    launch();
+  }
+  nlohmann::ordered_json request = {{"reset", {{"episode", episode}, {"row", row}}}};
+  const std::string line =
+      process_->exchange(request.dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace) + "\n", 1);
+  const auto answer = nlohmann::ordered_json::parse(line, nullptr, false);
+  if (answer.is_discarded() || !answer.is_object() || !answer.contains("observation") ||
+      !(answer["observation"].is_null() || answer["observation"].is_string()))
+    process_->fail_now(fmt::format("answered the reset of episode {} with '{}'; expected {{\"observation\": "
+                                   "\"text\"}} or {{\"observation\": null}}.",
+                                   episode, shorten(line)));
+  if (answer["observation"].is_null()) return std::nullopt;
+  return answer["observation"].get<std::string>();
+}
+
+std::vector<std::optional<double>> ToolProgram::rewards(const std::vector<int64_t>& episodes) {
+  if (episodes.empty()) return {};
+  if (dead_) throw Error(*dead_);
+  if (!process_) {
+    ++restarts_;
+    launch();
+  }
+  nlohmann::ordered_json request = {{"reward", {{"episodes", episodes}}}};
+  const auto list = process_->answer_list(process_->exchange(request.dump() + "\n", episodes.size()),
+                                          episodes.size(), "rewards", "reward", "one number or null");
+  std::vector<std::optional<double>> out;
+  for (const auto& r : list) {
+    if (r.is_null()) out.emplace_back(std::nullopt);
+    else if (r.is_number() && std::isfinite(r.get<double>())) out.emplace_back(r.get<double>());
+    else process_->fail_now(fmt::format("answered a reward {}; each must be a finite number or null.", shorten(r.dump())));
+  }
+  return out;
+}
+
+std::unique_ptr<ToolProgram> start_tool_program(const ProgramOptions& options) {
+  auto o = options;
+  if (o.name.empty()) o.name = program_name_from_command(o.command);
+  std::unique_ptr<ToolProgram> t(new ToolProgram(o));
+  t->launch();
+  return t;
 }
 
 }  // namespace trlx::rewards

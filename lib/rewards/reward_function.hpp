@@ -26,6 +26,8 @@ struct Sample {
   std::vector<int64_t> completion_ids;
   // The dataset row's other columns (an object; e.g. "solution").
   nlohmann::ordered_json columns = nlohmann::ordered_json::object();
+  // Agent rollouts with an environment: the episode the completion ran in.
+  std::optional<int64_t> episode;
 };
 
 using Scores = std::vector<std::optional<double>>;
@@ -41,6 +43,10 @@ class RewardFunction {
   // The trainer's optimizer step, before a round is scored (programs pass
   // it on, for rewards that change during training).
   virtual void set_step(int64_t /*step*/) {}
+  // The weight a function takes when reward_weights (which names the
+  // configured functions only) has none for it: an environment's reward,
+  // which TRL adds with weight 1. nullopt: a configured function.
+  virtual std::optional<double> implied_weight() const { return std::nullopt; }
 };
 
 // The text of a completion (a string, or the content of its first message).

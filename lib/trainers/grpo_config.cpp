@@ -46,10 +46,6 @@ const config::Schema& grpo_schema() {
     b.field(&C::top_entropy_quantile, "top_entropy_quantile", 1.0,
             "Train only on the tokens whose entropy is in this top fraction (over all processes); 1 keeps all.")
         .min(0).max(1);
-    b.field(&C::max_tool_calling_iterations, "max_tool_calling_iterations", std::nullopt,
-            "Agent rollouts: tool-calling turns per completion.")
-        .not_built("agent rollouts (the model calling tools during generation) are not built yet; tool-calling "
-                   "data trains as conversations (a `tools` column is rendered into the prompts)");
     b.field(&C::entropy_coef, "entropy_coef", 0.0, "Weight of an entropy bonus in the loss.").min(0);
     b.field(&C::use_adaptive_entropy, "use_adaptive_entropy", false,
             "Adjust entropy_coef each step towards entropy_target.");

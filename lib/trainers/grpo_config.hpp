@@ -16,7 +16,6 @@ struct GRPOConfig : OnlineConfig {
   bool use_adaptive_entropy = false;
   double entropy_coef_min = 0, entropy_coef_max = 0, entropy_coef_delta = 0, entropy_target = 0;
   std::optional<double> off_policy_mask_threshold;
-  std::optional<int64_t> max_tool_calling_iterations;  // not built: agent rollouts
   bool use_bias_correction_kl = true;
 };
 

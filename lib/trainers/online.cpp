@@ -53,7 +53,8 @@ OnlineRun::~OnlineRun() = default;
 OnlineRun::OnlineRun(OnlineRun&&) noexcept = default;
 
 PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, const text::Tokenizer& tok,
-                            const text::ChatTemplate* tmpl, const std::string& split, const OnlineSetup& setup) {
+                            const text::ChatTemplate* tmpl, const std::string& split, const OnlineSetup& setup,
+                            const nlohmann::ordered_json* tool_schemas) {
   const auto read = read_split(data::Task::prompt_only, data_source(c, trainer), split, true);
   const data::Shaped& shaped = *read;
   PromptSplit out;
@@ -66,7 +67,8 @@ PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, c
         const auto& row = shaped.rows[i].value;
         const auto& prompt = row["prompt"];
         if (!out.conversational) return encode_text(tok, prompt.get<std::string>(), setup.prompt_special_tokens);
-        const auto inputs = template_inputs(row, config_kwargs);
+        auto inputs = template_inputs(row, config_kwargs);
+        if (tool_schemas) inputs.tools = *tool_schemas;
         return setup.prompts_as_data_utils ? encode_text(tok, render_prompt(tok, *tmpl, prompt, inputs), false)
                                            : render_conversation_ids(tok, *tmpl, prompt, true, inputs);
       });
@@ -91,10 +93,6 @@ PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, c
   return out;
 }
 
-namespace {
-
-// A program entry of `field`: command, and optionally name, timeout_seconds
-// and working_dir.
 rewards::ProgramOptions program_entry(const nlohmann::json& spec, const std::string& field, const std::string& entry) {
   rewards::ProgramOptions o;
   for (const auto& [k, v] : spec.items()) {
@@ -114,8 +112,6 @@ rewards::ProgramOptions program_entry(const nlohmann::json& spec, const std::str
   return o;
 }
 
-}  // namespace
-
 std::unique_ptr<rewards::JudgeProgram> make_judge(const OnlineConfig& c) {
   if (c.judge.empty()) return nullptr;
   const auto& entry = c.judge.front();
@@ -134,8 +130,9 @@ std::unique_ptr<rewards::JudgeProgram> make_judge(const OnlineConfig& c) {
 std::vector<std::unique_ptr<rewards::RewardFunction>> make_reward_functions(const OnlineConfig& c,
                                                                             const std::string& trainer,
                                                                             torch::Device device,
-                                                                            bool conversational) {
-  if (c.reward_funcs.empty() && !c.reward_model_path && c.judge.empty())
+                                                                            bool conversational,
+                                                                            bool environment_rewards) {
+  if (c.reward_funcs.empty() && !c.reward_model_path && c.judge.empty() && !environment_rewards)
     fail_input("{}: reward_funcs is empty; name at least one reward function (a built-in such as "
                "think_format_reward, a reward model directory, or {{command: \"python3 my_reward.py\"}})",
                trainer);
@@ -214,11 +211,19 @@ OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer, c
         add_eos(x.get<int64_t>());
       }
   }
+  // Tool programs start before anything heavy, so that one that cannot
+  // start stops the run at once; their schemas render into every prompt.
+  r.tools = start_tools(c, trainer, r.text);
+  const nlohmann::ordered_json* schemas = r.tools ? &r.tools->schemas : nullptr;
   r.prompts = prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(), c.dataset_train_split,
-                              setup);
+                              setup, schemas);
+  if (r.tools && !r.prompts.conversational)
+    fail_input("{}: tools need conversational prompts (a list of messages), which the chat template renders with "
+               "the tools' schemas; the {} split holds plain text",
+               trainer, c.dataset_train_split);
   if (c.eval_strategy != "no")
-    r.eval_prompts =
-        prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(), c.dataset_test_split, setup);
+    r.eval_prompts = prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(),
+                                     c.dataset_test_split, setup, schemas);
   const config::TrainingConfig run = engine_config(c);
   std::optional<Reference> reference;
   if (c.beta != 0 || setup.always_reference)
@@ -226,8 +231,12 @@ OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer, c
   r.engine = std::make_unique<engine::Engine>(run, std::move(policy), trainer, std::move(value_model));
   if (reference && reference->separate) r.engine->set_reference(reference->separate);
   if (c.sync_ref_model) r.engine->sync_reference_every(c.ref_model_sync_steps, c.ref_model_mixup_alpha);
+  const bool environment_rewards = r.tools && r.tools->environment && r.tools->environment->has_reward();
   if (!setup.scores_itself)
-    r.reward_functions = make_reward_functions(c, trainer, r.engine->device(), r.prompts.conversational);
+    r.reward_functions =
+        make_reward_functions(c, trainer, r.engine->device(), r.prompts.conversational, environment_rewards);
+  // The environment's reward comes after the configured ones, as TRL adds it.
+  if (environment_rewards) r.reward_functions.push_back(environment_reward(r.tools));
   r.judge = make_judge(c);
   return r;
 }
@@ -244,9 +253,16 @@ OnlineTrainer::OnlineTrainer(const OnlineConfig& config, std::string name, Promp
       pad_id_(pad_id),
       eos_ids_(std::move(eos_ids)),
       logprob_temperature_(config.temperature) {
-  if (config_.reward_weights && config_.reward_weights->size() != reward_functions_.size())
-    fail_input("{}: {} reward_weights for {} reward functions", name_, config_.reward_weights->size(),
-               reward_functions_.size());
+  // reward_weights names the configured functions; one a trainer adds (an
+  // environment's reward) brings its own weight.
+  size_t configured = 0;
+  for (const auto& f : reward_functions_) configured += f->implied_weight() ? 0 : 1;
+  if (config_.reward_weights && config_.reward_weights->size() != configured)
+    fail_input("{}: {} reward_weights for {} reward functions", name_, config_.reward_weights->size(), configured);
+  size_t next = 0;
+  for (const auto& f : reward_functions_)
+    weights_.push_back(f->implied_weight() ? *f->implied_weight()
+                                           : (config_.reward_weights ? (*config_.reward_weights)[next++] : 1.0));
 }
 
 GroupTrainer::GroupTrainer(const OnlineConfig& config, std::string name, PromptSplit prompts,
@@ -396,6 +412,39 @@ std::vector<std::vector<int64_t>> OnlineTrainer::generate_completions(engine::En
   return completions;
 }
 
+std::vector<std::vector<int64_t>> OnlineTrainer::generate_turn(engine::Engine& engine,
+                                                              const std::vector<std::vector<int64_t>>& contexts,
+                                                              const std::vector<int64_t>& room,
+                                                              const std::vector<size_t>& slots, int turn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<int64_t>> out;
+  if (fixed_ && !evaluating_ && fixed_turns_) {
+    out = slots.empty() ? out : fixed_turns_(slots, turn);
+  } else if (evaluating_ && fixed_eval_) {
+    throw Error(fmt::format("{}: replayed evaluation completions call tools; replaying later turns is not built", name_));
+  } else {
+    model::GenerationOptions o;
+    o.max_new_tokens = config_.max_completion_length;
+    o.max_new_tokens_per_prompt = room;
+    for (auto& r : o.max_new_tokens_per_prompt) r = std::max<int64_t>(r, 1);
+    o.do_sample = true;
+    o.temperature = config_.temperature;
+    o.top_k = config_.top_k;
+    o.top_p = config_.top_p;
+    o.min_p = config_.min_p;
+    o.repetition_penalty = config_.repetition_penalty;
+    o.eos_token_ids = eos_ids_;
+    o.pad_token_id = pad_id_;
+    auto gen = engine.generate(contexts, o,
+                               {config_.ds3_gather_for_generation, config_.ds3_gather_for_generation_budget_mb});
+    out = std::move(gen.completions);
+  }
+  if (out.size() != contexts.size())
+    throw Error(fmt::format("{}: {} turns for {} rows", name_, out.size(), contexts.size()));
+  generation_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
 OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
                                                         const std::vector<const PromptExample*>& rows,
                                                         const std::vector<size_t>& slots, int64_t group) {
@@ -406,6 +455,7 @@ OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
   completions = generate_completions(engine, rows, slots, group, eos_ids_);
   for (auto& c : completions)
     if (c.empty()) c.push_back(eos_ids_.empty() ? pad_id_ : eos_ids_.front());
+  if (tools_) continue_with_tools(engine, rows, slots, out);
   auto t0 = Clock::now();
 
   for (auto& f : reward_functions_) f->set_step(engine.global_step());
@@ -415,11 +465,15 @@ OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
     s.prompt = rows[i]->prompt;
     const std::vector<int32_t> ids32(completions[i].begin(), completions[i].end());
     const std::string text = tokenizer_.decode(ids32, true);
-    s.completion = prompts_.conversational
-                       ? nlohmann::ordered_json::array({{{"role", "assistant"}, {"content", text}}})
-                       : nlohmann::ordered_json(text);
+    if (tools_)
+      s.completion = out.messages[i];
+    else
+      s.completion = prompts_.conversational
+                         ? nlohmann::ordered_json::array({{{"role", "assistant"}, {"content", text}}})
+                         : nlohmann::ordered_json(text);
     s.completion_ids = completions[i];
     s.columns = rows[i]->columns;
+    if (tools_ && tools_->environment) s.episode = static_cast<int64_t>(i);
     samples.push_back(std::move(s));
   }
   out.samples = samples;
@@ -456,7 +510,8 @@ void OnlineTrainer::mark_outputs_from(engine::TensorMap& rows) {
 
 engine::TensorMap OnlineTrainer::pack_rows(const std::vector<std::vector<int64_t>>& prompts,
                                            const std::vector<std::vector<int64_t>>& completions,
-                                           const std::vector<bool>& masked) const {
+                                           const std::vector<bool>& masked,
+                                           const std::vector<std::vector<uint8_t>>* tool_masks) const {
   const auto n = static_cast<int64_t>(prompts.size());
   int64_t width = 1, cwidth = 1;
   std::vector<std::vector<int64_t>> seqs;
@@ -475,7 +530,15 @@ engine::TensorMap OnlineTrainer::pack_rows(const std::vector<std::vector<int64_t
   for (int64_t i = 0; i < n; ++i) {
     const auto u = static_cast<size_t>(i);
     attention[i].slice(0, 0, prompt_lengths[u] + lengths[u]).fill_(1);
-    if (!masked[u]) completion_mask[i].slice(0, 0, lengths[u]).fill_(1);
+    if (masked[u]) continue;
+    if (tool_masks && u < tool_masks->size() && !(*tool_masks)[u].empty()) {
+      // Tool results are context, not the model's: out of the loss.
+      const auto& tm = (*tool_masks)[u];
+      auto* row = completion_mask[i].data_ptr<float>();
+      for (size_t k = 0; k < tm.size(); ++k) row[k] = tm[k] ? 1.0f : 0.0f;
+    } else {
+      completion_mask[i].slice(0, 0, lengths[u]).fill_(1);
+    }
   }
   engine::TensorMap out;
   out["input_ids"] = pad_right(seqs, width, pad_id_);
@@ -551,10 +614,22 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
     rows.push_back(&split.examples.at(round_prompts.at(static_cast<size_t>(s / ng))));
   }
 
+  // An environment starts an episode per rollout; its observations may give
+  // each rollout its own prompt.
+  std::vector<PromptExample> episodes;
+  int64_t sample_group = local % ng == 0 ? ng : 1;
+  if (tools_ && tools_->environment) {
+    episodes = start_episodes(*tools_, rows, tokenizer_, config_.max_prompt_length);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (episodes[i].prompt_ids != rows[i]->prompt_ids) sample_group = 1;
+      rows[i] = &episodes[i];
+    }
+  }
+
   // --- generate and score this rank's slots ------------------------------
   // A rank holding whole groups samples each prompt's completions together;
   // otherwise one row per slot.
-  auto scored = generate_and_score(engine, rows, slots, local % ng == 0 ? ng : 1);
+  auto scored = generate_and_score(engine, rows, slots, sample_group);
   const auto& completions = scored.completions;
 
   const int64_t f = static_cast<int64_t>(reward_functions_.size());
@@ -562,8 +637,10 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   // rank order (slot order), make global. Columns: the f rewards, then the
   // completion's length, whether it was truncated, its loss tokens and its
   // summed KL from the reference (when the reward includes it).
-  const int64_t cols = f + 4;
-  const int64_t c_len = f, c_trunc = f + 1, c_loss_tokens = f + 2, c_kl = f + 3;
+  // With tools, also its tool calls and failed calls; its length counts
+  // the model's tokens only (TRL's completion metrics under tools).
+  const int64_t cols = f + 6;
+  const int64_t c_len = f, c_trunc = f + 1, c_loss_tokens = f + 2, c_kl = f + 3, c_calls = f + 4, c_fails = f + 5;
   std::vector<double> mine(static_cast<size_t>(local * cols), 0.0);
   auto at = [&](int64_t slot, int64_t col) -> double& {
     return mine[static_cast<size_t>((slot - first) * cols + col)];
@@ -575,14 +652,20 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
     const auto slot = first + static_cast<int64_t>(i);
     for (int64_t k = 0; k < f; ++k) at(slot, k) = r[static_cast<int64_t>(i) * f + k];
     truncated[i] = !ends(completions[i].back());
-    at(slot, c_len) = static_cast<double>(completions[i].size());
+    const auto& tm = scored.tool_masks.empty() ? std::vector<uint8_t>() : scored.tool_masks[i];
+    at(slot, c_len) = tm.empty() ? static_cast<double>(completions[i].size())
+                                 : static_cast<double>(std::count(tm.begin(), tm.end(), uint8_t{1}));
     at(slot, c_trunc) = truncated[i] ? 1.0 : 0.0;
     at(slot, c_loss_tokens) = config_.mask_truncated_completions && truncated[i] ? 0.0 : at(slot, c_len);
     prompt_ids.push_back(rows[i]->prompt_ids);
   }
   std::vector<bool> masked(slots.size(), false);
   if (config_.mask_truncated_completions) masked = truncated;
-  const auto packed = pack_rows(prompt_ids, completions, masked);
+  if (!slots.empty()) {
+    at(first, c_calls) = static_cast<double>(scored.tool_calls);
+    at(first, c_fails) = static_cast<double>(scored.tool_failures);
+  }
+  const auto packed = pack_rows(prompt_ids, completions, masked, &scored.tool_masks);
 
   // --- log-probs the loss needs later (per micro-batch-sized chunk) -------
   // Evaluation keeps none of the generating policy's: it is the policy the
@@ -629,8 +712,7 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
 
   // --- advantages over the whole round ------------------------------------
   const auto rewards_per_func = full.slice(1, 0, f).to(torch::kFloat32);
-  std::vector<double> w = config_.reward_weights.value_or(std::vector<double>(static_cast<size_t>(f), 1.0));
-  const auto weights = torch::tensor(w, torch::kFloat64).to(torch::kFloat32);
+  const auto weights = torch::tensor(weights_, torch::kFloat64).to(torch::kFloat32);
   const auto adv = advantages(rewards_per_func, weights, seq_kl, ng);
   if (config_.log_completions && !shape.eval)
     keep_round_log(engine, split, round_prompts, ng, completions, full.select(1, c_len), rewards_per_func,
@@ -649,6 +731,14 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   m.add_entry("completions/mean_terminated_length", term.mean().item<double>());
   m.add_entry("completions/min_terminated_length", term.min().item<double>());
   m.add_entry("completions/max_terminated_length", term.max().item<double>());
+  if (tools_) {
+    // Over every process's completions: calls per completion, and the
+    // failed share of the calls.
+    const double calls = full.select(1, c_calls).sum().item<double>();
+    const double fails = full.select(1, c_fails).sum().item<double>();
+    m.add_entry("tools/call_frequency", calls / static_cast<double>(g));
+    m.add_entry("tools/failure_frequency", calls > 0 ? fails / calls : 0.0);
+  }
   if (reward_includes_kl()) m.add_entry("kl", full.select(1, c_kl).sum().item<double>() / std::max(1.0, loss_tokens));
   for (int64_t k = 0; k < f; ++k) {
     const auto col = rewards_per_func.select(1, k);
@@ -659,7 +749,17 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   m.add_entry("reward", nanmean_of(adv.rewards));
   m.add_entry("reward_std", losses::nanstd(adv.rewards.to(torch::kFloat64)).item<double>());
   m.add_entry("frac_reward_zero_std", adv.std_is_zero.to(torch::kFloat64).mean().item<double>());
-  if (!shape.eval) out.tokens = packed.at("attention_mask").sum().item<double>();
+  if (!shape.eval) {
+    if (tools_) {
+      // The prompts and the model's own tokens (TRL leaves tool results out).
+      double tokens = 0;
+      for (size_t i = 0; i < slots.size(); ++i)
+        tokens += static_cast<double>(prompt_ids[i].size()) + at(first + static_cast<int64_t>(i), c_len);
+      out.tokens = tokens;
+    } else {
+      out.tokens = packed.at("attention_mask").sum().item<double>();
+    }
+  }
 
   // --- micro-batches --------------------------------------------------------
   const auto local_adv = adv.advantages.slice(0, first, first + local).to(torch::kFloat32);

@@ -21,6 +21,7 @@
 #include "rewards/reward_function.hpp"
 #include "trainers/common.hpp"
 #include "trainers/online_config.hpp"
+#include "trainers/tool_rollout.hpp"
 
 namespace trlx::trainers {
 
@@ -60,7 +61,7 @@ struct OnlineSetup {
 // max_prompt_length: the last tokens kept.
 PromptSplit prepare_prompts(const OnlineConfig& config, const std::string& trainer, const text::Tokenizer& tokenizer,
                             const text::ChatTemplate* chat_template, const std::string& split,
-                            const OnlineSetup& setup);
+                            const OnlineSetup& setup, const nlohmann::ordered_json* tool_schemas = nullptr);
 
 // The reward functions reward_funcs names (built-ins and programs; a reward
 // model directory runs on this process's device, whole). Programs start now,
@@ -68,7 +69,8 @@ PromptSplit prepare_prompts(const OnlineConfig& config, const std::string& train
 std::vector<std::unique_ptr<rewards::RewardFunction>> make_reward_functions(const OnlineConfig& config,
                                                                             const std::string& trainer,
                                                                             torch::Device device,
-                                                                            bool conversational);
+                                                                            bool conversational,
+                                                                            bool environment_rewards = false);
 
 // What a run of an online trainer sets up before its trainer: tokenizer,
 // prompts, the policy in an engine (the reference too when beta > 0: the
@@ -88,10 +90,15 @@ struct OnlineRun {
   std::vector<int64_t> eos_ids;  // the tokenizer's, then the model's
   std::vector<std::unique_ptr<rewards::RewardFunction>> reward_functions;
   std::unique_ptr<rewards::JudgeProgram> judge;
+  std::shared_ptr<ToolBox> tools;  // config.tools' programs; null without
 };
 // `value_model`: trained beside the policy (PPO), handed to the engine.
 OnlineRun set_up_online_run(const OnlineConfig& config, const std::string& trainer, const OnlineSetup& setup,
                             model::LanguageModel value_model = model::LanguageModel{nullptr});
+
+// A program entry of `field` ({command, name, timeout_seconds, working_dir}
+// as parsed JSON; `entry` its text, for messages).
+rewards::ProgramOptions program_entry(const nlohmann::json& spec, const std::string& field, const std::string& entry);
 
 // The judge program config.judge names, started now; null without one.
 std::unique_ptr<rewards::JudgeProgram> make_judge(const OnlineConfig& config);
@@ -131,7 +138,16 @@ class OnlineTrainer : public engine::Trainer {
   // round_logprob_seconds); the rest of train_runtime is training.
   std::map<std::string, double> run_totals() const override;
 
+  // The same for the turns after tool results (agent rollouts): global slot
+  // indices and the turn (1 = the first after tool results) -> the ids
+  // generated for it, before the cut to max_completion_length. Without it,
+  // those turns are sampled.
+  using FixedTurns = std::function<std::vector<std::vector<int64_t>>(const std::vector<size_t>& slots, int turn)>;
+
   void set_fixed_completions(FixedCompletions f) { fixed_ = std::move(f); }
+  void set_fixed_tool_turns(FixedTurns f) { fixed_turns_ = std::move(f); }
+  // Agent rollouts: the tool programs the model may call while generating.
+  void set_tools(std::shared_ptr<ToolBox> tools) { tools_ = std::move(tools); }
   void set_fixed_eval_completions(FixedEvalCompletions f) { fixed_eval_ = std::move(f); }
   // The test split's prompts, evaluated at eval_strategy's steps by a
   // trainer that evaluates (the group trainers); others refuse them.
@@ -152,6 +168,13 @@ class OnlineTrainer : public engine::Trainer {
     std::vector<std::vector<int64_t>> completions;
     std::vector<rewards::Sample> samples;  // what the reward functions saw
     torch::Tensor rewards;
+    // Agent rollouts: per completion, 1 for the model's tokens and 0 for the
+    // tool results between its turns (TRL's tool_mask); its turns and tool
+    // messages; and this rank's tool calls and failed calls. Empty and 0
+    // without tools.
+    std::vector<std::vector<uint8_t>> tool_masks;
+    std::vector<nlohmann::ordered_json> messages;
+    int64_t tool_calls = 0, tool_failures = 0;
   };
   Scored generate_and_score(engine::Engine& engine, const std::vector<const PromptExample*>& rows,
                             const std::vector<size_t>& slots, int64_t group);
@@ -161,6 +184,20 @@ class OnlineTrainer : public engine::Trainer {
                                                          const std::vector<const PromptExample*>& rows,
                                                          const std::vector<size_t>& slots, int64_t group,
                                                          const std::vector<int64_t>& stop_ids);
+
+  // Agent rollouts, after the first turn of `out`'s completions: while a
+  // completion's last turn calls tools (and max_tool_calling_iterations and
+  // max_completion_length allow), the calls run, their results are appended
+  // as tokens and the model goes on from there; every rank generates as many
+  // turns as the busiest (tool_rollout.cpp).
+  void continue_with_tools(engine::Engine& engine, const std::vector<const PromptExample*>& rows,
+                           const std::vector<size_t>& slots, Scored& out);
+  // One turn after tool results for each context (sampled, at most room[i]
+  // tokens, or replayed): the ids generated, each ending where it ended.
+  std::vector<std::vector<int64_t>> generate_turn(engine::Engine& engine,
+                                                  const std::vector<std::vector<int64_t>>& contexts,
+                                                  const std::vector<int64_t>& room, const std::vector<size_t>& slots,
+                                                  int turn);
 
   // The reward functions' names, comma-separated.
   std::string describe_rewards() const;
@@ -174,7 +211,8 @@ class OnlineTrainer : public engine::Trainer {
   // prompt_lengths, completion_lengths, and outputs_from (mark_outputs_from).
   engine::TensorMap pack_rows(const std::vector<std::vector<int64_t>>& prompts,
                               const std::vector<std::vector<int64_t>>& completions,
-                              const std::vector<bool>& masked) const;
+                              const std::vector<bool>& masked,
+                              const std::vector<std::vector<uint8_t>>* tool_masks = nullptr) const;
   // Sets the key outputs_from (an engine::host_count) of rows with host
   // prompt_lengths: the shortest prompt's last position, from which on
   // completion_logprobs computes hidden states. A slice of the rows calls it again.
@@ -202,6 +240,9 @@ class OnlineTrainer : public engine::Trainer {
   double logprob_temperature_;
   FixedCompletions fixed_;
   FixedEvalCompletions fixed_eval_;
+  FixedTurns fixed_turns_;
+  std::vector<double> weights_;  // each reward function's
+  std::shared_ptr<ToolBox> tools_;
   std::unique_ptr<rewards::JudgeProgram> judge_;
   double generation_seconds_ = 0, scoring_seconds_ = 0, logprob_seconds_ = 0;
 };
@@ -300,6 +341,7 @@ int run_online(const C& c, const std::string& trainer) {
   T t(c, std::move(r.prompts), std::move(r.text.tokenizer), std::move(r.reward_functions), r.pad_id, r.eos_ids,
       r.engine->world_size());
   if (r.judge) t.set_judge(std::move(r.judge));
+  if (r.tools) t.set_tools(r.tools);
   if (c.eval_strategy != "no") t.set_eval_prompts(std::move(r.eval_prompts));
   log::info("{}: {}", trainer, t.describe());
   return train_to_exit_code(*r.engine, t);

@@ -55,6 +55,12 @@ struct OnlineConfig : config::TrainingConfig {
   // GRPO and RLOO: template variables for every prompt (JSON object text;
   // a row's own chat_template_kwargs win).
   std::optional<std::string> chat_template_kwargs;
+  // Agent rollouts (grpo, rloo): the tool programs the model may call while
+  // it generates (a command, or a program entry as JSON text; see
+  // rewards/tool_program.hpp), and the most tool-calling turns per
+  // completion (null: no limit but max_completion_length).
+  std::vector<std::string> tools;
+  std::optional<int64_t> max_tool_calling_iterations;
 
   // TRL's resolution of generation_batch_size and steps_per_generation for
   // `world_size` processes (InputError when they do not fit together);
@@ -147,6 +153,23 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
           "Variables passed to the chat template with every conversational prompt (e.g. {enable_thinking: false}); "
           "a row's own chat_template_kwargs column wins over them.")
       .holds_mapping();
+  b.group("agents");
+  b.field(&O::tools, "tools", std::vector<std::string>{},
+          "Tool programs the model may call while it generates, one entry each: {command: \"python3 "
+          "examples/tools/python_tools.py my_tools.py\"} (and name, timeout_seconds, working_dir), speaking JSON "
+          "lines (docs/tools.md). Their function schemas are rendered into every prompt; calls are parsed from the "
+          "model's turns, run, and their results appended, masked out of the loss.")
+      .items_may_be_mappings();
+  b.field(&O::max_tool_calling_iterations, "max_tool_calling_iterations", std::nullopt,
+          "With tools: the most tool-calling turns per completion (null: as many as max_completion_length "
+          "allows).")
+      .min(0);
+  b.rule([](const C& c, config::Conflicts& out) {
+    if (c.max_tool_calling_iterations && c.tools.empty())
+      out.conflict({"max_tool_calling_iterations", "tools"}, "max_tool_calling_iterations limits tool-calling turns; "
+                   "without tools there are none (name the tool programs in tools, or drop it)");
+  });
+  b.group("generation");
   b.field(&O::shuffle_dataset, "shuffle_dataset", true, "Visit prompts in a seeded random order (else file order).");
   b.field(&O::log_completions, "log_completions", false,
           "At each logging step, write the last generation round (step, prompt, completion, each reward, advantage; "

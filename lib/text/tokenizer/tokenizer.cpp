@@ -1,5 +1,6 @@
 // A Tokenizer at work: added tokens split out, the pipeline run over the rest, ids decoded back to text.
 #include "text/tokenizer/pipeline.hpp"
+#include <algorithm>
 
 namespace trlx::text {
 namespace {
@@ -171,6 +172,12 @@ std::string Tokenizer::id_to_token(int32_t id) const {
 bool Tokenizer::is_special(int32_t id) const {
   auto it = impl_->added_by_id.find(id);
   return it != impl_->added_by_id.end() && impl_->added[it->second].special;
+}
+std::vector<Tokenizer::AddedTokenInfo> Tokenizer::added_tokens() const {
+  std::vector<AddedTokenInfo> out;
+  for (const auto& t : impl_->added) out.push_back({t.id, t.content, t.special});
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return out;
 }
 size_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 std::pair<int32_t, std::string> Tokenizer::largest_id() const {

@@ -69,6 +69,14 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;  // "" when unknown
   bool is_special(int32_t id) const;
+  // The added tokens (tokenizer.json's added_tokens), in id order: id,
+  // content and whether it is special.
+  struct AddedTokenInfo {
+    int32_t id;
+    std::string content;
+    bool special;
+  };
+  std::vector<AddedTokenInfo> added_tokens() const;
   size_t vocab_size() const;  // with added tokens, as len(tokenizer) in transformers
   // The largest token id (model vocabulary and added tokens) and its token:
   // what a model's embedding must have rows for.

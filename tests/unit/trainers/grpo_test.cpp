@@ -30,6 +30,47 @@ TEST_CASE("GRPO: the first 3 steps equal TRL's GRPOTrainer on the same completio
   check_cases("steps.json", "grpo");
 }
 
+TEST_CASE("GRPO with tools: the first 3 steps equal TRL's GRPOTrainer(tools=...) on the same turns, every case",
+          "[grpo][tools][golden]") {
+  // Agent rollouts replayed: the model's turns as TRL generated them, the
+  // calls run by the shipped Python adapter serving TRL's own tool functions,
+  // the tool results appended through the training template, the budget and
+  // iteration limits applied by trlx; the prompts (checked), rewards (looked
+  // up by TRL's final completion ids), tool metrics, loss and gradients
+  // equal TRL's.
+  const auto cases = test::read_json(test::data_dir() / "agents" / "steps.json");
+  REQUIRE(cases.size() == 3);
+  for (const auto& cs : cases) {
+    const std::string name = "grpo tools " + cs.at("name").get<std::string>();
+    DYNAMIC_SECTION(name) {
+      auto cmp = test::online_comparison(cs);
+      const auto got = test::online_steps(cs, "grpo", {});
+      test::compare_steps(got, test::online_expected_steps(cs), name, cmp);
+      CHECK(cmp.checked >= 60);
+      std::printf("parity %-32s largest |trlx - TRL| %.3g over %zu values\n", name.c_str(), cmp.worst, cmp.checked);
+    }
+  }
+}
+
+TEST_CASE("GRPO with an environment: the first 3 steps equal TRL's GRPOTrainer(environment_factory=...)",
+          "[grpo][tools][golden]") {
+  // Episodes per rollout, reset with the dataset row (an observation
+  // appended to some prompts), the environment's tools acting in the
+  // rollout's episode, and its reward after the configured one, weight 1.
+  const auto cases = test::read_json(test::data_dir() / "agents" / "env_steps.json");
+  REQUIRE(cases.size() >= 1);
+  for (const auto& cs : cases) {
+    const std::string name = "grpo env " + cs.at("name").get<std::string>();
+    DYNAMIC_SECTION(name) {
+      auto cmp = test::online_comparison(cs);
+      const auto got = test::online_steps(cs, "grpo", {});
+      test::compare_steps(got, test::online_expected_steps(cs), name, cmp);
+      CHECK(cmp.checked >= 60);
+      std::printf("parity %-32s largest |trlx - TRL| %.3g over %zu values\n", name.c_str(), cmp.worst, cmp.checked);
+    }
+  }
+}
+
 TEST_CASE("RLOO: the first 3 steps equal TRL's RLOOTrainer on the same completions, every case", "[rloo][golden]") {
   check_cases("rloo_steps.json", "rloo");
 }

@@ -29,13 +29,21 @@ namespace {
 // Scores completions by looking them up in the fixture's table.
 class LookupReward final : public rewards::RewardFunction {
  public:
-  LookupReward(std::string name, std::map<std::vector<int64_t>, std::optional<double>> table)
-      : name_(std::move(name)), table_(std::move(table)) {}
+  // `sampled`: completions the fixture does not have are scored as its
+  // reward_ids scores them ((sum of ids mod 7) / 3).
+  LookupReward(std::string name, std::map<std::vector<int64_t>, std::optional<double>> table, bool sampled = false)
+      : name_(std::move(name)), table_(std::move(table)), sampled_(sampled) {}
   const std::string& name() const override { return name_; }
   rewards::Scores score(const std::vector<rewards::Sample>& batch) override {
     rewards::Scores out;
     for (const auto& s : batch) {
       auto it = table_.find(s.completion_ids);
+      if (it == table_.end() && sampled_) {
+        int64_t sum = 0;
+        for (auto id : s.completion_ids) sum += id;
+        out.push_back(static_cast<double>(sum % 7) / 3.0);
+        continue;
+      }
       INFO("a completion the fixture does not score");
       REQUIRE(it != table_.end());
       out.push_back(it->second);
@@ -46,6 +54,7 @@ class LookupReward final : public rewards::RewardFunction {
  private:
   std::string name_;
   std::map<std::vector<int64_t>, std::optional<double>> table_;
+  bool sampled_;
 };
 
 // The rows a run logged (the closing runtime row left out), by name: the
@@ -63,13 +72,36 @@ StepValues logged_steps(engine::Engine& engine, const std::string& key = "loss")
   return got;
 }
 
+// A case of tests/data/agents/steps*.json (GRPO with tools).
+bool is_agent_case(const nlohmann::json& cs) { return cs.contains("tools"); }
+fs::path agent_model() { return data_dir() / "agents" / "model"; }
+// The reward functions a case configures: its names but the environment's.
+std::vector<std::string> configured_rewards(const nlohmann::json& cs) {
+  auto names = cs.at("reward_names").get<std::vector<std::string>>();
+  if (cs.contains("environment")) names.erase(std::find(names.begin(), names.end(), cs.at("environment")));
+  return names;
+}
+
 template <class C>
 C online_config(const config::Schema& schema, const nlohmann::json& cs, const Run& run, const fs::path& out) {
   const auto& args = cs.at("args");
   config::ConfigLoader loader(schema);
   auto set = [&](const std::string& k, const std::string& v) { loader.apply_flag(k, {v}); };
-  set("model_name_or_path", tiny_model().string());
-  set("dataset_name", (data_dir() / "grpo" / cs.at("data").get<std::string>()).string());
+  if (is_agent_case(cs)) {
+    set("model_name_or_path", agent_model().string());
+    set("dataset_name", (data_dir() / "agents").string());
+    // TRL's tools=[multiply, get_weather] or environment_factory=CalcEnv,
+    // served by the shipped adapter.
+    const std::string adapter = "python3 '" + (source_dir() / "examples" / "tools" / "python_tools.py").string() + "' ";
+    const std::string served = cs.contains("environment")
+                                   ? "--environment '" + (data_dir() / "agents" / "env.py").string() + ":" +
+                                         cs.at("environment").get<std::string>() + "'"
+                                   : "'" + (data_dir() / "agents" / "tools.py").string() + "'";
+    loader.apply_flag("tools", {nlohmann::json{{"command", adapter + served}, {"timeout_seconds", 120}}.dump()});
+  } else {
+    set("model_name_or_path", tiny_model().string());
+    set("dataset_name", (data_dir() / "grpo" / cs.at("data").get<std::string>()).string());
+  }
   set("bf16", "false");
   set("gradient_checkpointing", "false");
   set("logging_steps", "1");
@@ -94,8 +126,9 @@ C online_config(const config::Schema& schema, const nlohmann::json& cs, const Ru
     REQUIRE(eval % run.world_size() == 0);
     set("per_device_eval_batch_size", std::to_string(eval / run.world_size()));
   }
-  // The fixture's reward functions are built by the test, one per name.
-  loader.apply_flag("reward_funcs", cs.at("reward_names").get<std::vector<std::string>>());
+  // The fixture's reward functions are built by the test, one per name (an
+  // environment's comes from the environment).
+  loader.apply_flag("reward_funcs", configured_rewards(cs));
   for (const auto& [k, v] : run.flags) set(k, v);
   C c;
   loader.resolve(&c);
@@ -107,18 +140,26 @@ StepValues replay(const config::Schema& schema, const std::string& name, const n
   TempDir out("trlx_online");
   // Every rank writes into its own directory (rank 0's is the one used).
   const C c = online_config<C>(schema, cs, run, run.output_dir.empty() ? out.path : run.output_dir);
-  auto tok = text::Tokenizer::from_dir(tiny_model());
-  text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
-  auto prompts = trainers::prepare_prompts(c, name, tok, &tmpl, "train", T::setup());
+  const bool agents = is_agent_case(cs);
+  const fs::path model_dir = agents ? agent_model() : tiny_model();
+  auto text = trainers::load_tokenizer_and_template(model_dir, std::nullopt);
+  // Tools: their programs started, the template swapped for its training
+  // variant as TRL's GRPO does.
+  auto tools = trainers::start_tools(c, name, text);
+  auto& tok = text.tokenizer;
+  text::ChatTemplate tmpl = agents ? *text.chat_template : text::ChatTemplate(tok.chat_template(), "tiny-model");
+  auto prompts = trainers::prepare_prompts(c, name, tok, &tmpl, "train", T::setup(), tools ? &tools->schemas : nullptr);
   // trlx tokenizes every prompt as TRL did.
+  // (An environment's observation changes a rollout's prompt later.)
   for (const auto& round : cs.at("rounds"))
     for (const auto& slot : round.at("slots")) {
+      if (slot.contains("observation") && !slot.at("observation").is_null()) continue;
       INFO("row " << slot.at("row"));
       REQUIRE(prompts.examples.at(slot.at("row").get<size_t>()).prompt_ids ==
               slot.at("prompt_ids").get<std::vector<int64_t>>());
     }
   // The rewards of every completion the fixture has.
-  const auto names = cs.at("reward_names").get<std::vector<std::string>>();
+  const auto names = configured_rewards(cs);
   std::vector<std::map<std::vector<int64_t>, std::optional<double>>> tables(names.size());
   auto add_rewards = [&](const nlohmann::json& slot) {
     for (size_t k = 0; k < names.size(); ++k) {
@@ -133,26 +174,49 @@ StepValues replay(const config::Schema& schema, const std::string& name, const n
   if (evaluates)
     for (const auto& e : cs.at("eval_completions")) add_rewards(e);
   std::vector<std::unique_ptr<rewards::RewardFunction>> funcs;
-  for (size_t k = 0; k < names.size(); ++k) funcs.push_back(std::make_unique<LookupReward>(names[k], tables[k]));
+  for (size_t k = 0; k < names.size(); ++k) funcs.push_back(std::make_unique<LookupReward>(names[k], tables[k], run.sample_tool_turns));
+  if (tools && tools->environment) funcs.push_back(trainers::environment_reward(tools));
 
-  auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
-  engine::Engine engine(trainers::engine_config(c), policy, name, tiny_model(), std::nullopt, run.comm);
+  auto policy = model::load_language_model(model_dir, model::HeadKind::CausalLM);
+  engine::Engine engine(trainers::engine_config(c), policy, name, model_dir, std::nullopt, run.comm);
   // With LoRA the reference is the policy with its adapters off (no copy).
   if (c.beta != 0 && !c.use_peft)
-    engine.set_reference(model::load_language_model(tiny_model(), model::HeadKind::CausalLM));
+    engine.set_reference(model::load_language_model(model_dir, model::HeadKind::CausalLM));
   std::vector<int64_t> eos = {*tok.eos_token_id()};
   const int64_t pad = trainers::resolve_pad_id(tok, name);
   T trainer(c, std::move(prompts), std::move(tok), std::move(funcs), pad, eos, engine.world_size());
   // Round r's completions, by global slot.
   const auto& rounds = cs.at("rounds");
   size_t round = 0;
+  // With tools, each slot's turns as TRL generated them (before its cut to
+  // the budget): the first here, the later ones below.
   trainer.set_fixed_completions([&](const std::vector<size_t>& slots) {
     REQUIRE(round < rounds.size());
     std::vector<std::vector<int64_t>> out;
-    for (size_t s : slots) out.push_back(rounds[round].at("slots").at(s).at("completion_ids").get<std::vector<int64_t>>());
+    for (size_t s : slots) {
+      // Sampling later turns: the first process's rollouts answer at once
+      // (a plain answer), the second's call a tool (slot 5's first turn).
+      const size_t from = !run.sample_tool_turns ? s : s >= 4 ? 5 : round == 0 ? 1 : 3;
+      const auto& slot = rounds[round].at("slots").at(from);
+      out.push_back((agents ? slot.at("turns").at(0) : slot.at("completion_ids")).get<std::vector<int64_t>>());
+    }
     ++round;
     return out;
   });
+  if (tools) trainer.set_tools(tools);
+  if (tools && !run.sample_tool_turns) {
+    trainer.set_fixed_tool_turns([&](const std::vector<size_t>& slots, int turn) {
+      REQUIRE(round >= 1);
+      std::vector<std::vector<int64_t>> out;
+      for (size_t s : slots) {
+        const auto& turns = rounds[round - 1].at("slots").at(s).at("turns");
+        INFO("round " << round - 1 << " slot " << s << " turn " << turn);
+        REQUIRE(static_cast<size_t>(turn) < turns.size());
+        out.push_back(turns.at(static_cast<size_t>(turn)).get<std::vector<int64_t>>());
+      }
+      return out;
+    });
+  }
   std::map<std::pair<size_t, size_t>, std::vector<int64_t>> by_row;  // (test row, k) -> completion
   if (evaluates) {
     // The test split, tokenized as TRL did, and the k-th completion of each

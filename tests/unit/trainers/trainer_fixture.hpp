@@ -32,6 +32,9 @@ struct Run {
   std::shared_ptr<dist::Communicator> comm;
   Flags flags;
   std::filesystem::path output_dir;
+  // Agent cases: the first turns replayed, every later turn sampled (to
+  // hold generation in lockstep when ranks need different numbers of turns).
+  bool sample_tool_turns = false;
   int world_size() const { return comm ? comm->world_size() : 1; }
 };
 

@@ -163,6 +163,42 @@ TEST_CASE("dist GRPO and RLOO: 2 ranks equal TRL's trainers on 2 processes, ever
   online_cases_on_each_strategy("grpo/rloo_steps_np2.json", "rloo");
 }
 
+TEST_CASE("dist GRPO with tools: 2 ranks equal TRL's GRPOTrainer(tools=...) on 2 processes, under each strategy",
+          "[dist][grpo][tools][golden]") {
+  require_two_ranks();
+  // Each rank runs its own rollouts' tool calls; ranks whose rollouts need
+  // more turns make the others generate along (sharded generation is a
+  // collective), which TRL does not do and which changes nothing else.
+  online_cases_on_each_strategy("agents/steps_np2.json", "grpo");
+  online_cases_on_each_strategy("agents/env_steps_np2.json", "grpo");
+}
+
+TEST_CASE("dist GRPO with tools, later turns sampled: a rank with no tool calls generates along with the other",
+          "[dist][grpo][tools]") {
+  require_two_ranks();
+  // Rank 0's rollouts answer at once, rank 1's call a tool and are sampled
+  // on from the tool result: under parameter sharding every forward is a
+  // collective, so rank 0 must join rank 1's extra generation (a missing
+  // join hangs until ctest's timeout). The first turns are the fixture's,
+  // so the tool counts are known: 4 calls in 8 rollouts per round.
+  const auto cases = test::read_json(test::data_dir() / "agents" / "steps_np2.json");
+  const auto& cs = cases.at(0);
+  for (const auto& [preset, gather] : std::vector<std::pair<std::string, std::string>>{
+           {"zero3", "true"}, {"zero3", "false"}, {"fsdp", "true"}, {"multi_gpu", "true"}}) {
+    DYNAMIC_SECTION(preset << " ds3_gather_for_generation " << gather) {
+      test::Run run{world(), {{"accelerate_config", preset}, {"ds3_gather_for_generation", gather}}};
+      run.sample_tool_turns = true;
+      const auto got = test::online_steps(cs, "grpo", run);
+      REQUIRE(got.size() == 3);
+      for (size_t step : {size_t{0}, size_t{2}}) {
+        CHECK(got[step].at("tools/call_frequency") == Approx(0.5));
+        CHECK(got[step].at("tools/failure_frequency") == Approx(0.0));
+      }
+      CHECK(std::isfinite(got[2].at("loss")));
+    }
+  }
+}
+
 TEST_CASE("dist GRPO and RLOO evaluation: 2 ranks equal TRL's on 2 processes, under each strategy",
           "[dist][grpo][rloo][golden]") {
   require_two_ranks();
