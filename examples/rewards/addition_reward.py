@@ -29,9 +29,12 @@ INTEGER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?!\d)|-?\d+")
 
 
 def completion_text(completion):
-    # A conversational prompt gets [{"role": "assistant", "content": ...}].
+    # A conversational prompt gets [{"role": "assistant", "content": ...}]; with
+    # tools, the whole exchange [assistant, tool, ..., assistant]: the answer is
+    # the last assistant message's.
     if isinstance(completion, list):
-        return completion[0].get("content", "") if completion else ""
+        answers = [m.get("content", "") for m in completion if isinstance(m, dict) and m.get("role") == "assistant"]
+        return answers[-1] if answers and isinstance(answers[-1], str) else ""
     return completion if isinstance(completion, str) else ""
 
 

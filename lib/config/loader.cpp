@@ -476,6 +476,10 @@ void ConfigLoader::apply_flag(const std::string& name, const std::vector<std::st
   }
   if (values.size() == 1 && f->nullable && (values[0] == "null" || values[0] == "None" || values[0] == "none"))
     return set_value(*f, std::monostate{}, origin);
+  // An empty list, as YAML writes one (`--tools '[]'` clears a config file's list).
+  if (values.size() == 1 && trim(values[0]) == "[]" && (f->kind == Kind::StringList || f->kind == Kind::FloatList))
+    return set_value(*f, f->kind == Kind::StringList ? Value(std::vector<std::string>{}) : Value(std::vector<double>{}),
+                     origin);
   if (f->mapping) {
     // The mapping as JSON text: '{"enable_thinking": false}'.
     const std::string text = values.size() == 1 ? values[0] : join(values, " ");

@@ -639,8 +639,10 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   // summed KL from the reference (when the reward includes it).
   // With tools, also its tool calls and failed calls; its length counts
   // the model's tokens only (TRL's completion metrics under tools).
-  const int64_t cols = f + 6;
-  const int64_t c_len = f, c_trunc = f + 1, c_loss_tokens = f + 2, c_kl = f + 3, c_calls = f + 4, c_fails = f + 5;
+  // And its ids' count (with tool results: more than its length).
+  const int64_t cols = f + 7;
+  const int64_t c_len = f, c_trunc = f + 1, c_loss_tokens = f + 2, c_kl = f + 3, c_calls = f + 4, c_fails = f + 5,
+                c_ids = f + 6;
   std::vector<double> mine(static_cast<size_t>(local * cols), 0.0);
   auto at = [&](int64_t slot, int64_t col) -> double& {
     return mine[static_cast<size_t>((slot - first) * cols + col)];
@@ -656,6 +658,7 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
     at(slot, c_len) = tm.empty() ? static_cast<double>(completions[i].size())
                                  : static_cast<double>(std::count(tm.begin(), tm.end(), uint8_t{1}));
     at(slot, c_trunc) = truncated[i] ? 1.0 : 0.0;
+    at(slot, c_ids) = static_cast<double>(completions[i].size());
     at(slot, c_loss_tokens) = config_.mask_truncated_completions && truncated[i] ? 0.0 : at(slot, c_len);
     prompt_ids.push_back(rows[i]->prompt_ids);
   }
@@ -715,7 +718,7 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   const auto weights = torch::tensor(weights_, torch::kFloat64).to(torch::kFloat32);
   const auto adv = advantages(rewards_per_func, weights, seq_kl, ng);
   if (config_.log_completions && !shape.eval)
-    keep_round_log(engine, split, round_prompts, ng, completions, full.select(1, c_len), rewards_per_func,
+    keep_round_log(engine, split, round_prompts, ng, completions, full.select(1, c_ids), rewards_per_func,
                    adv.advantages);
 
   // --- the round's metrics (the same on every rank) -----------------------

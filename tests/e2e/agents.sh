@@ -16,7 +16,8 @@ reward='{"command": "bash examples/rewards/length_reward.sh", "name": "length"}'
 # GRPO and RLOO with two tools: every step that generates logs TRL's tool metrics.
 for t in grpo rloo; do
   "$TRLX" $t "${common[@]}" --max_steps 2 --output_dir "$TMP/$t" --tools "$tools" \
-    --max_tool_calling_iterations 2 --reward_funcs "$reward" >"$TMP/o" 2>&1
+    --max_tool_calling_iterations 2 --log_completions true --num_completions_to_print 1 --reward_funcs "$reward" \
+    >"$TMP/o" 2>&1
   check "[ $? = 0 ] && grep -q \"tool program 'python_tools' offers multiply, get_weather\" '$TMP/o'" || cat "$TMP/o"
   check "grep -q 'training variant' '$TMP/o'"
   check "steps_hold '$TMP/$t' \"'tools/call_frequency' in m and 'tools/failure_frequency' in m\""

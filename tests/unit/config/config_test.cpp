@@ -44,6 +44,15 @@ TEST_CASE("defaults < YAML < flags, with origins", "[config]") {
   CHECK_THAT(yaml, Contains("# from dpo.yaml:2:1"));
 }
 
+TEST_CASE("a flag of [] clears a list the file set", "[config]") {
+  auto c = load_dpo("lora_modules_to_save: [lm_head]\nreport_to: [tensorboard]\n",
+                    Flags{{{"lora_modules_to_save", {"[]"}}, {"report_to", {" [] "}}}});
+  REQUIRE(c.config.lora_modules_to_save);
+  CHECK(c.config.lora_modules_to_save->empty());
+  CHECK(c.config.report_to.empty());
+  CHECK(c.loader->origin("report_to").describe() == "--report_to");
+}
+
 TEST_CASE("unknown key names file, line, column and the closest key", "[config]") {
   const auto msg = test::input_error_of([] { load_dpo("beta: 0.1\nlearning_rat: 1.0e-6\n"); });
   CHECK_THAT(msg, Contains("dpo.yaml:2:1"));
