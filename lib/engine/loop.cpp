@@ -330,6 +330,8 @@ std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const s
     // or stop together, before the update: no non-finite weight is ever saved.
     // Under fp16 an overflow skips the update and halves the scale, down to 1.
     if (!std::isfinite(grad_norm) && loss_scale_ && scale > LossScale::kMinScale) {
+      // Nothing of the overflowed gradients may reach the next step.
+      strategy_->discard_gradients();
       loss_scale_->update(/*overflow=*/true);
       log::info("step {}: the gradients overflowed fp16 at loss scale {}: update skipped, loss scale now {}",
                 step_ + 1, scale, loss_scale_->scale());

@@ -313,6 +313,10 @@ void ShardedOptimizer::after_optimizer_step() {
   }
   // The next step starts without gradients, and none stay live between
   // steps (the masters' slices included).
+  discard_gradients();
+}
+
+void ShardedOptimizer::discard_gradients() {
   for (auto& p : params_) p.param.mutable_grad() = torch::Tensor();
   for (auto& bucket_pieces : pieces_)
     for (auto& piece : bucket_pieces) piece.master.mutable_grad() = torch::Tensor();

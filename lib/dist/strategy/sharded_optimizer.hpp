@@ -50,6 +50,7 @@ class ShardedOptimizer : public Strategy {
   void end_backward() override;
   double clip_grad_norm(double max_norm, double inv_scale) override;
   void after_optimizer_step() override;
+  void discard_gradients() override;
   void check_grads_in_sync() override;
 
  protected:

@@ -105,6 +105,12 @@ class Strategy {
   // After optimizer.step(): ZeRO puts each rank's updated slice back where
   // the parameters live (all-gathered into whole ones, or into its shard).
   virtual void after_optimizer_step() {}
+  // Instead of the optimizer step, when the step is skipped (an fp16
+  // overflow): no gradient of it may reach the next step. The replicated
+  // strategies' gradients live in the parameters, which the optimizer's
+  // zero_grad clears; ZeRO's masters are the optimizer's, but ZeRO-1 leaves
+  // the reduced gradients in the parameters too.
+  virtual void discard_gradients() {}
   // Whether each rank's optimizer state differs (saved per rank).
   virtual bool shards_optimizer_state() const { return false; }
   // After the engine wrote new values into the parameters (resume): ZeRO

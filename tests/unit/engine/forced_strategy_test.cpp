@@ -62,8 +62,9 @@ TEST_CASE("debug_force_distributed runs each strategy with one process, to the s
 
 TEST_CASE("fp16: each forced strategy unscales, clips and skips an overflowed update as the single process does",
           "[engine][strategy][fp16]") {
-  // The replicated strategies unscale whole gradients, ZeRO its slices.
-  for (const std::string preset : {"multi_gpu", "zero2", "zero3"}) {
+  // The replicated strategies unscale whole gradients, ZeRO its slices;
+  // ZeRO-1 keeps the reduced gradients in the parameters as well.
+  for (const std::string preset : {"multi_gpu", "zero1", "zero2", "zero3", "fsdp"}) {
     DYNAMIC_SECTION(preset) {
       const test::Flags flags = {{"accelerate_config", preset}, {"fp16", "true"}, {"max_grad_norm", "0.5"}};
       std::string plain_name, forced_name;

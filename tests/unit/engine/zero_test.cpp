@@ -141,6 +141,43 @@ TEST_CASE("ZeRO-1/2/3 and FSDP steps equal single-process steps on the same glob
   }
 }
 
+TEST_CASE("fp16: an overflowed first step is skipped under every strategy, and the next step trains as if alone",
+          "[zero][fp16]") {
+  // The first step's gradients are infinite (its loss times 1e38): every
+  // strategy skips its update and halves the scale, and no trace of those
+  // gradients may reach the second step (ZeRO-1 once kept them in the
+  // parameters, so every later step overflowed too). The second step's
+  // update then equals a run of that step alone on the same ranks (a loss
+  // scale is a power of two: halving it changes no rounding). Against one
+  // process, fp16 differs after any step by up to twice the learning rate
+  // wherever a gradient is near zero (the ranks' fp16 rounding, then Adam's
+  // first step, which moves by the gradient's sign); the single-process
+  // comparison of the skipped step is forced_strategy_test.cpp's, at world 1.
+  const std::vector<std::vector<size_t>> steps = {{0, 1, 2, 3, 4, 5}, {6, 7, 0, 1, 2, 3}};
+  for (const std::string preset : {"multi_gpu", "zero1", "zero2", "zero3", "fsdp"}) {
+    DYNAMIC_SECTION(preset) {
+      auto c = synced_sft_config({{"accelerate_config", preset}, {"fp16", "true"}, {"max_grad_norm", "0.5"}});
+      auto run = [&](bool overflow_first) {
+        auto r = make(c, world());
+        test::OverflowUntil first(*r.trainer, 1);
+        if (overflow_first) trlx::engine::EngineProbe::step_on(*r.engine, first, {steps[0]});
+        test::OverflowUntil second(*r.trainer, 0);  // never overflows
+        trlx::engine::EngineProbe::step_on(*r.engine, second, {steps[1]});
+        return trained(*r.engine);
+      };
+      const auto start = trained(*make(c, world()).engine);
+      const auto after_overflow = run(true);
+      const auto alone = run(false);
+      const double moved = worst_difference(start, after_overflow);
+      const double left = worst_difference(after_overflow, alone);
+      INFO(preset << ", rank " << world()->rank() << ": the second step moved weights by up to " << moved
+                  << "; largest difference to that step alone " << left);
+      CHECK(moved > 5e-4);  // it trained (learning rate 1e-3)
+      CHECK(left < 1e-6);
+    }
+  }
+}
+
 TEST_CASE("ZeRO shards optimizer state (and stage 2 gradients) to about 1/world, uneven sizes included", "[zero]") {
   auto comm = world();
   const int w = comm->world_size();
