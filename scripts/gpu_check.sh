@@ -14,8 +14,12 @@
 #   - generation;
 #   - tokens/s and model FLOPs utilisation of the quickstart model and of a
 #     ~0.5B-parameter model, against this GPU's measured bf16 matmul peak;
-#   - 2 ranks under `trlx launch` when the machine has 2 GPUs or more;
-# and prints a table. Exits non-zero when any check fails. About 6-8 minutes
+#   - 2 ranks under `trlx launch` when the machine has 2 GPUs or more: SFT
+#     (DDP, ZeRO-3) against the single process, DPO and GRPO (sampled
+#     generation, ZeRO-3 with ds3_gather_for_generation false);
+# and prints a table. Exits non-zero when any check fails. Every run has a time
+# limit (RUN_TIMEOUT, default 300 s) and 2-rank runs a short ddp_timeout
+# (DDP_TIMEOUT, 120 s), so the script cannot hang. About 6-8 minutes
 # on one H100/H200 with 16 cores, most of it the build.
 #
 #   scripts/gpu_check.sh                 # BUILD_DIR=build-gpu JOBS=$(nproc)
@@ -40,6 +44,13 @@ TABLE="$WORK/table.txt"
 : >"$TABLE"
 failures=0
 PY=${PYTHON:-python3}
+
+# Every run has a time limit, so that no check can hang the script: RUN_TIMEOUT
+# seconds (killed 10 s later if it ignores SIGTERM). Distributed runs also get
+# a short ddp_timeout, so that a stuck collective fails in seconds, not minutes.
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+DDP_TIMEOUT=${DDP_TIMEOUT:-120}
+trlx() { timeout --kill-after=10 "$RUN_TIMEOUT" "$TRLX" "$@"; }
 
 # record NAME STATUS DETAIL
 record() {
@@ -96,6 +107,12 @@ else
   fi
 
   # ---- build
+  for tool in cmake ninja; do
+    if ! command -v $tool >/dev/null; then
+      record "build tools" FAIL "no $tool on PATH (scripts/setup.sh installs it; or unpack .gpu-deps)"
+      finish
+    fi
+  done
   TORCH_PREFIX=$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
   if [ -z "$TORCH_PREFIX" ]; then
     record "build" FAIL "$PY has no torch (set PYTHON to the interpreter with the CUDA PyTorch wheel)"
@@ -117,7 +134,7 @@ else
     finish
   fi
   TRLX="$ROOT/$BUILD_DIR/apps/trlx/trlx"
-  "$TRLX" env >"$WORK/env.txt" 2>&1
+  trlx env >"$WORK/env.txt" 2>&1
 
   # ---- NCCL communicator, world 1
   if "$BUILD_DIR/tests/unit/dist/test_dist_nccl" >"$WORK/nccl.log" 2>&1; then
@@ -146,8 +163,8 @@ print("nan" if not a or len(a) != len(b) else "%.3g" % max(abs(x - y) / max(1.0,
 EOF
 }
 score_gap() {  # score_gap MODEL_A MODEL_B: largest sum_logprob difference over the SFT test rows
-  "$TRLX" score --model "$1" --input examples/data/sft/test.jsonl >"$WORK/.sa" 2>/dev/null
-  "$TRLX" score --model "$2" --input examples/data/sft/test.jsonl >"$WORK/.sb" 2>/dev/null
+  trlx score --model "$1" --input examples/data/sft/test.jsonl >"$WORK/.sa" 2>/dev/null
+  trlx score --model "$2" --input examples/data/sft/test.jsonl >"$WORK/.sb" 2>/dev/null
   "$PY" - "$WORK/.sa" "$WORK/.sb" <<'EOF'
 import json, sys
 a = [json.loads(l)["sum_logprob"] for l in open(sys.argv[1]) if l.strip()]
@@ -160,7 +177,7 @@ below() { "$PY" -c 'import math,sys; v=float(sys.argv[1]); sys.exit(0 if math.is
 
 # ---- every strategy at world 1 over NCCL, bf16
 SFT="--config configs/sft.yaml --bf16 true --max_steps 6 --logging_steps 1 --eval_strategy no"
-"$TRLX" sft $SFT --save_strategy no --output_dir "$WORK/single" >"$WORK/single.log" 2>&1 ||
+trlx sft $SFT --save_strategy no --output_dir "$WORK/single" >"$WORK/single.log" 2>&1 ||
   record "sft bf16 single process" FAIL "exit $?"
 # ZeRO-1/2/3 with the optimizer offloaded to page-locked host memory: the
 # gradients' copies to the host run on their own stream (all-reduced buckets
@@ -174,7 +191,7 @@ for preset in multi_gpu zero1 zero2 zero3 fsdp zero1_offload zero2_offload zero3
   acc=$preset
   [ -f "$WORK/$preset.yaml" ] && acc="$WORK/$preset.yaml"
   FORCED="$SFT --accelerate_config $acc --debug_force_distributed true --debug_check_grad_sync_steps 1"
-  if ! "$TRLX" sft $FORCED --save_steps 3 --output_dir "$run" >"$run.log" 2>&1; then
+  if ! trlx sft $FORCED --save_steps 3 --output_dir "$run" >"$run.log" 2>&1; then
     tail -8 "$run.log"
     record "$preset: train" FAIL "exit code; see $preset.log"
     continue
@@ -189,7 +206,7 @@ for preset in multi_gpu zero1 zero2 zero3 fsdp zero1_offload zero2_offload zero3
   if below "$gap" 2e-2; then status=PASS; else status=FAIL; fi
   record "$preset: loss vs single (bf16)" $status "largest relative gap $gap; peak $(mib "$run") MiB"
   # Resume from step 3 to the end: the uninterrupted run's model.
-  if "$TRLX" sft $FORCED --save_steps 3 --output_dir "$run-resumed" \
+  if trlx sft $FORCED --save_steps 3 --output_dir "$run-resumed" \
        --resume_from_checkpoint "$run/checkpoint-3" >"$run-resumed.log" 2>&1; then
     d=$(score_gap "$run" "$run-resumed")
     if below "$d" 1e-3; then status=PASS; else status=FAIL; fi
@@ -203,11 +220,11 @@ done
 # ---- fp16 with dynamic loss scaling: one process against the bf16 run, and
 # ZeRO-3 forced at world 1 (loss scaling on the gradient slices) against it
 FP16="--config configs/sft.yaml --bf16 false --fp16 true --max_steps 6 --logging_steps 1 --eval_strategy no --save_strategy no"
-if "$TRLX" sft $FP16 --output_dir "$WORK/fp16" >"$WORK/fp16.log" 2>&1; then
+if trlx sft $FP16 --output_dir "$WORK/fp16" >"$WORK/fp16.log" 2>&1; then
   gap=$(loss_gap "$WORK/fp16" "$WORK/single")
   if below "$gap" 2e-2; then status=PASS; else status=FAIL; fi
   record "sft fp16: loss vs bf16" $status "largest relative gap $gap; $(grep -c 'update skipped' "$WORK/fp16.log") updates skipped; peak $(mib "$WORK/fp16") MiB"
-  if "$TRLX" sft $FP16 --accelerate_config zero3 --debug_force_distributed true --debug_check_grad_sync_steps 1 \
+  if trlx sft $FP16 --accelerate_config zero3 --debug_force_distributed true --debug_check_grad_sync_steps 1 \
        --output_dir "$WORK/fp16_zero3" >"$WORK/fp16_zero3.log" 2>&1; then
     gap=$(loss_gap "$WORK/fp16_zero3" "$WORK/fp16")
     if below "$gap" 1e-2; then status=PASS; else status=FAIL; fi
@@ -223,7 +240,7 @@ fi
 
 # ---- DPO with LoRA and gradient checkpointing
 # On the model the SFT check above trained (configs/dpo.yaml names the quickstart's runs/sft).
-if "$TRLX" dpo --config configs/dpo.yaml --model_name_or_path "$WORK/single" --bf16 true --max_steps 6 \
+if trlx dpo --config configs/dpo.yaml --model_name_or_path "$WORK/single" --bf16 true --max_steps 6 \
      --logging_steps 2 --eval_strategy no \
      --save_strategy no --use_peft true --lora_r 8 --gradient_checkpointing true \
      --output_dir "$WORK/dpo" >"$WORK/dpo.log" 2>&1; then
@@ -238,7 +255,7 @@ else
 fi
 
 # ---- generation
-if "$TRLX" generate --model "$WORK/single" --prompt "12+30=" --max_new_tokens 8 >"$WORK/gen.txt" 2>"$WORK/gen.log" &&
+if trlx generate --model "$WORK/single" --prompt "12+30=" --max_new_tokens 8 >"$WORK/gen.txt" 2>"$WORK/gen.log" &&
    [ -s "$WORK/gen.txt" ]; then
   record "generate" PASS "$(head -c 60 "$WORK/gen.txt" | tr '\n' ' ')"
 else
@@ -264,7 +281,7 @@ mfu() { "$PY" -c "import sys; print('%.1f%%' % (100 * $(metric "$1" train_tokens
 params_of() { "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1]+"/config.json")); h,l,v,i=c["hidden_size"],c["num_hidden_layers"],c["vocab_size"],c["intermediate_size"]; kv=c.get("num_key_value_heads",c["num_attention_heads"]); hd=c.get("head_dim",h//c["num_attention_heads"]); print(l*(h*hd*c["num_attention_heads"]*2+2*h*hd*kv+3*h*i)+v*h*(1 if c.get("tie_word_embeddings") else 2))' "$1"; }
 record "quickstart model tokens/s" PASS "$(printf '%.0f' "$(metric "$WORK/single" train_tokens_per_second)") tokens/s, MFU $(mfu "$WORK/single" "$(params_of examples/tiny-model)")"
 # A Qwen2-0.5B-shaped model with random weights, 1024-token rows.
-if "$TRLX" init-model --arch qwen2 --hidden_size 896 --intermediate_size 4864 --num_layers 24 --num_heads 14 \
+if trlx init-model --arch qwen2 --hidden_size 896 --intermediate_size 4864 --num_layers 24 --num_heads 14 \
      --num_kv_heads 2 --tokenizer examples/tiny-model --vocab_size 151936 --tie_word_embeddings \
      --max_position_embeddings 4096 --out "$WORK/m05b" >"$WORK/init.log" 2>&1 &&
    "$PY" - "$WORK/rows" <<'EOF'
@@ -278,7 +295,7 @@ with open(sys.argv[1] + "/train.jsonl", "w") as f:
 EOF
 then
   for ck in false true; do
-    if "$TRLX" sft --model_name_or_path "$WORK/m05b" --dataset_name "$WORK/rows" --bf16 true --max_length 1024 \
+    if trlx sft --model_name_or_path "$WORK/m05b" --dataset_name "$WORK/rows" --bf16 true --max_length 1024 \
          --per_device_train_batch_size 8 --max_steps 12 --logging_steps 4 --eval_strategy no --save_strategy no \
          --gradient_checkpointing $ck --learning_rate 1e-4 --output_dir "$WORK/m05b_run_$ck" \
          >"$WORK/m05b_$ck.log" 2>&1; then
@@ -292,18 +309,48 @@ else
   record "0.5B model" FAIL "init-model or data failed"
 fi
 
-# ---- 2 ranks when there are 2 GPUs
+# ---- 2 ranks when there are 2 GPUs: SFT under DDP and ZeRO-3 against the
+# single process (the same global batch), DPO under ZeRO-3 (its first loss is
+# ln 2), GRPO with sampled generation under ZeRO-3 with the weights left
+# sharded during generation (ds3_gather_for_generation false)
 if [ "$GPUS" -ge 2 ]; then
+  TWO=(launch --nproc_per_node 2 -- "$TRLX")
   for preset in multi_gpu zero3; do
-    if "$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $SFT --per_device_train_batch_size 8 --save_strategy no \
+    if trlx "${TWO[@]}" sft $SFT --per_device_train_batch_size 8 --save_strategy no --ddp_timeout "$DDP_TIMEOUT" \
          --accelerate_config $preset --debug_check_grad_sync_steps 1 --output_dir "$WORK/two_$preset" \
          >"$WORK/two_$preset.log" 2>&1; then
-      record "2 GPUs $preset" PASS "loss gap vs single $(loss_gap "$WORK/two_$preset" "$WORK/single")"
+      gap=$(loss_gap "$WORK/two_$preset" "$WORK/single")
+      if below "$gap" 2e-2; then status=PASS; else status=FAIL; fi
+      record "2 GPUs sft $preset: loss vs single" $status "largest relative gap $gap; peak $(mib "$WORK/two_$preset") MiB"
     else
       tail -8 "$WORK/two_$preset.log"
-      record "2 GPUs $preset" FAIL "exit code"
+      record "2 GPUs sft $preset" FAIL "exit code (124: past RUN_TIMEOUT)"
     fi
   done
+  if trlx "${TWO[@]}" dpo --config configs/dpo.yaml --model_name_or_path "$WORK/single" --bf16 true --max_steps 4 \
+       --logging_steps 1 --eval_strategy no --save_strategy no --accelerate_config zero3 --ddp_timeout "$DDP_TIMEOUT" \
+       --output_dir "$WORK/two_dpo" >"$WORK/two_dpo.log" 2>&1; then
+    first=$("$PY" -c 'import json,sys; print(next(json.loads(l)["loss"] for l in open(sys.argv[1]) if "\"loss\"" in l))' \
+            "$WORK/two_dpo/metrics.jsonl")
+    if below "$("$PY" -c "import math; print(abs($first - math.log(2)))")" 1e-2; then status=PASS; else status=FAIL; fi
+    record "2 GPUs dpo zero3" $status "first loss $first (ln 2 = 0.693); peak $(mib "$WORK/two_dpo") MiB"
+  else
+    tail -8 "$WORK/two_dpo.log"
+    record "2 GPUs dpo zero3" FAIL "exit code (124: past RUN_TIMEOUT)"
+  fi
+  if trlx "${TWO[@]}" grpo --config configs/grpo.yaml --model_name_or_path "$WORK/single" --bf16 true --max_steps 4 \
+       --logging_steps 1 --eval_strategy no --save_strategy no --per_device_train_batch_size 32 \
+       --accelerate_config zero3 --ds3_gather_for_generation false --ddp_timeout "$DDP_TIMEOUT" \
+       --output_dir "$WORK/two_grpo" >"$WORK/two_grpo.log" 2>&1; then
+    loss=$(metric "$WORK/two_grpo" loss)
+    len=$(metric "$WORK/two_grpo" completions/mean_length)
+    if "$PY" -c "import math,sys; sys.exit(0 if math.isfinite(float('$loss')) and float('$len') > 0 else 1)"; then
+      status=PASS; else status=FAIL; fi
+    record "2 GPUs grpo zero3, weights sharded" $status "last loss $loss, mean completion length $len; peak $(mib "$WORK/two_grpo") MiB"
+  else
+    tail -8 "$WORK/two_grpo.log"
+    record "2 GPUs grpo zero3, weights sharded" FAIL "exit code (124: past RUN_TIMEOUT)"
+  fi
 else
   record "2 GPUs" SKIP "one GPU on this machine (NCCL refuses two ranks on one device)"
 fi

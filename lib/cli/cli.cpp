@@ -131,6 +131,17 @@ config::Sources collect_sources(const CLI::App& app, const std::string& config_p
     std::vector<std::string> vals;
     for (const auto& r : opt->reduced_results())
       if (!r.empty()) vals.push_back(r);
+    // A flag given no value would take the next flag as its value (a list
+    // flag takes one or more): say so instead.
+    if (!vals.empty() && vals.front().rfind("--", 0) == 0) {
+      const std::string next = vals.front().substr(2, vals.front().find('=') - 2);
+      const bool is_flag = std::any_of(binding.options.begin(), binding.options.end(),
+                                       [&](const auto& o) { return o.first == next; }) ||
+                           next == "config";
+      if (is_flag)
+        throw InputError(fmt::format("--{} has no value before {} (give it one; for a list, --{} null is an empty one)",
+                                     name, vals.front(), name));
+    }
     src.flags.emplace_back(name, vals);
   }
   for (const auto& extra : app.remaining()) unknown.push_back(extra);

@@ -476,8 +476,13 @@ void ConfigLoader::apply_flag(const std::string& name, const std::vector<std::st
   }
   if (values.size() == 1 && f->nullable && (values[0] == "null" || values[0] == "None" || values[0] == "none"))
     return set_value(*f, std::monostate{}, origin);
-  // An empty list, as YAML writes one (`--tools '[]'` clears a config file's list).
-  if (values.size() == 1 && trim(values[0]) == "[]" && (f->kind == Kind::StringList || f->kind == Kind::FloatList))
+  // An empty list (`--tools null` clears a config file's list; the command
+  // line takes `[]` for no value at all).
+  const auto empty_word = [](const std::string& v) {
+    const auto t = trim(v);
+    return t == "[]" || t == "null" || t == "None" || t == "none";
+  };
+  if (values.size() == 1 && empty_word(values[0]) && (f->kind == Kind::StringList || f->kind == Kind::FloatList))
     return set_value(*f, f->kind == Kind::StringList ? Value(std::vector<std::string>{}) : Value(std::vector<double>{}),
                      origin);
   if (f->mapping) {

@@ -95,6 +95,11 @@ run 2 validate dpo --config configs/dpo.yaml --warmup_ratio 0.1 --warmup_steps 5
 has "conflicting settings"
 run 2 validate dpo --config configs/dpo.yaml --fp16 --bf16 true
 has "choose one mixed precision: fp16 (with loss scaling) or bf16"
+# A flag given no value does not swallow the next flag; null empties a list.
+run 2 validate --config configs/grpo.yaml --reward_funcs --beta 0.1
+has "--reward_funcs has no value before --beta"
+run 0 print-config --config configs/grpo_tools.yaml --tools null --max_tool_calling_iterations null
+has "tools: []"
 run 2 validate dpo --config configs/dpo.yaml --betta 0.2
 has "did you mean \`--beta\`?"
 run 2 validate --config configs/dpo.yaml --accelerate_config zero4

@@ -44,9 +44,9 @@ TEST_CASE("defaults < YAML < flags, with origins", "[config]") {
   CHECK_THAT(yaml, Contains("# from dpo.yaml:2:1"));
 }
 
-TEST_CASE("a flag of [] clears a list the file set", "[config]") {
-  auto c = load_dpo("lora_modules_to_save: [lm_head]\nreport_to: [tensorboard]\n",
-                    Flags{{{"lora_modules_to_save", {"[]"}}, {"report_to", {" [] "}}}});
+TEST_CASE("a flag of null or [] clears a list the file set", "[config]") {
+  auto c = load_dpo("lora_modules_to_save: [lm_head]\nreport_to: [tensorboard]\nloss_type: [sigmoid, bco_pair]\n",
+                    Flags{{{"lora_modules_to_save", {"[]"}}, {"report_to", {" null "}}}});
   REQUIRE(c.config.lora_modules_to_save);
   CHECK(c.config.lora_modules_to_save->empty());
   CHECK(c.config.report_to.empty());
