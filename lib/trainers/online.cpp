@@ -424,9 +424,12 @@ std::vector<std::vector<int64_t>> OnlineTrainer::generate_turn(engine::Engine& e
     throw Error(fmt::format("{}: replayed evaluation completions call tools; replaying later turns is not built", name_));
   } else {
     model::GenerationOptions o;
-    o.max_new_tokens = config_.max_completion_length;
+    // Each row stops at its remaining budget; the cache is sized for the
+    // largest of them (the ids past a row's budget would be cut anyway).
     o.max_new_tokens_per_prompt = room;
     for (auto& r : o.max_new_tokens_per_prompt) r = std::max<int64_t>(r, 1);
+    o.max_new_tokens = 1;
+    for (auto r : o.max_new_tokens_per_prompt) o.max_new_tokens = std::max(o.max_new_tokens, r);
     o.do_sample = true;
     o.temperature = config_.temperature;
     o.top_k = config_.top_k;
