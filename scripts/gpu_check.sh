@@ -174,6 +174,14 @@ EOF
 }
 mib() { "$PY" -c 'import sys; v=sys.argv[1]; print(v if v == "nan" else "%.0f" % float(v))' "$(metric "$1" peak_gpu_memory_mb)"; }
 below() { "$PY" -c 'import math,sys; v=float(sys.argv[1]); sys.exit(0 if math.isfinite(v) and v <= float(sys.argv[2]) else 1)' "$1" "$2"; }
+# record_dpo_start NAME RUN: a DPO run's first loss is ln 2 (the policy starts as its reference).
+record_dpo_start() {
+  local first
+  first=$("$PY" -c 'import json,sys; print(next(json.loads(l)["loss"] for l in open(sys.argv[1]) if "\"loss\"" in l))' \
+          "$2/metrics.jsonl")
+  if below "$("$PY" -c "import math; print(abs($first - math.log(2)))")" 1e-2; then status=PASS; else status=FAIL; fi
+  record "$1" $status "first loss $first (ln 2 = 0.693); peak $(mib "$2") MiB"
+}
 
 # ---- every strategy at world 1 over NCCL, bf16
 SFT="--config configs/sft.yaml --bf16 true --max_steps 6 --logging_steps 1 --eval_strategy no"
@@ -244,11 +252,7 @@ if trlx dpo --config configs/dpo.yaml --model_name_or_path "$WORK/single" --bf16
      --logging_steps 2 --eval_strategy no \
      --save_strategy no --use_peft true --lora_r 8 --gradient_checkpointing true \
      --output_dir "$WORK/dpo" >"$WORK/dpo.log" 2>&1; then
-  first=$("$PY" -c 'import json,sys; print(next(json.loads(l)["loss"] for l in open(sys.argv[1]) if "\"loss\"" in l))' \
-          "$WORK/dpo/metrics.jsonl")
-  # The first step's loss is ln 2: the policy starts as its reference.
-  if below "$("$PY" -c "import math; print(abs($first - math.log(2)))")" 1e-2; then status=PASS; else status=FAIL; fi
-  record "dpo lora + checkpointing" $status "first loss $first (ln 2 = 0.693); peak $(mib "$WORK/dpo") MiB"
+  record_dpo_start "dpo lora + checkpointing" "$WORK/dpo"
 else
   tail -8 "$WORK/dpo.log"
   record "dpo lora + checkpointing" FAIL "exit code"
@@ -330,10 +334,7 @@ if [ "$GPUS" -ge 2 ]; then
   if trlx "${TWO[@]}" dpo --config configs/dpo.yaml --model_name_or_path "$WORK/single" --bf16 true --max_steps 4 \
        --logging_steps 1 --eval_strategy no --save_strategy no --accelerate_config zero3 --ddp_timeout "$DDP_TIMEOUT" \
        --output_dir "$WORK/two_dpo" >"$WORK/two_dpo.log" 2>&1; then
-    first=$("$PY" -c 'import json,sys; print(next(json.loads(l)["loss"] for l in open(sys.argv[1]) if "\"loss\"" in l))' \
-            "$WORK/two_dpo/metrics.jsonl")
-    if below "$("$PY" -c "import math; print(abs($first - math.log(2)))")" 1e-2; then status=PASS; else status=FAIL; fi
-    record "2 GPUs dpo zero3" $status "first loss $first (ln 2 = 0.693); peak $(mib "$WORK/two_dpo") MiB"
+    record_dpo_start "2 GPUs dpo zero3" "$WORK/two_dpo"
   else
     tail -8 "$WORK/two_dpo.log"
     record "2 GPUs dpo zero3" FAIL "exit code (124: past RUN_TIMEOUT)"

@@ -371,6 +371,25 @@ torch::Tensor pad_right(const std::vector<std::vector<int64_t>>& seqs, int64_t w
   return out;
 }
 
+// The config's sampling (temperature, top-k/p, min-p, repetition penalty),
+// ending at `stop_ids`; the caller sets how many tokens.
+model::GenerationOptions sampling_options(const OnlineConfig& c, const std::vector<int64_t>& stop_ids, int64_t pad) {
+  model::GenerationOptions o;
+  o.do_sample = true;
+  o.temperature = c.temperature;
+  o.top_k = c.top_k;
+  o.top_p = c.top_p;
+  o.min_p = c.min_p;
+  o.repetition_penalty = c.repetition_penalty;
+  o.eos_token_ids = stop_ids;
+  o.pad_token_id = pad;
+  return o;
+}
+
+engine::Engine::GenerationPlacement generation_placement(const OnlineConfig& c) {
+  return {c.ds3_gather_for_generation, c.ds3_gather_for_generation_budget_mb};
+}
+
 double nanmean_of(const torch::Tensor& x) { return torch::nanmean(x.to(torch::kFloat64)).item<double>(); }
 
 }  // namespace
@@ -388,22 +407,13 @@ std::vector<std::vector<int64_t>> OnlineTrainer::generate_completions(engine::En
   } else if (fixed_ && !evaluating_) {
     completions = fixed_(slots);
   } else {
-    model::GenerationOptions o;
+    model::GenerationOptions o = sampling_options(config_, stop_ids, pad_id_);
     o.max_new_tokens = config_.max_completion_length;
-    o.do_sample = true;
-    o.temperature = config_.temperature;
-    o.top_k = config_.top_k;
-    o.top_p = config_.top_p;
-    o.min_p = config_.min_p;
-    o.repetition_penalty = config_.repetition_penalty;
-    o.eos_token_ids = stop_ids;
-    o.pad_token_id = pad_id_;
     std::vector<std::vector<int64_t>> prompts;
     // Rows sharing a prompt are sampled together (one shared prefill).
     o.num_return_sequences = group;
     for (size_t i = 0; i < rows.size(); i += static_cast<size_t>(group)) prompts.push_back(rows[i]->prompt_ids);
-    auto gen = engine.generate(prompts, o,
-                               {config_.ds3_gather_for_generation, config_.ds3_gather_for_generation_budget_mb});
+    auto gen = engine.generate(prompts, o, generation_placement(config_));
     completions = std::move(gen.completions);
   }
   if (completions.size() != rows.size())
@@ -423,23 +433,14 @@ std::vector<std::vector<int64_t>> OnlineTrainer::generate_turn(engine::Engine& e
   } else if (evaluating_ && fixed_eval_) {
     throw Error(fmt::format("{}: replayed evaluation completions call tools; replaying later turns is not built", name_));
   } else {
-    model::GenerationOptions o;
+    model::GenerationOptions o = sampling_options(config_, eos_ids_, pad_id_);
     // Each row stops at its remaining budget; the cache is sized for the
     // largest of them (the ids past a row's budget would be cut anyway).
     o.max_new_tokens_per_prompt = room;
     for (auto& r : o.max_new_tokens_per_prompt) r = std::max<int64_t>(r, 1);
     o.max_new_tokens = 1;
     for (auto r : o.max_new_tokens_per_prompt) o.max_new_tokens = std::max(o.max_new_tokens, r);
-    o.do_sample = true;
-    o.temperature = config_.temperature;
-    o.top_k = config_.top_k;
-    o.top_p = config_.top_p;
-    o.min_p = config_.min_p;
-    o.repetition_penalty = config_.repetition_penalty;
-    o.eos_token_ids = eos_ids_;
-    o.pad_token_id = pad_id_;
-    auto gen = engine.generate(contexts, o,
-                               {config_.ds3_gather_for_generation, config_.ds3_gather_for_generation_budget_mb});
+    auto gen = engine.generate(contexts, o, generation_placement(config_));
     out = std::move(gen.completions);
   }
   if (out.size() != contexts.size())

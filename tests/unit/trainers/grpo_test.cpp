@@ -9,9 +9,9 @@ namespace trlx {
 namespace {
 
 void check_cases(const std::string& file, const std::string& trainer, const std::string& dir = "grpo",
-                 size_t min_checked = 41) {
+                 size_t min_checked = 41, size_t min_cases = 4) {
   const auto cases = test::read_json(test::data_dir() / dir / file);
-  REQUIRE(cases.size() >= 4);
+  REQUIRE(cases.size() >= min_cases);
   for (const auto& cs : cases) {
     const std::string name = trainer + " " + cs.at("name").get<std::string>();
     DYNAMIC_SECTION(name) {
@@ -38,18 +38,7 @@ TEST_CASE("GRPO with tools: the first 3 steps equal TRL's GRPOTrainer(tools=...)
   // iteration limits applied by trlx; the prompts (checked), rewards (looked
   // up by TRL's final completion ids), tool metrics, loss and gradients
   // equal TRL's.
-  const auto cases = test::read_json(test::data_dir() / "agents" / "steps.json");
-  REQUIRE(cases.size() == 3);
-  for (const auto& cs : cases) {
-    const std::string name = "grpo tools " + cs.at("name").get<std::string>();
-    DYNAMIC_SECTION(name) {
-      auto cmp = test::online_comparison(cs);
-      const auto got = test::online_steps(cs, "grpo", {});
-      test::compare_steps(got, test::online_expected_steps(cs), name, cmp);
-      CHECK(cmp.checked >= 60);
-      std::printf("parity %-32s largest |trlx - TRL| %.3g over %zu values\n", name.c_str(), cmp.worst, cmp.checked);
-    }
-  }
+  check_cases("steps.json", "grpo", "agents", 60, 3);
 }
 
 TEST_CASE("GRPO with an environment: the first 3 steps equal TRL's GRPOTrainer(environment_factory=...)",
@@ -57,18 +46,7 @@ TEST_CASE("GRPO with an environment: the first 3 steps equal TRL's GRPOTrainer(e
   // Episodes per rollout, reset with the dataset row (an observation
   // appended to some prompts), the environment's tools acting in the
   // rollout's episode, and its reward after the configured one, weight 1.
-  const auto cases = test::read_json(test::data_dir() / "agents" / "env_steps.json");
-  REQUIRE(cases.size() >= 1);
-  for (const auto& cs : cases) {
-    const std::string name = "grpo env " + cs.at("name").get<std::string>();
-    DYNAMIC_SECTION(name) {
-      auto cmp = test::online_comparison(cs);
-      const auto got = test::online_steps(cs, "grpo", {});
-      test::compare_steps(got, test::online_expected_steps(cs), name, cmp);
-      CHECK(cmp.checked >= 60);
-      std::printf("parity %-32s largest |trlx - TRL| %.3g over %zu values\n", name.c_str(), cmp.worst, cmp.checked);
-    }
-  }
+  check_cases("env_steps.json", "grpo", "agents", 60, 2);
 }
 
 TEST_CASE("RLOO: the first 3 steps equal TRL's RLOOTrainer on the same completions, every case", "[rloo][golden]") {
