@@ -13,6 +13,8 @@ if [ ! -d "$BUILD_DIR" ]; then
   echo "No $BUILD_DIR/: run scripts/setup.sh first" >&2
   exit 2
 fi
+# The test executables (and anything setup.sh's binary-only build left out).
+echo "Building the tests with $JOBS jobs (about 9 minutes on 2 cores the first time)"
 cmake --build "$BUILD_DIR" -j "$JOBS"
 if [ -n "${TRLX_SHARED_DIR:-}" ]; then
   echo "Shared fixtures: $TRLX_SHARED_DIR"
