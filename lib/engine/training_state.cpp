@@ -11,6 +11,7 @@
 #include <functional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "config/hub_paths.hpp"
@@ -27,7 +28,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kCudaRngFile = "rng_state_cuda.pt";
+// The random generators' states (dropout, sampling): the CPU's in
+// rng_state.pt, the GPU's in rng_state_cuda.pt; under several processes each
+// rank's own in rng_state_<rank>.pt and rng_state_cuda_<rank>.pt, rank 0's
+// also under the plain names (what one process resumes from).
+const char* const kRngStem = "rng_state";
+const char* const kCudaRngStem = "rng_state_cuda";
+fs::path rng_file(const fs::path& dir, const char* stem, int rank) {
+  return dir / (rank < 0 ? fmt::format("{}.pt", stem) : fmt::format("{}_{}.pt", stem, rank));
+}
 // Where a trained value model goes, in checkpoints and the output directory.
 const char* const kValueModelDir = "value_model";
 
@@ -245,25 +254,36 @@ void Engine::Impl::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     }
   } cleanup{tmp, rank() == 0};
   if (rank() == 0) fs::remove_all(tmp);
-  if (strategy_->shards_optimizer_state()) {
-    comm_->barrier();
-    fs::create_directories(tmp);
-    io::write_torch_file(tmp / optimizer_file(), [&](std::ostream& o) { torch::save(*optimizer_, o); });
-    comm_->barrier();
-  }
-  // An online trainer's round still being trained on: each rank's share,
-  // so that a resumed run trains on the same completions.
-  const bool mid_round = round_left_ > 0;
-  if (mid_round) {
-    comm_->barrier();
-    fs::create_directories(tmp);
-    io::write_torch_file(tmp / fmt::format("round_rank{}.pt", rank()), [&](std::ostream& o) {
-      torch::serialize::OutputArchive a;
-      a.write("count", torch::tensor(static_cast<int64_t>(round_batches_.size())));
-      for (size_t i = 0; i < round_batches_.size(); ++i)
-        for (const auto& [k, v] : round_batches_[i]) a.write(fmt::format("{}.{}", i, k), v.cpu());
-      a.save_to(o);
+  // This rank's random generators: `rank` -1 writes the plain names.
+  auto save_rng = [&](int as_rank) {
+    io::write_torch_file(rng_file(tmp, kRngStem, as_rank), [&](std::ostream& o) {
+      torch::save(at::detail::getDefaultCPUGenerator().get_state(), o);
     });
+    // Dropout and sampling on a GPU draw from its own generator.
+    if (device_.is_cuda())
+      io::write_torch_file(rng_file(tmp, kCudaRngStem, as_rank), [&](std::ostream& o) {
+        torch::save(at::globalContext().defaultGenerator(device_).get_state(), o);
+      });
+  };
+  // What each rank writes itself: its optimizer shard, its random state, and
+  // an online trainer's round still being trained on (each rank's share, so
+  // that a resumed run trains on the same completions).
+  const bool mid_round = round_left_ > 0;
+  const bool shards = strategy_->shards_optimizer_state();
+  if (shards || mid_round || world_size() > 1) {
+    comm_->barrier();
+    fs::create_directories(tmp);
+    if (shards)
+      io::write_torch_file(tmp / optimizer_file(), [&](std::ostream& o) { torch::save(*optimizer_, o); });
+    if (world_size() > 1) save_rng(rank());
+    if (mid_round)
+      io::write_torch_file(tmp / fmt::format("round_rank{}.pt", rank()), [&](std::ostream& o) {
+        torch::serialize::OutputArchive a;
+        a.write("count", torch::tensor(static_cast<int64_t>(round_batches_.size())));
+        for (size_t i = 0; i < round_batches_.size(); ++i)
+          for (const auto& [k, v] : round_batches_[i]) a.write(fmt::format("{}.{}", i, k), v.cpu());
+        a.save_to(o);
+      });
     comm_->barrier();
   }
   // A reference TR-DPO moved is part of the state: saved beside the model.
@@ -280,13 +300,7 @@ void Engine::Impl::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     if (reference_moved_) save_full_model(*reference_, reference_dir, false);
     if (!strategy_->shards_optimizer_state())
       io::write_torch_file(tmp / optimizer_file(), [&](std::ostream& o) { torch::save(*optimizer_, o); });
-    auto rng = at::detail::getDefaultCPUGenerator().get_state();
-    io::write_torch_file(tmp / "rng_state.pt", [&](std::ostream& o) { torch::save(rng, o); });
-    // Dropout and sampling on a GPU draw from its own generator.
-    if (device_.is_cuda())
-      io::write_torch_file(tmp / kCudaRngFile, [&](std::ostream& o) {
-        torch::save(at::globalContext().defaultGenerator(device_).get_state(), o);
-      });
+    save_rng(-1);
     nlohmann::ordered_json state = {{"global_step", step_},
                                     {"epoch", epoch},
                                     {"batch_in_epoch", batch_in_epoch},
@@ -397,21 +411,30 @@ void Engine::Impl::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_
   // GPU, or the host under optimizer offload), not the device they were
   // saved from.
   read_checkpoint_file(dir / optimizer_file(), [&](const std::string& f) { torch::load(*optimizer_, f, optimizer_device()); });
-  torch::Tensor rng;
-  read_checkpoint_file(dir / "rng_state.pt", [&](const std::string& f) { torch::load(rng, f); });
-  at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the default generator's state
-  gen.set_state(rng);
-  if (device_.is_cuda()) {
-    if (fs::exists(dir / kCudaRngFile)) {
-      torch::Tensor cuda_rng;
-      read_checkpoint_file(dir / kCudaRngFile, [&](const std::string& f) { torch::load(cuda_rng, f); });
-      at::Generator cuda_gen = at::globalContext().defaultGenerator(device_);  // shares the default's state
-      cuda_gen.set_state(cuda_rng);
-    } else {
-      log::warn("{} has no {} (saved on CPU): dropout on the GPU will not repeat the uninterrupted run's",
-                dir.string(), kCudaRngFile);
-    }
+  // Each rank's own random state where the checkpoint has one (saved by as
+  // many processes), else rank 0's.
+  if (world_size() > 1 && rank() == 0) {
+    std::vector<int> missing;
+    for (int r = 0; r < world_size(); ++r)
+      if (!fs::exists(rng_file(dir, kRngStem, r))) missing.push_back(r);
+    if (!missing.empty())
+      log::warn("{} has no random state of its own for rank(s) {} (it was saved by fewer processes): they continue "
+                "from rank 0's, so dropout and sampling will not repeat the uninterrupted run's",
+                dir.string(), fmt::join(missing, ", "));
   }
+  auto restore_rng = [&](const char* stem, at::Generator gen) {
+    fs::path f = rng_file(dir, stem, rank());
+    if (world_size() == 1 || !fs::exists(f)) f = rng_file(dir, stem, -1);
+    if (!fs::exists(f)) return false;
+    torch::Tensor rng;
+    read_checkpoint_file(f, [&](const std::string& path) { torch::load(rng, path); });
+    gen.set_state(rng);  // the generator shares the default's state
+    return true;
+  };
+  restore_rng(kRngStem, at::detail::getDefaultCPUGenerator());
+  if (device_.is_cuda() && !restore_rng(kCudaRngStem, at::globalContext().defaultGenerator(device_)))
+    log::warn("{} has no {}.pt (saved on CPU): dropout on the GPU will not repeat the uninterrupted run's",
+              dir.string(), kCudaRngStem);
   round_left_ = state.value("round_left", size_t{0});
   round_next_ = state.value("round_next", size_t{0});
   round_batches_.clear();

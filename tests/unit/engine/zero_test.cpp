@@ -412,6 +412,73 @@ TEST_CASE("a ZeRO run (stages 1-3) resumes exactly with the same world size and 
 
 namespace {
 
+// `inner`, drawing from the CPU generator in every loss as a rank's own
+// dropout or sampling would: rank r draws r + 1 numbers, so the ranks'
+// generator states part; `draws` keeps each step's last number.
+struct DrawPerRank : engine::Trainer {
+  engine::Trainer& inner;
+  int rank;
+  std::map<int64_t, double> draws;
+  DrawPerRank(engine::Trainer& i, int r) : inner(i), rank(r) {}
+  std::string name() const override { return inner.name(); }
+  size_t num_examples(const std::string& s) const override { return inner.num_examples(s); }
+  engine::TensorMap collate(const std::string& s, const std::vector<size_t>& i) const override {
+    return inner.collate(s, i);
+  }
+  double num_items(const engine::TensorMap& b) const override { return inner.num_items(b); }
+  engine::LossOutput loss(engine::Engine& e, const engine::TensorMap& b) override {
+    draws[e.global_step()] = torch::rand({rank + 1})[rank].item<double>();
+    return inner.loss(e, b);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("each rank resumes its own random state, not rank 0's", "[zero][resume]") {
+  auto comm = world();
+  for (const std::string preset : {"multi_gpu", "zero2"}) {
+    DYNAMIC_SECTION(preset) {
+      const fs::path root = fs::temp_directory_path() / fmt::format("trlx_rng_resume_{}_np{}", preset, comm->world_size());
+      if (comm->rank() == 0) fs::remove_all(root);
+      comm->barrier();
+      auto flags = [&](const std::string& out) {
+        return Flags{{"accelerate_config", preset}, {"per_device_train_batch_size", "2"},
+                     {"max_steps", "5"},            {"save_steps", "100"},
+                     {"output_dir", (root / out).string()}};
+      };
+      auto full = make(synced_sft_config(flags("full")), comm);
+      DrawPerRank full_draws(*full.trainer, comm->rank());
+      full.engine->train(full_draws);
+
+      auto part = make(synced_sft_config(flags("part")), comm);
+      DrawPerRank part_draws(*part.trainer, comm->rank());
+      test::StopAt stopper(part_draws, 3);
+      CHECK(part.engine->train(stopper).interrupted);
+      const fs::path ckpt = root / "part" / "checkpoint-3";
+      comm->barrier();
+      CHECK(fs::exists(ckpt / "rng_state.pt"));  // what one process resumes from
+      for (int r = 0; r < comm->world_size(); ++r) CHECK(fs::exists(ckpt / fmt::format("rng_state_{}.pt", r)));
+
+      auto resume_flags = flags("part");
+      resume_flags.emplace_back("resume_from_checkpoint", ckpt.string());
+      auto resumed = make(synced_sft_config(resume_flags), comm);
+      DrawPerRank resumed_draws(*resumed.trainer, comm->rank());
+      resumed.engine->train(resumed_draws);
+      // Steps 4 and 5 (global steps 3 and 4 when their losses run) draw what
+      // the uninterrupted run drew, on every rank.
+      REQUIRE(resumed_draws.draws.size() == 2);
+      for (const auto& [step, x] : resumed_draws.draws) {
+        INFO("rank " << comm->rank() << " step " << step);
+        CHECK(x == full_draws.draws.at(step));
+      }
+      comm->barrier();
+      if (comm->rank() == 0) fs::remove_all(root);
+    }
+  }
+}
+
+namespace {
+
 // Two optimizer steps of next-token cross-entropy on a fixed global batch of
 // 6 sequences, each rank taking its consecutive share; with `stage3` the
 // ZeRO-3 strategy wraps the model (checkpointing, when asked, around it as
