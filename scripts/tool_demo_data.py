@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "examples" / "tools"))
 import calculator  # noqa: E402
 import python_tools  # noqa: E402
 
-SFT_ROWS, GRPO_ROWS, TEST_ROWS = 256, 256, 64
+SFT_ROWS, GRPO_ROWS, TEST_ROWS = int(sys.argv[1]) if len(sys.argv) > 1 else 256, 256, 64
 
 
 def main():
@@ -51,6 +51,9 @@ def main():
                                     {"role": "assistant", "content": str(a + b)}],
                        "tools": tools})
     write(ROOT / "examples/data/tools_sft/train.jsonl", traces)
+    direct = [{"messages": [{"role": "user", "content": question(a, b)}, {"role": "assistant", "content": str(a + b)}]}
+              for a, b in pairs[:SFT_ROWS]]
+    write(ROOT / "examples/data/direct_sft/train.jsonl", direct)
     prompts = [{"prompt": [{"role": "user", "content": question(a, b)}], "answer": a + b} for a, b in pairs[SFT_ROWS:]]
     write(ROOT / "examples/data/tools_grpo/train.jsonl", prompts[:GRPO_ROWS])
     write(ROOT / "examples/data/tools_grpo/test.jsonl", prompts[GRPO_ROWS:])
