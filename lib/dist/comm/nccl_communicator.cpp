@@ -10,8 +10,10 @@
 // TORCH_NCCL_ASYNC_ERROR_HANDLING), which torchrun, srun and `trlx launch`
 // turn into the end of every rank. Errors c10d reports in wait() become
 // CommError naming the operation and the rank. A rank that fails says so in
-// the rendezvous store, and every rank watches for that (see the destructor),
-// so a failure ends the job within seconds under launchers that kill nothing.
+// the rendezvous store, and every rank beats and watches there
+// (failure_watch.hpp), so a failure ends the job within seconds under
+// launchers that kill nothing, a rank killed without a word (SIGKILL, a
+// segfault) included.
 //
 // Only a LibTorch built with NCCL defines USE_C10D_NCCL (its CMake package
 // adds it with the torch_cuda target); elsewhere this file only says so.
@@ -21,11 +23,11 @@
 
 #if defined(USE_C10D_NCCL)
 #include <atomic>
-#include <thread>
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
+#include "dist/comm/failure_watch.hpp"
 #include "dist/comm/store.hpp"
 #endif
 
@@ -97,18 +99,26 @@ class NcclCommunicator : public Communicator {
     } catch (const std::exception& e) {
       throw CommError(fmt::format("NCCL setup failed on rank {} of {}: {}", rank, world, e.what()));
     }
-    watcher_ = std::thread([this] { watch(); });
+    watch_ = std::make_unique<detail::FailureWatch>(store_, rank, world,
+                                                    [this](const std::string& message, bool store_lost) {
+      // A lost store is also how a finished run ends (rank 0 leaves first):
+      // nothing is pending then, and a pending collective says it failed.
+      if (!store_lost) log::error("rank {}: {}; aborting this rank's collectives", rank_, message);
+      abort_nccl();
+    });
   }
 
   // A rank that fails (an error unwinding past its communicator, or a
   // collective that failed or timed out) tells every other rank through the
-  // rendezvous store and aborts its NCCL communicator; the others' watchers
+  // rendezvous store and aborts its NCCL communicator; the others' watches
   // see that within a second and abort theirs, so their pending collectives
   // fail now instead of after ddp_timeout, under any launcher.
   ~NcclCommunicator() override {
-    if (std::uncaught_exceptions() > 0 || broken_) announce_failure();
-    stop_ = true;
-    if (watcher_.joinable()) watcher_.join();
+    if (std::uncaught_exceptions() > 0 || broken_) {
+      watch_->announce_failure(broken_ ? "a collective failed" : "an error ended it");
+      abort_nccl();
+    }
+    watch_.reset();
   }
 
   int rank() const override { return rank_; }
@@ -228,18 +238,6 @@ class NcclCommunicator : public Communicator {
   int64_t bytes_communicated() const override { return bytes_; }
 
  private:
-  static constexpr const char* kFailedKey = "trlx/failed_rank";
-
-  void announce_failure() {
-    try {
-      // The key is the signal; its value says which rank failed (the first to write it may be overwritten).
-      const std::string who = std::to_string(rank_);
-      store_->set(kFailedKey, std::vector<uint8_t>(who.begin(), who.end()));
-    } catch (const std::exception&) {
-      // The store may be what failed; the watchdog still ends the others.
-    }
-    abort_nccl();
-  }
   void abort_nccl() {
     bool expected = false;
     if (!aborted_.compare_exchange_strong(expected, true)) return;
@@ -247,26 +245,6 @@ class NcclCommunicator : public Communicator {
       pg_->abort();
     } catch (const std::exception& e) {
       log::warn("rank {}: aborting the NCCL communicator failed: {}", rank_, e.what());
-    }
-  }
-  void watch() {
-    while (!stop_) {
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-      if (stop_) return;
-      try {
-        if (store_->check({kFailedKey})) {
-          const auto who = store_->get(kFailedKey);
-          log::error("rank {}: rank {} failed; aborting this rank's collectives", rank_,
-                     std::string(who.begin(), who.end()));
-          abort_nccl();
-          return;
-        }
-      } catch (const std::exception&) {
-        // The store's host (rank 0) is gone: a failure mid-run, or the end
-        // of a finished run, where nothing is pending and aborting is harmless.
-        abort_nccl();
-        return;
-      }
     }
   }
 
@@ -291,8 +269,7 @@ class NcclCommunicator : public Communicator {
   std::chrono::seconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
-  std::thread watcher_;
-  std::atomic<bool> stop_{false};
+  std::unique_ptr<detail::FailureWatch> watch_;
   std::atomic<bool> aborted_{false};
   bool broken_ = false;  // a collective of this rank failed
   int64_t seq_ = 0;
