@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Writes the tool-calling demo's data (no dependencies): adding numbers of six digits, too large for the
-tiny model to add in its head, with the calculator of examples/tools/calculator.py.
+"""Writes the tool-calling demo's data (no dependencies beyond the standard library): "What digit is in
+box 7?", where each row's ten boxes hold random digits that only the boxes environment's open_box tool
+shows (examples/tools/boxes.py). A model that answers without the tool can only guess (one in ten).
 
-  examples/data/tools_sft/train.jsonl    256 traces: the user asks "What is A plus B?", the assistant
-                                         calls add(a=A, b=B), the tool answers, the assistant repeats
-                                         the sum; each row carries the calculator's `tools` column
-  examples/data/tools_grpo/train.jsonl   256 other questions as prompts, with their `answer`
-  examples/data/tools_grpo/test.jsonl    64 held-out questions, with their `answer`
+  examples/data/tools_sft/train.jsonl          the SFT traces: the user asks, the assistant calls
+                                               open_box(box=7), the tool answers, the assistant repeats
+                                               the digit; each row carries the tool's schema (`tools`)
+  examples/data/tools_direct_sft/train.jsonl   the same questions answered without the tool (the baseline)
+  examples/data/tools_grpo/train.jsonl         other rows as prompts, with their `boxes` and `answer`
+  examples/data/tools_grpo/test.jsonl          held-out rows, likewise
 
-The tool schemas are those the adapter announces (examples/tools/python_tools.py), so the SFT rows
-render the same system turn as the GRPO prompts. Run from the repository root:
+The schema is the one the adapter announces for the environment (examples/tools/python_tools.py), so the
+SFT rows render the same system turn as the GRPO prompts. Run from the repository root:
 python3 scripts/tool_demo_data.py
 """
 import json
@@ -19,22 +21,23 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "tools"))
-import calculator  # noqa: E402
+import boxes  # noqa: E402
 import python_tools  # noqa: E402
 
-SFT_ROWS, GRPO_ROWS, TEST_ROWS = int(sys.argv[1]) if len(sys.argv) > 1 else 256, 256, 64
+SFT_ROWS, GRPO_ROWS, TEST_ROWS = 1024, 512, 128
 
 
 def main():
-    tools = [python_tools.schema(calculator.add), python_tools.schema(calculator.multiply)]
+    tools = [python_tools.schema(boxes.Boxes().open_box)]
     rng = random.Random(11)
-    pairs, seen = [], set()
-    while len(pairs) < SFT_ROWS + GRPO_ROWS + TEST_ROWS:
-        a, b = rng.randrange(100000, 1000000), rng.randrange(100000, 1000000)
-        if (a, b) not in seen:
-            seen.add((a, b))
-            pairs.append((a, b))
-    question = "What is {} plus {}?".format
+
+    def row():
+        contents = "".join(str(rng.randrange(10)) for _ in range(10))
+        box = rng.randrange(10)
+        return contents, box, int(contents[box])
+
+    def question(box):
+        return {"role": "user", "content": f"What digit is in box {box}?"}
 
     def write(path, rows):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -42,22 +45,22 @@ def main():
             for r in rows:
                 f.write(json.dumps(r) + "\n")
 
+    sft = [row() for _ in range(SFT_ROWS)]
     traces = []
-    for a, b in pairs[:SFT_ROWS]:
-        user = {"role": "user", "content": question(a, b)}
-        call = {"type": "function", "function": {"name": "add", "arguments": {"a": a, "b": b}}}
-        traces.append({"messages": [user, {"role": "assistant", "content": "", "tool_calls": [call]},
-                                    {"role": "tool", "name": "add", "content": str(a + b)},
-                                    {"role": "assistant", "content": str(a + b)}],
+    for _, box, digit in sft:
+        call = {"type": "function", "function": {"name": "open_box", "arguments": {"box": box}}}
+        traces.append({"messages": [question(box), {"role": "assistant", "content": "", "tool_calls": [call]},
+                                    {"role": "tool", "name": "open_box", "content": str(digit)},
+                                    {"role": "assistant", "content": str(digit)}],
                        "tools": tools})
     write(ROOT / "examples/data/tools_sft/train.jsonl", traces)
-    direct = [{"messages": [{"role": "user", "content": question(a, b)}, {"role": "assistant", "content": str(a + b)}]}
-              for a, b in pairs[:SFT_ROWS]]
-    write(ROOT / "examples/data/direct_sft/train.jsonl", direct)
-    prompts = [{"prompt": [{"role": "user", "content": question(a, b)}], "answer": a + b} for a, b in pairs[SFT_ROWS:]]
+    write(ROOT / "examples/data/tools_direct_sft/train.jsonl",
+          [{"messages": [question(box), {"role": "assistant", "content": str(digit)}]} for _, box, digit in sft])
+    prompts = [{"prompt": [question(box)], "boxes": contents, "answer": digit}
+               for contents, box, digit in (row() for _ in range(GRPO_ROWS + TEST_ROWS))]
     write(ROOT / "examples/data/tools_grpo/train.jsonl", prompts[:GRPO_ROWS])
     write(ROOT / "examples/data/tools_grpo/test.jsonl", prompts[GRPO_ROWS:])
-    print(f"{SFT_ROWS} traces, {GRPO_ROWS} training prompts, {TEST_ROWS} held out")
+    print(f"{SFT_ROWS} traces (and as many direct answers), {GRPO_ROWS} training prompts, {TEST_ROWS} held out")
 
 
 if __name__ == "__main__":
