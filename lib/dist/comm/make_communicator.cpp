@@ -86,8 +86,9 @@ std::unique_ptr<Communicator> make_communicator(const LauncherEnv& env, torch::D
   if (device.is_cuda()) {
     if (!nccl_available())
       fail_input("{} ranks on {}: GPU ranks talk through NCCL, and this trlx was built against a LibTorch without "
-                 "it (a CPU-only LibTorch, or no CUDA toolkit at build time); rebuild with the CUDA toolkit, or "
-                 "train on CPU",
+                 "it (a CPU-only LibTorch, or NCCL's headers not found when it was configured: the configure line "
+                 "'NCCL communicator' says why); rebuild against the PyTorch wheel with its nvidia-nccl package, "
+                 "or with the CUDA toolkit, or train on CPU",
                  env.world_size, device.str());
     if (!device.has_index()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
     auto comm = make_nccl_communicator(rendezvous_for(env), device, timeout);

@@ -16,7 +16,9 @@
 // segfault) included.
 //
 // Only a LibTorch built with NCCL defines USE_C10D_NCCL (its CMake package
-// adds it with the torch_cuda target); elsewhere this file only says so.
+// adds it with the torch_cuda target; without a CUDA toolkit,
+// cmake/FindLibTorch.cmake adds it where the wheel's NCCL headers are);
+// elsewhere this file only says so.
 #include "core/log.hpp"
 #include "dist/comm/comm_common.hpp"
 #include "dist/comm/make_communicator.hpp"
@@ -39,8 +41,9 @@ bool nccl_available() { return false; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(const Rendezvous&, torch::Device device, std::chrono::seconds) {
   fail_input("{} asks for NCCL, but this trlx was built against a LibTorch without NCCL (a CPU-only LibTorch, or "
-             "a CUDA one configured without a CUDA toolkit); rebuild with the CUDA toolkit installed "
-             "(scripts/gpu_check.sh shows how), or train on CPU",
+             "a CUDA one whose NCCL headers were not found when it was configured: the configure line 'NCCL "
+             "communicator' says why); rebuild against the PyTorch wheel with its nvidia-nccl package, or with the "
+             "CUDA toolkit, or train on CPU",
              device.str());
 }
 
