@@ -104,15 +104,21 @@ void bind_schema_flags(CLI::App& app, const config::Schema& schema, FlagBinding&
       case config::Kind::StringList: opt->expected(1, -1)->type_name("TEXT ..."); break;
       case config::Kind::FloatList: opt->expected(1, -1)->type_name("FLOAT ..."); break;
     }
+    // Given twice, a flag takes its last value, as on TRL's command line; a
+    // list's values follow one flag (--loss_type sigmoid hinge), and the
+    // separator CLI11 injects between occurrences lets the last one win.
     if (f.kind != config::Kind::StringList && f.kind != config::Kind::FloatList)
       opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    else
+      opt->inject_separator();
     binding.options.emplace_back(f.name, opt);
   }
   for (const auto& a : schema.aliases()) {
     const config::FieldSpec* f = schema.find(a.new_name);
     CLI::Option* opt = app.add_option("--" + a.old_name, binding.values[a.old_name], "Old name of --" + a.new_name);
     opt->group("");  // hidden
-    if (f && (f->kind == config::Kind::StringList || f->kind == config::Kind::FloatList)) opt->expected(1, -1);
+    if (f && (f->kind == config::Kind::StringList || f->kind == config::Kind::FloatList))
+      opt->expected(1, -1)->inject_separator();
     else if (f && f->kind == config::Kind::Bool) opt->expected(0, 1);
     else opt->expected(1);
     binding.options.emplace_back(a.old_name, opt);
@@ -127,10 +133,13 @@ config::Sources collect_sources(const CLI::App& app, const std::string& config_p
   for (const auto& [name, opt] : binding.options) {
     if (opt->count() == 0) continue;
     // A flag given twice (a script's default, then an override): the last
-    // one wins, as on TRL's command line; a list flag keeps every value.
+    // one wins, as on TRL's command line, lists included (the values after
+    // the last occurrence: CLI11 puts an empty separator between occurrences).
     std::vector<std::string> vals;
-    for (const auto& r : opt->reduced_results())
+    for (const auto& r : opt->get_inject_separator() ? opt->results() : opt->reduced_results()) {
       if (!r.empty()) vals.push_back(r);
+      else if (opt->get_inject_separator()) vals.clear();
+    }
     // A flag given no value would take the next flag as its value (a list
     // flag takes one or more): say so instead.
     if (!vals.empty() && vals.front().rfind("--", 0) == 0) {
@@ -236,6 +245,8 @@ std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, co
   app.add_option("--config", config_path, "YAML config file (TRL field names); flags override it")
       ->check(CLI::ExistingFile)
       ->group("general");
+  app.footer("A flag overrides the config file; given twice, it takes its last value. A list takes its values "
+             "after one flag (--loss_type sigmoid hinge); --name null empties it.");
   FlagBinding binding;
   bind_schema_flags(app, schema, binding);
   if (auto rc = parse_args(app, args)) {

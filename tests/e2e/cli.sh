@@ -124,6 +124,16 @@ has "\`rloo_k\` is the old name of \`num_generations\`"
 # A flag given twice (a script's default, then an override): the last one wins.
 run 0 print-config --config configs/sft.yaml --max_steps 5 --max_steps 7
 has "max_steps: 7"
+# A list takes its values after one flag; given twice, the last list wins.
+run 0 print-config --config configs/dpo.yaml --loss_type sigmoid hinge
+has "loss_type: [sigmoid, hinge]"
+run 0 print-config --config configs/dpo.yaml --loss_type sigmoid --loss_type hinge
+has "loss_type: [hinge]"
+run 0 print-config --config configs/dpo.yaml --loss_type sigmoid hinge --loss_weights 1 2 --loss_type ipo apo_zero
+has "loss_type: [ipo, apo_zero]"
+has "loss_weights: [1.0, 2.0]"
+run 0 dpo --help
+has "given twice, it takes its last value"
 
 # Accelerate presets and users' files resolve into the distributed setup.
 run 0 validate dpo --config configs/dpo.yaml --accelerate_config zero3
