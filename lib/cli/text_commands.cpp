@@ -269,6 +269,13 @@ int run_tokenize(std::vector<std::string> args) {
         }
       });
     if (seqs.empty()) fail_input("nothing to decode: give --ids 1,2,3 or --input FILE");
+    // An id the tokenizer does not have would vanish from the text: refuse it.
+    const auto vocab = static_cast<int64_t>(tok.vocab_size());
+    for (size_t i = 0; i < seqs.size(); ++i)
+      for (int32_t id : seqs[i])
+        if (id < 0 || id >= vocab)
+          fail_input("decode: input {} holds token id {}, outside the tokenizer's vocabulary (0..{}, {})", i + 1, id,
+                     vocab - 1, tokenizer_dir);
     for (size_t i = 0; i < seqs.size(); ++i) {
       const std::string text = tok.decode(seqs[i], skip_special);
       if (json_out) {

@@ -158,7 +158,8 @@ std::optional<Value> parse_text(Kind kind, const std::string& raw, std::string* 
       if (text.empty()) return std::nullopt;
       char* end = nullptr;
       const double d = std::strtod(text.c_str(), &end);
-      if (end != text.c_str() + text.size() || std::isnan(d)) return std::nullopt;
+      // Not NaN, and not beyond a double's range (1e400 reads as infinity).
+      if (end != text.c_str() + text.size() || !std::isfinite(d)) return std::nullopt;
       // strtod accepts hex floats and "infinity"; configs do not.
       if (l.find('x') != std::string::npos || l.find("in") != std::string::npos) return std::nullopt;
       return Value(d);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <limits>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -144,10 +145,14 @@ Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int6
       if (id < 0 || id >= vocab)
         fail_input("generate: prompt {} holds token id {}, outside the model's vocabulary (0..{})", i, id, vocab - 1);
     const int64_t limit = limit_of(static_cast<int64_t>(i));
-    if (o.max_context > 0 && len + limit > o.max_context)
+    // Compared without forming len + limit: a limit near 2^63 would overflow it.
+    if (o.max_context > 0 && limit > o.max_context - len)
       fail_input("generate: prompt {} has {} tokens; with max_new_tokens {} it needs {} positions, beyond the model's "
                  "context of {} (max_position_embeddings): shorten the prompt (max_prompt_length) or max_new_tokens",
-                 i, len, limit, len + limit, o.max_context);
+                 i, len, limit,
+                 limit > std::numeric_limits<int64_t>::max() - len ? std::string("more than 2^63")
+                                                                   : std::to_string(len + limit),
+                 o.max_context);
     longest = std::max(longest, len);
   }
   const bool lockstep = static_cast<bool>(o.max_across_ranks);

@@ -91,6 +91,13 @@ has "did you mean \`learning_rate\`?"
 printf 'trainer: dpo\nbeta: high\n' >"$TMP/type.yaml"
 run 2 validate --config "$TMP/type.yaml"
 has "type.yaml:2:7: \`beta\` expects a finite number, found \`high\`"
+# a number beyond a double's range is no number (it would read as infinity)
+printf 'trainer: dpo\nbeta: 1e999\n' >"$TMP/huge.yaml"
+run 2 validate --config "$TMP/huge.yaml"
+has "huge.yaml:2:7"
+has "\`beta\` expects a finite number, found \`1e999\`"
+run 2 validate dpo --config configs/dpo.yaml --learning_rate 1e400
+has "expects a finite number, found \`1e400\`"
 run 2 validate dpo --config configs/dpo.yaml --warmup_ratio 0.1 --warmup_steps 5
 has "conflicting settings"
 run 2 validate dpo --config configs/dpo.yaml --fp16 --bf16 true

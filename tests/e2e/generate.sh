@@ -42,6 +42,7 @@ expect_error "max_new_tokens" --max_new_tokens 0
 expect_error "top_p" --top_p 1.5 --do_sample
 expect_error "stop_token_ids" --stop_token_ids 100000
 expect_error "context" --max_new_tokens 100000
+expect_error "more than 2^63" --max_new_tokens 9223372036854775807
 
 # A tokenizer with an id beyond the model's embeddings: refused before any
 # forward, naming the file, the token and both sizes (sft, score, generate).

@@ -129,6 +129,11 @@ has '"text":"[INST] hi [/INST]"'
 run 0 tokenize --tokenizer "$TINY" --decode --ids "[0, 284, 280, 15]" --skip_special_tokens
 has "Hello,"
 lacks "<s>"
+# an id the tokenizer does not have is refused, not dropped from the text
+run 2 tokenize --tokenizer "$TINY" --decode --ids 0,99999,15
+has "token id 99999, outside the tokenizer's vocabulary"
+run 2 tokenize --tokenizer "$TINY" --decode --ids 0,-3
+has "token id -3"
 run 0 render-template --tokenizer "$TINY" --messages "$D/conversation.json" --add_generation_prompt
 has "<|im_start|>assistant"
 has "Tokyo (東京).<|im_end|>"
