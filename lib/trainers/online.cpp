@@ -490,8 +490,18 @@ OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
     if (scores.size() != samples.size())
       throw Error(fmt::format("reward function {} gave {} scores for {} completions",
                               reward_functions_[static_cast<size_t>(k)]->name(), scores.size(), samples.size()));
-    for (size_t i = 0; i < samples.size(); ++i)
-      if (scores[i]) r[static_cast<int64_t>(i) * f + k] = *scores[i];
+    for (size_t i = 0; i < samples.size(); ++i) {
+      if (!scores[i]) continue;
+      // A reward that is not a finite float32 (a NaN from a broken reward
+      // model, 1e39 from a program) would make every advantage NaN or 0 and
+      // train nothing: stop and name it.
+      const double v = *scores[i];
+      if (!std::isfinite(v) || std::abs(v) > std::numeric_limits<float>::max())
+        fail("reward function {} gave completion {} of this round the reward {}, which is not a finite "
+             "float32 number (advantages are computed in float32): fix the function, or scale its rewards",
+             reward_functions_[static_cast<size_t>(k)]->name(), i, v);
+      r[static_cast<int64_t>(i) * f + k] = v;
+    }
   }
   scoring_seconds_ += since(t0);
   return out;

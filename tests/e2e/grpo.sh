@@ -91,6 +91,15 @@ bad_run() {  # bad_run <grep pattern> <args...>
   check "[ $rc = 2 ] && grep -q '$want' '$TMP/o' && ! grep -q 'step 1/' '$TMP/o'" || cat "$TMP/o"
 }
 echo '{"question": "What is 1 plus 2?"}' >"$TMP/noprompt.jsonl"
+# A reward beyond float32 (or NaN, inf) stops the run, naming the function.
+cat >"$TMP/huge_reward.py" <<'PY'
+import json, sys
+for line in sys.stdin:
+    print(json.dumps({"rewards": [1e39] * len(json.loads(line)["completions"])}), flush=True)
+PY
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 1 --save_strategy no --output_dir "$TMP/bad" \
+  --reward_funcs "{\"command\": \"python3 $TMP/huge_reward.py\", \"name\": \"huge\"}" >"$TMP/o" 2>&1
+check "[ $? = 1 ] && grep -q 'reward function huge gave completion 0 of this round the reward 1e+39, which is not a finite float32' '$TMP/o' && ! grep -q 'step 1/' '$TMP/o'" || cat "$TMP/o"
 bad_run "prompt" --dataset_name "$TMP/noprompt.jsonl" --reward_funcs "$program"
 bad_run "multiple of num_generations" "${text[@]}" --generation_batch_size 5 --reward_funcs "$program"
 bad_run "no_such_reward.py" "${text[@]}" --reward_funcs '{"command": "python3 /nonexistent/no_such_reward.py"}'
