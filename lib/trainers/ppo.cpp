@@ -198,6 +198,11 @@ engine::Trainer::Rollout PPOTrainer::rollout(engine::Engine& engine, const std::
   const auto dev = engine.device();
   auto lp = torch::cat(logprobs), ref = torch::cat(ref_logprobs), val = torch::cat(values);
   auto sc = torch::cat(scores);
+  // A NaN or infinite score (a broken reward model) would make every
+  // advantage NaN: stop and name it, as the other online trainers do.
+  if (const auto bad = torch::isfinite(sc).logical_not().nonzero(); bad.numel() > 0)
+    fail("reward model {} gave response {} of this rollout the score {}, which is not a finite float32 number",
+         ppo_.reward_model, bad[0][0].item<int64_t>(), sc[bad[0][0].item<int64_t>()].item<double>());
   const auto seq_d = seq.to(dev);
   const auto post_d = post.to(dev), resp_d = responses.to(dev);
   const auto contain_eos = eos_id_ ? (post_d == *eos_id_).any(1) : torch::zeros({n}, torch::dtype(torch::kBool).device(dev));

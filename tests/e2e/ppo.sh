@@ -69,6 +69,24 @@ bad_run "derived from" --batch_size 8
   >"$TMP/o" 2>&1
 check "[ $? = 2 ] && grep -q 'reward_model_path' '$TMP/o'" || cat "$TMP/o"
 
+# A reward model whose score head holds NaN: the run stops naming it (exit 1)
+# instead of training on NaN advantages.
+cp -r "$TMP/rm" "$TMP/rm_nan"
+python3 - "$TMP/rm_nan/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+begin, end = header["score.weight"]["data_offsets"]
+assert header["score.weight"]["dtype"] == "F32"
+data[8 + n + begin:8 + n + end] = struct.pack("<f", float("nan")) * ((end - begin) // 4)
+open(path, "wb").write(data)
+PY
+"$TRLX" ppo "${common[@]}" --reward_model_path "$TMP/rm_nan" --total_episodes 4 --save_strategy no \
+  --output_dir "$TMP/nan" >"$TMP/o" 2>&1
+check "[ $? = 1 ] && grep -q 'gave response 0 of this rollout the score nan, which is not a finite float32' '$TMP/o'" || cat "$TMP/o"
+
 # The shipped config validates.
 "$TRLX" validate --config configs/ppo.yaml >"$TMP/o" 2>&1
 check "[ $? = 0 ]" || cat "$TMP/o"
