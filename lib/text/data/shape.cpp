@@ -290,6 +290,13 @@ struct Shaper {
   Task task;
   const LoadOptions& options;
 
+  // A null prompt beside chosen/rejected is refused, as the other trainers
+  // refuse it (TRL fails on None there).
+  static void refuse_null_prompt(const RowCtx& ctx, const char* instead) {
+    if (const Value* prompt = ctx.get("prompt"); prompt && prompt->is_null())
+      ctx.fail("\"prompt\": expected a string or a list of messages, found null ({})", instead);
+  }
+
   // Preference columns with the prompt made explicit; true if extracted.
   bool preference(const RowCtx& ctx, Value& v, Form& form) const {
     constexpr const char* kNeeds = "preference rows need \"chosen\" and \"rejected\" (and "
@@ -298,6 +305,7 @@ struct Shaper {
     const Value& rejected = ctx.require("rejected", kNeeds);
     form = check_text(ctx, "chosen", chosen);
     same_form(ctx, "chosen", form, "rejected", check_text(ctx, "rejected", rejected));
+    refuse_null_prompt(ctx, "leave the column out to take the prompt from the start that chosen and rejected share");
     if (const Value* prompt = ctx.get_set("prompt")) {
       const Form pf = check_text(ctx, "prompt", *prompt);
       if (pf == form) return false;
@@ -425,6 +433,7 @@ struct Shaper {
     const Value& rejected = ctx.require("rejected", kNeeds);
     traits.form = check_text(ctx, "chosen", chosen);
     same_form(ctx, "chosen", traits.form, "rejected", check_text(ctx, "rejected", rejected));
+    refuse_null_prompt(ctx, "leave the column out for rows without a prompt");
     if (const Value* prompt = ctx.get_set("prompt"))
       same_form(ctx, "prompt", check_text(ctx, "prompt", *prompt), "chosen", traits.form);
     traits.margin = false;
@@ -435,8 +444,8 @@ struct Shaper {
         ctx.fail("\"margin\": expected a finite number, found {}", describe_value(*margin));
       traits.margin = true;
     }
-    // null is how JSON writers fill an absent optional field
-    for (const char* k : {"prompt", "margin"}) {
+    // null is how JSON writers fill an absent optional margin
+    for (const char* k : {"margin"}) {
       auto it = v.find(k);
       if (it != v.end() && it->is_null()) v.erase(k);
     }
