@@ -160,6 +160,12 @@ std::string parse_reason(const std::exception& e) {
     const size_t colon = at == std::string::npos ? at : what.find(": ", at);
     if (colon != std::string::npos) what.erase(0, colon + 2);
   }
+  // nlohmann quotes everything it read of the bad token ("last read: '...'"):
+  // for an unterminated 50 MB string that is the whole line. Keep its ends.
+  constexpr size_t kHead = 120, kTail = 60;
+  if (what.size() > kHead + kTail + 40)
+    what = fmt::format("{} [... {} characters ...] {}", what.substr(0, kHead), what.size() - kHead - kTail,
+                       what.substr(what.size() - kTail));
   return what;
 }
 

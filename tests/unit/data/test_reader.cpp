@@ -54,6 +54,16 @@ TEST_CASE("jsonl: invalid JSON names file, line and the problem", "[data][reader
   CHECK_THAT(msg, Contains("tru"));
 }
 
+TEST_CASE("jsonl: an unterminated huge string is quoted by its ends only", "[data][reader][errors]") {
+  TempDir dir;
+  const auto p = dir.write("d.jsonl", "{\"text\": \"" + std::string(2'000'000, 'x') + "\n");
+  const std::string msg = input_error([&] { load_dataset(p); });
+  CHECK_THAT(msg, Contains(p.string() + ":1: invalid JSON at column"));
+  CHECK_THAT(msg, Contains("missing closing quote"));
+  CHECK_THAT(msg, Contains("characters ...]"));
+  CHECK(msg.size() < 300 + p.string().size());
+}
+
 TEST_CASE("jsonl: two values on a line is invalid", "[data][reader][errors]") {
   TempDir dir;
   const auto p = dir.write("d.jsonl", "{\"a\": 1} {\"b\": 2}\n");
