@@ -54,7 +54,7 @@ OnlineRun::OnlineRun(OnlineRun&&) noexcept = default;
 
 PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, const text::Tokenizer& tok,
                             const text::ChatTemplate* tmpl, const std::string& split, const OnlineSetup& setup,
-                            const nlohmann::ordered_json* tool_schemas) {
+                            const nlohmann::ordered_json* tool_schemas, int64_t max_context) {
   const auto read = read_split(data::Task::prompt_only, data_source(c, trainer), split, true);
   const data::Shaped& shaped = *read;
   PromptSplit out;
@@ -85,6 +85,18 @@ PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, c
       ex.prompt_ids.erase(ex.prompt_ids.begin(), ex.prompt_ids.end() - *c.max_prompt_length);
       ++out.truncated;
     }
+    // Found here, not when the prompt's round comes (steps later, without its row).
+    const auto len = static_cast<int64_t>(ex.prompt_ids.size());
+    if (max_context > 0 && c.max_completion_length > max_context - len)
+      fail_input("{}: the prompt has {} tokens{}; with max_completion_length {} it needs {} positions, beyond the "
+                 "model's context of {} (max_position_embeddings): set max_prompt_length to at most {}, or shorten "
+                 "max_completion_length or the prompt",
+                 row.where(), len, c.max_prompt_length ? " (after max_prompt_length)" : "", c.max_completion_length,
+                 c.max_completion_length > std::numeric_limits<int64_t>::max() - len
+                     ? std::string("more than 2^63")
+                     : std::to_string(len + c.max_completion_length),
+                 max_context,
+                 std::max<int64_t>(1, max_context - c.max_completion_length));
     out.examples.push_back(std::move(ex));
   }
   if (out.truncated)
@@ -215,15 +227,16 @@ OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer, c
   // start stops the run at once; their schemas render into every prompt.
   r.tools = start_tools(c, trainer, r.text);
   const nlohmann::ordered_json* schemas = r.tools ? &r.tools->schemas : nullptr;
+  const int64_t max_context = policy.model->config().max_position_embeddings;
   r.prompts = prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(), c.dataset_train_split,
-                              setup, schemas);
+                              setup, schemas, max_context);
   if (r.tools && !r.prompts.conversational)
     fail_input("{}: tools need conversational prompts (a list of messages), which the chat template renders with "
                "the tools' schemas; the {} split holds plain text",
                trainer, c.dataset_train_split);
   if (c.eval_strategy != "no")
     r.eval_prompts = prepare_prompts(c, trainer, r.text.tokenizer, r.text.chat_template_or_null(),
-                                     c.dataset_test_split, setup, schemas);
+                                     c.dataset_test_split, setup, schemas, max_context);
   const config::TrainingConfig run = engine_config(c);
   std::optional<Reference> reference;
   if (c.beta != 0 || setup.always_reference)

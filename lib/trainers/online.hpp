@@ -58,10 +58,13 @@ struct OnlineSetup {
 // The prompts of one split: plain text tokenized (with the tokenizer's
 // special tokens when setup.prompt_special_tokens), conversations rendered
 // through the chat template with the generation prompt; longer than
-// max_prompt_length: the last tokens kept.
+// max_prompt_length: the last tokens kept. With `max_context` (the model's
+// max_position_embeddings; 0: unknown), a prompt that leaves no room for
+// max_completion_length is refused here, naming its file and line.
 PromptSplit prepare_prompts(const OnlineConfig& config, const std::string& trainer, const text::Tokenizer& tokenizer,
                             const text::ChatTemplate* chat_template, const std::string& split,
-                            const OnlineSetup& setup, const nlohmann::ordered_json* tool_schemas = nullptr);
+                            const OnlineSetup& setup, const nlohmann::ordered_json* tool_schemas = nullptr,
+                            int64_t max_context = 0);
 
 // The reward functions reward_funcs names (built-ins and programs; a reward
 // model directory runs on this process's device, whole). Programs start now,

@@ -91,6 +91,11 @@ bad_run() {  # bad_run <grep pattern> <args...>
   check "[ $rc = 2 ] && grep -q '$want' '$TMP/o' && ! grep -q 'step 1/' '$TMP/o'" || cat "$TMP/o"
 }
 echo '{"question": "What is 1 plus 2?"}' >"$TMP/noprompt.jsonl"
+# A prompt that leaves no room for max_completion_length in the model's
+# context is refused when the data is read, naming its line.
+python3 -c 'import json; print(json.dumps({"prompt": "a"})); print(json.dumps({"prompt": "word " * 600}))' >"$TMP/long.jsonl"
+bad_run "long.jsonl:2: the prompt has .* tokens; with max_completion_length 8 it needs .* positions, beyond the model.s context of 512" \
+  --dataset_name "$TMP/long.jsonl" --reward_funcs "$program"
 # A reward beyond float32 (or NaN, inf) stops the run, naming the function.
 cat >"$TMP/huge_reward.py" <<'PY'
 import json, sys
