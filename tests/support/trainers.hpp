@@ -83,19 +83,26 @@ inline SFTRun make_sft(const trainers::SFTConfig& c, std::shared_ptr<dist::Commu
   return r;
 }
 
-// `inner`, but asks the run to stop during step `at`; the engine honours a
-// stop request once the step ends, so the run stops (and saves) after step
-// `at`, as after a SIGTERM.
-struct StopAt : engine::Trainer {
+// `inner` as it is: the base of the wrappers below, which change its loss
+// (an offline trainer's: the online hooks are not forwarded).
+struct Wrapped : engine::Trainer {
   engine::Trainer& inner;
-  int64_t at;
-  StopAt(engine::Trainer& i, int64_t a) : inner(i), at(a) {}
+  explicit Wrapped(engine::Trainer& i) : inner(i) {}
   std::string name() const override { return inner.name(); }
   size_t num_examples(const std::string& s) const override { return inner.num_examples(s); }
   engine::TensorMap collate(const std::string& s, const std::vector<size_t>& i) const override {
     return inner.collate(s, i);
   }
   double num_items(const engine::TensorMap& b) const override { return inner.num_items(b); }
+  engine::LossOutput loss(engine::Engine& e, const engine::TensorMap& b) override { return inner.loss(e, b); }
+};
+
+// `inner`, but asks the run to stop during step `at`; the engine honours a
+// stop request once the step ends, so the run stops (and saves) after step
+// `at`, as after a SIGTERM.
+struct StopAt : Wrapped {
+  int64_t at;
+  StopAt(engine::Trainer& i, int64_t a) : Wrapped(i), at(a) {}
   engine::LossOutput loss(engine::Engine& e, const engine::TensorMap& b) override {
     if (e.global_step() == at - 1) engine::Engine::request_stop();
     return inner.loss(e, b);
@@ -105,16 +112,9 @@ struct StopAt : engine::Trainer {
 // `inner`, with its loss multiplied by 1e38 on the steps before `until`:
 // times the loss scale that overflows float32, so those steps' gradients are
 // infinite, as an fp16 overflow leaves them.
-struct OverflowUntil : engine::Trainer {
-  engine::Trainer& inner;
+struct OverflowUntil : Wrapped {
   int64_t until;
-  OverflowUntil(engine::Trainer& i, int64_t u) : inner(i), until(u) {}
-  std::string name() const override { return inner.name(); }
-  size_t num_examples(const std::string& s) const override { return inner.num_examples(s); }
-  engine::TensorMap collate(const std::string& s, const std::vector<size_t>& i) const override {
-    return inner.collate(s, i);
-  }
-  double num_items(const engine::TensorMap& b) const override { return inner.num_items(b); }
+  OverflowUntil(engine::Trainer& i, int64_t u) : Wrapped(i), until(u) {}
   engine::LossOutput loss(engine::Engine& e, const engine::TensorMap& b) override {
     auto out = inner.loss(e, b);
     if (e.global_step() < until) out.loss_sum = out.loss_sum * 1e38;

@@ -415,17 +415,10 @@ namespace {
 // `inner`, drawing from the CPU generator in every loss as a rank's own
 // dropout or sampling would: rank r draws r + 1 numbers, so the ranks'
 // generator states part; `draws` keeps each step's last number.
-struct DrawPerRank : engine::Trainer {
-  engine::Trainer& inner;
+struct DrawPerRank : test::Wrapped {
   int rank;
   std::map<int64_t, double> draws;
-  DrawPerRank(engine::Trainer& i, int r) : inner(i), rank(r) {}
-  std::string name() const override { return inner.name(); }
-  size_t num_examples(const std::string& s) const override { return inner.num_examples(s); }
-  engine::TensorMap collate(const std::string& s, const std::vector<size_t>& i) const override {
-    return inner.collate(s, i);
-  }
-  double num_items(const engine::TensorMap& b) const override { return inner.num_items(b); }
+  DrawPerRank(engine::Trainer& i, int r) : Wrapped(i), rank(r) {}
   engine::LossOutput loss(engine::Engine& e, const engine::TensorMap& b) override {
     draws[e.global_step()] = torch::rand({rank + 1})[rank].item<double>();
     return inner.loss(e, b);
