@@ -124,7 +124,7 @@ else
   if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
        -DPython3_EXECUTABLE="$(command -v "$PY")" -DTRLX_WITH_MPI=OFF "${CMAKE_EXTRA[@]}" \
        >"$WORK/configure.log" 2>&1 &&
-     cmake --build "$BUILD_DIR" -j "$JOBS" --target trlx test_dist_nccl >"$WORK/build.log" 2>&1; then
+     cmake --build "$BUILD_DIR" -j "$JOBS" --target trlx test_dist_nccl test_model >"$WORK/build.log" 2>&1; then
     record "build" PASS "$(( $(date +%s) - t0 )) s, torch $("$PY" -c 'import torch; print(torch.__version__)')"
   else
     tail -30 "$WORK/configure.log" "$WORK/build.log"
@@ -138,6 +138,17 @@ else
   record "nccl in libtorch" PASS "$(grep -o 'NCCL communicator (multi-GPU): .*' "$WORK/configure.log" | cut -d: -f2-)"
   TRLX="$ROOT/$BUILD_DIR/apps/trlx/trlx"
   trlx env >"$WORK/env.txt" 2>&1
+
+  # ---- attention: the path and kernel of each case, and the fused paths
+  # against the masked one on this GPU (bf16)
+  grep -A7 '^attention' "$WORK/env.txt" | sed 's/^/   /'
+  record "attention kernels" PASS "$(grep '^attention' "$WORK/env.txt" | cut -c19-)"
+  if timeout --kill-after=10 "$RUN_TIMEOUT" "$BUILD_DIR/tests/unit/model/test_model" "[attention]" >"$WORK/attention.log" 2>&1; then
+    record "fused attention = masked (bf16)" PASS "$(grep -Eo 'All tests passed.*' "$WORK/attention.log" | head -1)"
+  else
+    tail -30 "$WORK/attention.log"
+    record "fused attention = masked (bf16)" FAIL "see the log above"
+  fi
 
   # ---- NCCL communicator, world 1
   if "$BUILD_DIR/tests/unit/dist/test_dist_nccl" >"$WORK/nccl.log" 2>&1; then
@@ -268,6 +279,17 @@ if trlx generate --model "$WORK/single" --prompt "12+30=" --max_new_tokens 8 >"$
 else
   tail -5 "$WORK/gen.log"
   record "generate" FAIL "exit code or no output"
+fi
+
+# ---- decode steps captured as CUDA graphs give the same greedy tokens
+GEN_ARGS=(--model "$WORK/single" --prompt "12+30=" --prompt "7+5=" --prompt "100+1=" --max_new_tokens 16 --batch_size 2)
+if trlx generate "${GEN_ARGS[@]}" >"$WORK/gen_eager.txt" 2>"$WORK/gen_eager.log" &&
+   TRLX_CUDA_GRAPHS=1 trlx generate "${GEN_ARGS[@]}" >"$WORK/gen_graph.txt" 2>"$WORK/gen_graph.log" &&
+   cmp -s "$WORK/gen_eager.txt" "$WORK/gen_graph.txt"; then
+  record "generate, TRLX_CUDA_GRAPHS=1" PASS "same tokens as without"
+else
+  tail -5 "$WORK/gen_graph.log"; diff "$WORK/gen_eager.txt" "$WORK/gen_graph.txt" | head -6
+  record "generate, TRLX_CUDA_GRAPHS=1" FAIL "exit code or other tokens"
 fi
 
 if [ "$ON_CPU" = 1 ]; then finish; fi

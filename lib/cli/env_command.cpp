@@ -22,6 +22,7 @@
 #include "core/error.hpp"
 #include "dist/comm/rendezvous_check.hpp"
 #include "dist/env/launcher_env.hpp"
+#include "model/decoder.hpp"
 
 namespace trlx::cli {
 
@@ -155,6 +156,15 @@ int run_env(const std::vector<std::string>& args) {
   const std::string cudnn = torch_build_detail("CuDNN");
   if (!cudnn.empty()) row("cuDNN", cudnn);
   row("NCCL", cuda_rt.empty() ? "not used (CPU-only LibTorch)" : nccl_version());
+  // The attention path and kernel of each case (bf16, grouped heads of 128)
+  // on GPU 0 as probed here.
+  if (cuda) {
+    const auto caps = model::attention_device(torch::Device(torch::kCUDA, 0), torch::kBFloat16);
+    row("attention", fmt::format("flash {}, fused masked kernel {}{}", caps.flash ? "yes" : "no",
+                                 caps.fused_masked ? "yes" : "no",
+                                 caps.fused_masked_grouped ? " (grouped heads as they are)" : ""));
+    for (const auto& r : model::attention_table(caps)) row("", fmt::format("{:<31}{:<27}{}", r.name, r.path, r.kernel));
+  }
   row("MPI", mpi_version());
   row("threads", fmt::format("{} intra-op, {} inter-op", at::get_num_threads(), at::get_num_interop_threads()));
   const auto env = dist::detect_launcher();

@@ -134,21 +134,18 @@ void checkpoint_layers(model::LanguageModelImpl& model, bool reentrant) {
   // inside ShardingHooks::layer, whose backward gathers before the recompute.
   auto inner = model.model->run_layer;
   auto run = [inner](model::DecoderLayerImpl& layer, const torch::Tensor& x, const torch::Tensor& cos,
-                     const torch::Tensor& sin, const torch::Tensor& mask, model::KVCache* cache, int64_t query_start) {
-    return inner ? inner(layer, x, cos, sin, mask, cache, query_start)
-                 : layer.forward(x, cos, sin, mask, cache, query_start);
+                     const torch::Tensor& sin, const model::LayerAttention& attn, model::KVCache* cache) {
+    return inner ? inner(layer, x, cos, sin, attn, cache) : layer.forward(x, cos, sin, attn, cache);
   };
   model.model->run_layer = [run, reentrant](model::DecoderLayerImpl& layer, const torch::Tensor& x,
                                             const torch::Tensor& cos, const torch::Tensor& sin,
-                                            const torch::Tensor& mask, model::KVCache* cache, int64_t query_start) {
-    if (cache || !torch::GradMode::is_enabled()) return run(layer, x, cos, sin, mask, cache, query_start);
+                                            const model::LayerAttention& attn, model::KVCache* cache) {
+    if (cache || !torch::GradMode::is_enabled()) return run(layer, x, cos, sin, attn, cache);
     std::vector<torch::Tensor> params;
     for (auto& p : layer.parameters())
       if (p.requires_grad()) params.push_back(p);
     return checkpoint_block(
-        [run, &layer, cos, sin, mask, query_start](const torch::Tensor& in) {
-          return run(layer, in, cos, sin, mask, nullptr, query_start);
-        },
+        [run, &layer, cos, sin, attn](const torch::Tensor& in) { return run(layer, in, cos, sin, attn, nullptr); },
         x, params, reentrant);
   };
 }

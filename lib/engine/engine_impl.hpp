@@ -220,10 +220,21 @@ struct Engine::Impl {
   void move_collated(TensorMap& batch);
   // What move_collated noted for this step's micro-batches, held with the
   // device tensors it describes (so that none is freed and its address
-  // reused while the step runs): masks whose padding trails, and packed
-  // position ids with their branch reach on the device.
+  // reused while the step runs): masks whose padding trails, packed
+  // position ids with their branch reach on the device, and packed document
+  // ids with their segments (model::document_segments) on the device.
   std::vector<torch::Tensor> trailing_masks_;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> branch_reaches_;
+  struct Segments {
+    torch::Tensor document_ids, cu_seqlens;
+    int64_t longest = 0;
+  };
+  std::vector<Segments> segments_;
+  void forget_host_facts() {
+    trailing_masks_.clear();
+    branch_reaches_.clear();
+    segments_.clear();
+  }
 };
 
 }  // namespace trlx::engine

@@ -197,9 +197,11 @@ void Engine::Impl::move_collated(TensorMap& batch) {
   // Read on the host first: a batch's keys share prefixes ("chosen_", ...).
   std::set<std::string> trails;
   std::map<std::string, torch::Tensor> reaches;  // position key -> reach
+  std::map<std::string, std::pair<torch::Tensor, int64_t>> segments;  // document key -> segments
   for (const auto& [k, v] : batch) {
     if (!v.defined() || !v.device().is_cpu()) continue;
     if (ends_with(k, "attention_mask") && padding_trails(v)) trails.insert(k);
+    if (ends_with(k, "document_ids") && v.dim() == 2) segments[k] = model::document_segments(v);
     if (ends_with(k, "position_ids")) {
       const std::string prefix = k.substr(0, k.size() - 12);
       if (defined(prefix + "document_ids") && defined(prefix + "attention_mask"))
@@ -211,12 +213,13 @@ void Engine::Impl::move_collated(TensorMap& batch) {
     v = v.to(device_);
     if (trails.count(k)) trailing_masks_.push_back(v);
     if (auto it = reaches.find(k); it != reaches.end()) branch_reaches_.emplace_back(v, it->second.to(device_));
+    if (auto it = segments.find(k); it != segments.end())
+      segments_.push_back({v, it->second.first.to(device_), it->second.second});
   }
 }
 
 LossOutput Engine::Impl::run_loss(Trainer& trainer, TensorMap batch) {
-  trailing_masks_.clear();
-  branch_reaches_.clear();
+  forget_host_facts();
   move_collated(batch);
   return trainer.loss(owner(), batch);
 }
@@ -269,8 +272,7 @@ std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const s
   auto& phases = PhaseClock::get();
   phases.mark("between steps: logging, evaluation, saving", device_);
   before_step();
-  trailing_masks_.clear();
-  branch_reaches_.clear();
+  forget_host_facts();
   round_tokens_ = 0;
   // One learning rate for the whole step, whatever its number of updates.
   step_lr_ = learning_rate();
@@ -398,8 +400,7 @@ MetricSums Engine::Impl::evaluate(Trainer& trainer) {
   for (size_t i = 0; i < n; i += bs) {
     std::vector<size_t> idx;
     for (size_t j = i; j < std::min(n, i + bs); ++j) idx.push_back(j);
-    trailing_masks_.clear();
-    branch_reaches_.clear();
+    forget_host_facts();
     auto b = collate_local(trainer, "test", idx);
     standing_in_ = b.stand_in;
     auto out = trainer.loss(owner(), b.batch);

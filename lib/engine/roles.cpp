@@ -156,6 +156,22 @@ model::Batch Engine::Impl::to_device(const model::Batch& b) const {
     if (!out.branch_reach.defined() && b.position_ids.device().is_cpu() && b.attention_mask.defined())
       out.branch_reach = mv(model::branch_reach(b.position_ids, b.document_ids, b.attention_mask));
   }
+  out.segments = mv(b.segments);
+  out.longest_segment = b.longest_segment;
+  if (!out.segments.defined() && b.document_ids.defined()) {
+    // Packed rows the engine collated: their segments were found on the
+    // host then; rows still there are read here.
+    for (const auto& s : segments_)
+      if (s.document_ids.is_same(b.document_ids)) {
+        out.segments = s.cu_seqlens;
+        out.longest_segment = s.longest;
+      }
+    if (!out.segments.defined() && b.document_ids.device().is_cpu() && b.document_ids.dim() == 2) {
+      auto [cu, longest] = model::document_segments(b.document_ids);
+      out.segments = mv(cu);
+      out.longest_segment = longest;
+    }
+  }
   if (!out.padding_trails && b.attention_mask.defined()) {
     // A mask the engine collated: its layout was read on the host then.
     for (const auto& m : trailing_masks_)

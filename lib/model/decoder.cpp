@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <set>
 
 #include <fmt/ranges.h>
@@ -126,7 +128,14 @@ std::pair<torch::Tensor, torch::Tensor> Rotary::tables(const torch::Tensor& posi
       }
     }
   }
-  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * inv_freq_.to(positions.device()).view({1, 1, -1});
+  // The frequencies move to the positions' device once (and again only when
+  // they change), not on every forward: a host-to-device copy per decode
+  // step would stall the step and keep it from being captured as a graph.
+  if (!placed_inv_freq_.defined() || placed_inv_freq_.device() != positions.device() || !placed_from_.is_same(inv_freq_)) {
+    placed_inv_freq_ = inv_freq_.to(positions.device());
+    placed_from_ = inv_freq_;
+  }
+  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * placed_inv_freq_.view({1, 1, -1});
   auto emb = torch::cat({freqs, freqs}, -1);
   auto cos = emb.cos(), sin = emb.sin();
   if (scale_ != 1.0) {
@@ -323,9 +332,106 @@ torch::Tensor softcapped_attention(const torch::Tensor& q, torch::Tensor k, torc
 
 }  // namespace
 
+namespace {
+
+std::mutex attention_mutex;
+FlashKernel flash_override;
+std::optional<AttentionDevice> device_override;
+std::map<std::pair<std::string, int>, AttentionDevice> probed;
+
+torch::Tensor libtorch_flash(const FlashArgs& a) {
+  const bool varlen = a.cu_q.defined();
+  std::optional<at::Tensor> cu_q, cu_k, used;
+  if (varlen) {
+    cu_q = a.cu_q;
+    cu_k = a.cu_k;
+  }
+  if (a.seqused_k.defined()) used = a.seqused_k;
+  std::optional<int64_t> left, right;
+  if (a.window) {
+    left = *a.window - 1;
+    right = 0;
+  }
+  return std::get<0>(at::_flash_attention_forward(a.q, a.k, a.v, cu_q, cu_k, a.max_q, a.max_k, /*dropout_p=*/0.0,
+                                                  /*is_causal=*/true, /*return_debug_mask=*/false, a.scale, left,
+                                                  right, used));
+}
+
+torch::Tensor run_flash(const FlashArgs& a) {
+  FlashKernel k;
+  {
+    std::lock_guard<std::mutex> lock(attention_mutex);
+    k = flash_override;
+  }
+  return k ? k(a) : libtorch_flash(a);
+}
+
+AttentionDevice probe_device(const torch::Device& device, torch::Dtype dtype) {
+  AttentionDevice d;
+  if (!device.is_cuda()) return d;
+  d.cuda = true;
+  torch::NoGradGuard no_grad;
+  const auto o = torch::TensorOptions().dtype(dtype).device(device);
+  auto q = torch::zeros({1, 4, 16, 64}, o), k = torch::zeros({1, 2, 16, 64}, o);
+  auto mask = torch::zeros({1, 1, 16, 16}, o);
+  try {
+    FlashArgs a{q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2), {}, {}, {}, 16, 16, 0.125, std::nullopt};
+    libtorch_flash(a);
+    d.flash = true;
+  } catch (const std::exception&) {
+    d.flash = false;
+  }
+  // SDPA's own choice (0: math) for a masked call, grouped and not.
+  const int64_t math = 0;
+  auto kx = k.repeat_interleave(2, 1);
+  d.fused_masked = at::_fused_sdp_choice(q, kx, kx, mask, 0.0, false, std::nullopt, false) != math;
+  d.fused_masked_grouped = at::_fused_sdp_choice(q, k, k, mask, 0.0, false, std::nullopt, true) != math;
+  return d;
+}
+
+}  // namespace
+
+void set_flash_kernel(FlashKernel kernel) {
+  std::lock_guard<std::mutex> lock(attention_mutex);
+  flash_override = std::move(kernel);
+}
+
+void set_attention_device(std::optional<AttentionDevice> device) {
+  std::lock_guard<std::mutex> lock(attention_mutex);
+  device_override = device;
+  probed.clear();
+}
+
+AttentionDevice attention_device(const torch::Device& device, torch::Dtype dtype) {
+  std::lock_guard<std::mutex> lock(attention_mutex);
+  if (device_override) return *device_override;
+  const auto key = std::make_pair(device.str(), static_cast<int>(dtype));
+  auto it = probed.find(key);
+  if (it == probed.end()) it = probed.emplace(key, probe_device(device, dtype)).first;
+  return it->second;
+}
+
+std::pair<torch::Tensor, int64_t> document_segments(const torch::Tensor& document_ids) {
+  auto d = document_ids.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t b = d.size(0), t = d.size(1);
+  const auto* p = d.data_ptr<int64_t>();
+  std::vector<int32_t> cu = {0};
+  int64_t longest = 0, start = 0;
+  for (int64_t r = 0; r < b; ++r) {
+    for (int64_t j = 1; j <= t; ++j) {
+      if (j < t && p[r * t + j] == p[r * t + j - 1]) continue;
+      const int64_t end = r * t + j;
+      longest = std::max(longest, end - start);
+      cu.push_back(static_cast<int32_t>(end));
+      start = end;
+    }
+  }
+  return {torch::tensor(cu, torch::kInt32), longest};
+}
+
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                     const torch::Tensor& mask, KVCache* cache, int64_t query_start) {
-  const int64_t b = x.size(0), t = x.size(1), s = query_start, tq = t - query_start;
+                                     const LayerAttention& attn, KVCache* cache) {
+  const int64_t b = x.size(0), t = x.size(1), s = attn.query_start, tq = t - s;
   TORCH_CHECK(s == 0 || (!cache && s > 0 && s < t), "queries must start inside the sequence, without a KV cache");
   torch::Tensor q, k, v;
   if (qkv_proj) {
@@ -348,44 +454,95 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   auto c = cos.unsqueeze(1), sn = sin.unsqueeze(1);
   q = s ? rotate(q, c.narrow(2, s, tq), sn.narrow(2, s, tq)) : rotate(q, c, sn);
   k = rotate(k, c, sn);
+  // [B, H, T, D] views from here on.
+  torch::Tensor cache_k, cache_v;  // decode: the whole cache, [slots, capacity, kv_heads, D]
   if (cache) {
     auto& ck = cache->keys[static_cast<size_t>(layer_)];
     auto& cv = cache->values[static_cast<size_t>(layer_)];
     if (!ck.defined()) {
-      ck = torch::zeros({cache->num_slots(), kv_heads_, cache->capacity(), head_dim_}, k.options());
+      ck = torch::zeros({cache->num_slots(), cache->capacity(), kv_heads_, head_dim_}, k.options());
       cv = torch::zeros_like(ck);
     }
     if (cache->mode == KVCache::Mode::Prefill) {
       // The new sequences attend to themselves (causal, padding trails);
       // their keys and values go to their slots for the decode steps.
       if (cache->slots.numel() > 0) {
-        ck.narrow(2, 0, t).index_copy_(0, cache->slots, k.index_select(0, cache->sources).to(ck.scalar_type()));
-        cv.narrow(2, 0, t).index_copy_(0, cache->slots, v.index_select(0, cache->sources).to(cv.scalar_type()));
+        ck.narrow(1, 0, t).index_copy_(0, cache->slots, k.transpose(1, 2).index_select(0, cache->sources).to(ck.scalar_type()));
+        cv.narrow(1, 0, t).index_copy_(0, cache->slots, v.transpose(1, 2).index_select(0, cache->sources).to(cv.scalar_type()));
       }
     } else {
-      auto at = cache->positions.view({b, 1, 1, 1}).expand({b, kv_heads_, 1, head_dim_});
-      ck.scatter_(2, at, k.to(ck.scalar_type()));
-      cv.scatter_(2, at, v.to(cv.scalar_type()));
-      k = ck.narrow(2, 0, cache->read_length);
-      v = cv.narrow(2, 0, cache->read_length);
+      auto at = cache->positions.view({b, 1, 1, 1}).expand({b, 1, kv_heads_, head_dim_});
+      ck.scatter_(1, at, k.transpose(1, 2).to(ck.scalar_type()));
+      cv.scatter_(1, at, v.transpose(1, 2).to(cv.scalar_type()));
+      cache_k = ck;
+      cache_v = cv;
+      k = ck.narrow(1, 0, cache->read_length).transpose(1, 2);
+      v = cv.narrow(1, 0, cache->read_length).transpose(1, 2);
     }
   }
   // Grouped-query attention: SDPA shares each K/V head among its query
-  // heads itself (no repeated copies of K and V).
+  // heads itself (no repeated copies of K and V) where its kernel can.
   const bool gqa = kv_heads_ != heads_;
-  torch::Tensor out;
-  if (softcap_) {
-    out = softcapped_attention(q, k, v, mask, scale_, *softcap_);
-  } else if (mask.defined()) {
+  const auto& mask = attn.mask;
+  auto additive = [&] {
     // The model passes an additive mask made once per forward in the
     // attention's compute dtype; a query of another dtype gets it cast.
     const bool cast = mask.scalar_type() != torch::kBool && mask.scalar_type() != q.scalar_type();
-    out = at::scaled_dot_product_attention(q, k, v, cast ? mask.to(q.scalar_type()) : mask, 0.0, false, scale_,
-                                           gqa);
-  } else {
-    // No mask: causal over the same positions.
-    const bool causal = q.size(2) == k.size(2);
-    out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal, scale_, gqa);
+    return cast ? mask.to(q.scalar_type()) : mask;
+  };
+  torch::Tensor out;  // [B, H, Tq, D]
+  switch (attn.path) {
+    case AttentionPath::Softcapped:
+      out = softcapped_attention(q, k, v, mask, scale_, *softcap_);
+      break;
+    case AttentionPath::SdpaCausal:
+      // No mask: causal over the same positions.
+      out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, q.size(2) == k.size(2),
+                                             scale_, gqa);
+      break;
+    case AttentionPath::SdpaMasked:
+      TORCH_CHECK(mask.defined(), "attention path ", attention_path_name(attn.path), " without its mask");
+      out = at::scaled_dot_product_attention(q, k, v, additive(), 0.0, false, scale_, gqa);
+      break;
+    case AttentionPath::SdpaMaskedExpanded: {
+      TORCH_CHECK(mask.defined(), "attention path ", attention_path_name(attn.path), " without its mask");
+      const int64_t groups = heads_ / kv_heads_;
+      out = at::scaled_dot_product_attention(q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1),
+                                             additive(), 0.0, false, scale_, false);
+      break;
+    }
+    case AttentionPath::FlashTail: {
+      FlashArgs a{q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, {}, {}, tq, k.size(2), scale_,
+                  attn.window};
+      out = run_flash(a).transpose(1, 2);
+      break;
+    }
+    case AttentionPath::FlashDocuments: {
+      TORCH_CHECK(s == 0 && attn.cu_seqlens.defined(), "packed attention needs its segments and every query");
+      auto flat = [&](const torch::Tensor& m) { return m.transpose(1, 2).reshape({b * t, m.size(1), head_dim_}); };
+      FlashArgs a{flat(q), flat(k), flat(v), attn.cu_seqlens, attn.cu_seqlens, {}, attn.max_seqlen, attn.max_seqlen,
+                  scale_, attn.window};
+      out = run_flash(a).view({b, t, heads_, head_dim_}).transpose(1, 2);
+      break;
+    }
+    case AttentionPath::FlashDecode: {
+      TORCH_CHECK(cache_k.defined(), "the flash decode path runs only on a decode step");
+      // One query per slot; the slot's keys sit at [slot * capacity, +position].
+      const int64_t cap = cache->capacity();
+      auto i32 = torch::dtype(torch::kInt32).device(q.device());
+      FlashArgs a{q.transpose(1, 2).reshape({b, heads_, head_dim_}),
+                  cache_k.view({b * cap, kv_heads_, head_dim_}),
+                  cache_v.view({b * cap, kv_heads_, head_dim_}),
+                  torch::arange(b + 1, i32),
+                  torch::arange(b + 1, i32) * cap,
+                  (cache->positions + 1).to(torch::kInt32),
+                  1,
+                  cache->read_length,
+                  scale_,
+                  attn.window};
+      out = run_flash(a).view({b, 1, heads_, head_dim_}).transpose(1, 2);
+      break;
+    }
   }
   out = out.transpose(1, 2).reshape({b, tq, heads_ * head_dim_});
   return o_proj->forward(out);
@@ -429,8 +586,9 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                        const torch::Tensor& mask, KVCache* cache, int64_t query_start) {
-  auto attn = self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache, query_start);
+                                        const LayerAttention& plan, KVCache* cache) {
+  auto attn = self_attn->forward(input_layernorm->forward(x), cos, sin, plan, cache);
+  const int64_t query_start = plan.query_start;
   const auto residual = query_start ? x.narrow(1, query_start, x.size(1) - query_start) : x;
   if (pre_feedforward_layernorm) {
     // Gemma 2/3: each block's output is normed before its residual add.
@@ -464,32 +622,81 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   TORCH_CHECK(!packed || !cache, "packed sequences (document_ids) cannot be used with a KV cache");
   const int64_t from = batch.outputs_from;
   TORCH_CHECK(from == 0 || (!cache && from > 0 && from < t), "outputs_from must lie inside the rows, without a KV cache");
+  const auto& window = config_.sliding_window;
+
+  // The dtype attention computes in: autocast's (bf16) when it is on.
+  const auto embed_dtype = embed_tokens->weight.scalar_type();
+  const auto mask_dtype = at::autocast::is_autocast_enabled(device.type())
+                              ? at::autocast::get_autocast_dtype(device.type())
+                              : embed_dtype;
+
+  // What each kind of layer's attention needs (attention_plan.hpp), decided
+  // on the host before any mask is built: a mask is built only where the
+  // chosen path reads one.
   torch::Tensor positions = batch.position_ids;
+  torch::Tensor mask2d;
+  AttentionShape shape = AttentionShape::Causal;
+  bool crossed = false;  // some query's keys reach past the sliding window
+  bool padded = false;
+  if (decode) {
+    shape = AttentionShape::Decode;
+    crossed = window && cache->read_length > *window;
+  } else {
+    mask2d = batch.attention_mask.defined() ? batch.attention_mask.to(torch::kInt64)
+                                            : torch::ones({b, t}, torch::dtype(torch::kInt64).device(device));
+    if (!positions.defined()) positions = position_ids_from_mask(mask2d);
+    crossed = window && t > *window;
+    // Without padding the mask is implied (causal). Padding only after each
+    // row's tokens (what the caller knows from the host, without a device
+    // sync) needs no mask either: causal attention never reaches a later pad
+    // from a real token, and pad positions feed nothing. Only other padding,
+    // packing or a crossed sliding window need more.
+    const bool trailing = batch.padding_trails && !packed;
+    // (A packed batch attends by documents whatever its padding: nothing to read.)
+    padded = !trailing && !packed && !mask2d.all().item<bool>();
+    if (packed) {
+      const bool branching = batch.position_ids.defined() &&
+                             (batch.branch_reach.defined() ? batch.branch_reach.numel() > 0 : true);
+      shape = !branching && batch.segments.defined() ? AttentionShape::Documents : AttentionShape::Masked;
+    } else if (padded) {
+      shape = AttentionShape::Masked;
+    }
+  }
+  const auto caps = attention_device(device, mask_dtype);
+  auto plan_for = [&](AttentionShape sh, bool win) {
+    AttentionCall call;
+    call.shape = sh;
+    call.window = win;
+    call.grouped = config_.num_key_value_heads != config_.num_attention_heads;
+    call.half = mask_dtype == torch::kBFloat16 || mask_dtype == torch::kHalf;
+    call.head_dim = config_.head_dim;
+    call.softcap = config_.attn_logit_softcapping.has_value();
+    return plan_attention(call, caps);
+  };
+  // The last layer's queries start at `from`: from the bottom right where
+  // nothing but causality masks, else the mask's rows.
+  const auto last_shape = from > 0 ? (shape == AttentionShape::Causal ? AttentionShape::Tail : AttentionShape::Masked)
+                                   : shape;
+  const auto full_plan = plan_for(shape, false), sliding_plan = plan_for(shape, crossed);
+  const auto last_full_plan = plan_for(last_shape, false), last_sliding_plan = plan_for(last_shape, crossed);
+
   torch::Tensor full_mask, sliding_mask;
+  const bool want_full = full_plan.needs_mask || (from > 0 && last_full_plan.needs_mask);
+  const bool want_sliding = window && (sliding_plan.needs_mask || (from > 0 && last_sliding_plan.needs_mask));
   if (decode) {
     // Each slot's token sits at its own position and sees its slot's keys
     // up to it (and, in a sliding layer, the window before it).
     positions = cache->positions.view({b, 1});
-    auto k = torch::arange(cache->read_length, torch::dtype(torch::kInt64).device(device)).view({1, -1});
-    full_mask = k.le(positions);
-    if (config_.sliding_window) sliding_mask = full_mask.logical_and((positions - k).lt(*config_.sliding_window));
-    full_mask = full_mask.view({b, 1, 1, -1});
-    if (sliding_mask.defined()) sliding_mask = sliding_mask.view({b, 1, 1, -1});
-  } else {
-    const auto mask2d = batch.attention_mask.defined() ? batch.attention_mask.to(torch::kInt64)
-                                                     : torch::ones({b, t}, torch::dtype(torch::kInt64).device(device));
-    if (!positions.defined()) positions = position_ids_from_mask(mask2d);
+    if (want_full || want_sliding) {
+      auto k = torch::arange(cache->read_length, torch::dtype(torch::kInt64).device(device)).view({1, -1});
+      full_mask = k.le(positions);
+      if (want_sliding) sliding_mask = full_mask.logical_and((positions - k).lt(*window)).view({b, 1, 1, -1});
+      full_mask = want_full ? full_mask.view({b, 1, 1, -1}) : torch::Tensor();
+    }
+  } else if (want_full || want_sliding) {
     const auto& key_mask = mask2d;
-    // Without padding the mask is implied (causal). Padding only after each
-    // row's tokens (what the caller knows from the host, without a device
-    // sync) needs no mask either: causal attention never reaches a later pad
-    // from a real token, and pad positions feed nothing. Only other padding
-    // or a sliding window need an explicit mask.
-    const bool trailing = batch.padding_trails && !packed;
-    // (A packed batch builds its mask whatever its padding: nothing to read.)
-    const bool padded = !trailing && !packed && !key_mask.all().item<bool>();
     if (padded || packed) full_mask = build_attention_mask(key_mask, t, std::nullopt);
-    if (config_.sliding_window) sliding_mask = build_attention_mask(key_mask, t, config_.sliding_window);
+    if (want_sliding) sliding_mask = build_attention_mask(key_mask, t, window);
     if (packed) {
       // Block-diagonal: no attention across document boundaries (a query left
       // with no key sees itself, as in build_attention_mask).
@@ -506,7 +713,7 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
         if (branches.defined()) {
           // Across branches slots and positions differ: the window counts positions.
           auto dist = positions.unsqueeze(2) - positions.unsqueeze(1);
-          sliding_mask = self_if_alone(full_mask.logical_and(dist.lt(*config_.sliding_window).unsqueeze(1)), diag);
+          sliding_mask = self_if_alone(full_mask.logical_and(dist.lt(*window).unsqueeze(1)), diag);
         } else {
           sliding_mask = self_if_alone(sliding_mask.logical_and(same), diag);
         }
@@ -517,19 +724,17 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   auto embed = [&] { return embed_tokens->forward(ids); };
   auto x = sharding_ ? sharding_->embedding(embed) : embed();
   if (config_.scale_embeddings) {
-    // Gemma: times sqrt(hidden_size), rounded to the embeddings' dtype first.
-    auto normalizer = torch::tensor(std::sqrt(static_cast<double>(config_.hidden_size)), torch::kFloat64)
-                          .to(x.scalar_type())
-                          .to(x.device());
+    // Gemma: times sqrt(hidden_size), rounded to the embeddings' dtype first
+    // (on the host: no copy to the device inside a captured decode step).
+    const auto root = static_cast<float>(std::sqrt(static_cast<double>(config_.hidden_size)));
+    double normalizer = root;
+    if (x.scalar_type() == torch::kBFloat16) normalizer = static_cast<float>(c10::BFloat16(root));
+    if (x.scalar_type() == torch::kHalf) normalizer = static_cast<float>(c10::Half(root));
     x = x * normalizer;
   }
   // SDPA turns a boolean mask into an additive one of the query's dtype on
   // every call, and each layer's backward keeps its own copy; one additive
   // mask for all layers gives the same numbers with one conversion and one copy.
-  // In the dtype attention computes in: autocast's (bf16) when it is on.
-  const auto mask_dtype = at::autocast::is_autocast_enabled(device.type())
-                              ? at::autocast::get_autocast_dtype(device.type())
-                              : x.scalar_type();
   auto additive = [&](const torch::Tensor& m) {
     if (!m.defined()) return m;
     return torch::zeros(m.sizes(), x.options().dtype(mask_dtype))
@@ -537,34 +742,59 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   };
   full_mask = additive(full_mask);
   sliding_mask = additive(sliding_mask);
-  // The last layer's masks when its queries start at `from`: the rows of
-  // those queries, or causal ones offset by `from` where no mask is needed
-  // for all positions (SDPA's own causal flag aligns queries to the first key).
-  torch::Tensor last_full, last_sliding;
+
+  auto layer_attention = [&](const AttentionPlan& plan, bool sliding, bool last) {
+    LayerAttention a;
+    a.path = plan.path;
+    a.query_start = last ? from : 0;
+    if (sliding && crossed) a.window = window;
+    if (plan.path == AttentionPath::FlashDocuments) {
+      a.cu_seqlens = batch.segments.to(device);
+      a.max_seqlen = batch.longest_segment;
+    }
+    if (plan.needs_mask) {
+      const auto& m = sliding ? sliding_mask : full_mask;
+      if (!last) {
+        a.mask = m;
+      } else if (m.defined()) {
+        a.mask = m.narrow(2, from, t - from);
+      } else {
+        // Causal rows offset by `from` (SDPA's own causal flag aligns
+        // queries to the first key).
+        auto q = torch::arange(from, t, torch::dtype(torch::kInt64).device(device)).view({-1, 1});
+        auto k = torch::arange(t, torch::dtype(torch::kInt64).device(device)).view({1, -1});
+        a.mask = additive(k.le(q).view({1, 1, t - from, t}));
+      }
+    }
+    return a;
+  };
+  const LayerAttention full = layer_attention(full_plan, false, false);
+  const LayerAttention sliding = window ? layer_attention(sliding_plan, true, false) : full;
+  LayerAttention last_full, last_sliding;
   if (from > 0) {
-    auto rows = [&](const torch::Tensor& m) {
-      if (m.defined()) return m.narrow(2, from, t - from);
-      auto q = torch::arange(from, t, torch::dtype(torch::kInt64).device(device)).view({-1, 1});
-      auto k = torch::arange(t, torch::dtype(torch::kInt64).device(device)).view({1, -1});
-      return additive(k.le(q).view({1, 1, t - from, t}));
-    };
-    last_full = rows(full_mask);
-    if (sliding_mask.defined()) last_sliding = rows(sliding_mask);
+    last_full = layer_attention(last_full_plan, false, true);
+    if (window) last_sliding = layer_attention(last_sliding_plan, true, true);
   }
+  attention_paths_ = {full.path};
+  if (window) attention_paths_.push_back(sliding.path);
+  if (from > 0) {
+    attention_paths_.push_back(last_full.path);
+    if (window) attention_paths_.push_back(last_sliding.path);
+  }
+
   auto [cos, sin] = rope_->tables(positions, x.scalar_type());
   torch::Tensor local_cos, local_sin;
   if (sliding_rope_) std::tie(local_cos, local_sin) = sliding_rope_->tables(positions, x.scalar_type());
   for (size_t i = 0; i < layers->size(); ++i) {
     auto& layer = *layers[i]->as<DecoderLayerImpl>();
     const bool last = from > 0 && i + 1 == layers->size();
-    const auto& mask = last ? (layer.sliding ? last_sliding : last_full) : (layer.sliding ? sliding_mask : full_mask);
-    const int64_t query_start = last ? from : 0;
+    const auto& attn = last ? (layer.sliding ? last_sliding : last_full) : (layer.sliding ? sliding : full);
     const bool local = sliding_rope_ && layer.local_rope;
     const auto& layer_cos = local ? local_cos : cos;
     const auto& layer_sin = local ? local_sin : sin;
     auto run = [&] {
-      return run_layer ? run_layer(layer, x, layer_cos, layer_sin, mask, cache, query_start)
-                       : layer.forward(x, layer_cos, layer_sin, mask, cache, query_start);
+      return run_layer ? run_layer(layer, x, layer_cos, layer_sin, attn, cache)
+                       : layer.forward(x, layer_cos, layer_sin, attn, cache);
     };
     x = sharding_ ? sharding_->layer(layer, x, run) : run();
   }

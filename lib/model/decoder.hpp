@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include "model/attention_plan.hpp"
 #include "model/model_config.hpp"
 
 namespace trlx::model {
@@ -31,7 +32,9 @@ struct KVCache {
   KVCache(int64_t num_layers, int64_t slots, int64_t capacity)
       : keys(static_cast<size_t>(num_layers)), values(static_cast<size_t>(num_layers)), slots_(slots),
         capacity_(capacity) {}
-  std::vector<torch::Tensor> keys, values;  // [slots, kv_heads, capacity, head_dim]
+  // [slots, capacity, kv_heads, head_dim]: each slot's positions in a row,
+  // so that flash reads the cache as variable-length sequences without a copy.
+  std::vector<torch::Tensor> keys, values;
 
   enum class Mode { Prefill, Decode };
   Mode mode = Mode::Prefill;
@@ -123,6 +126,7 @@ class Rotary {
   RopeConfig rope_;
   int64_t rotary_dim_;
   torch::Tensor inv_freq_, original_inv_freq_, long_inv_freq_;
+  torch::Tensor placed_inv_freq_, placed_from_;  // inv_freq_ on the device it was last used on
   double scale_ = 1.0;
   int64_t cached_len_;  // dynamic: the length inv_freq_ is for
 };
@@ -158,13 +162,56 @@ torch::Tensor branch_reach(const torch::Tensor& position_ids, const torch::Tenso
                            const torch::Tensor& key_mask);
 torch::Tensor branch_mask_from_reach(const torch::Tensor& reach, const torch::Tensor& key_mask);
 
+// How one layer attends in one forward (see attention_plan.hpp): the path
+// the plan chose and what that path reads.
+struct LayerAttention {
+  AttentionPath path = AttentionPath::SdpaCausal;
+  torch::Tensor mask;                  // additive [B, 1, Tq, Tk], where the path needs one
+  int64_t query_start = 0;             // queries for positions [query_start, T) only (no cache)
+  std::optional<int64_t> window;       // flash paths: keys less than this many positions back
+  torch::Tensor cu_seqlens;            // FlashDocuments: int32 [segments + 1] over the B*T flattened rows
+  int64_t max_seqlen = 0;              // FlashDocuments: longest segment
+};
+
+// What a flash path hands the kernel: causal with the queries aligned to the
+// last keys (bottom right), optionally within a window. Dense: q [B, Tq, H,
+// D], k/v [B, Tk, Hk, D], cu_* undefined. Variable length: q [total_q, H, D],
+// k/v [total_k, Hk, D] with cumulative lengths cu_q/cu_k (int32), and
+// seqused_k (int32, per sequence; undefined: all) keys read of each.
+// Returns the output shaped as q.
+struct FlashArgs {
+  torch::Tensor q, k, v, cu_q, cu_k, seqused_k;
+  int64_t max_q = 0, max_k = 0;
+  double scale = 1.0;
+  std::optional<int64_t> window;  // keys less than this many positions before the query
+};
+using FlashKernel = std::function<torch::Tensor(const FlashArgs&)>;
+// The kernel the flash paths call: LibTorch's flash attention unless replaced
+// (tests replace it, with the device's capabilities, to run the flash paths'
+// plumbing on a CPU); null restores it.
+void set_flash_kernel(FlashKernel kernel);
+
+// What attention kernels `device` offers for `dtype`: probed once per device
+// and dtype on a GPU (tiny calls to the kernels and to SDPA's own choice);
+// a CPU offers none of the GPU kernels. set_attention_device overrides the
+// answer for every device (nullopt: probe again).
+AttentionDevice attention_device(const torch::Device& device, torch::Dtype dtype);
+void set_attention_device(std::optional<AttentionDevice> device);
+
+// Cumulative lengths of the runs of equal document ids along each row of
+// `document_ids` [B, T] (host), flattened row after row, as int32 [runs + 1],
+// and the longest run: the segments variable-length attention takes. Padding
+// (its own id) forms runs of its own, which no real token reads.
+std::pair<torch::Tensor, int64_t> document_segments(const torch::Tensor& document_ids);
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& c, int64_t layer);
-  // query_start > 0 (no cache): queries only for positions [query_start, T)
-  // of x, keys and values for all; `mask` then has rows for those queries.
+  // attn.query_start > 0 (no cache): queries only for positions
+  // [query_start, T) of x, keys and values for all; a mask then has rows for
+  // those queries.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask, KVCache* cache, int64_t query_start = 0);
+                        const LayerAttention& attn, KVCache* cache);
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   Linear qkv_proj{nullptr};  // fused_projections: q, k, v rows in that order
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
@@ -191,10 +238,10 @@ TORCH_MODULE(MLP);
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& c, int64_t layer);
-  // Returns the layer's output at positions [query_start, T) of x (all when
-  // 0); see AttentionImpl::forward.
+  // Returns the layer's output at positions [attn.query_start, T) of x (all
+  // when 0); see AttentionImpl::forward.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask, KVCache* cache, int64_t query_start = 0);
+                        const LayerAttention& attn, KVCache* cache);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich_norms
   Attention self_attn{nullptr};
@@ -233,6 +280,10 @@ struct Batch {
   // (empty: no row branches). Undefined: the model works it out, which reads
   // the positions back from the device.
   torch::Tensor branch_reach{};
+  // document_segments of these rows, worked out on the host before they
+  // moved (undefined: not known, and packed rows attend through a mask).
+  torch::Tensor segments{};
+  int64_t longest_segment = 0;
 };
 
 // What a strategy that splits parameters across ranks installs in a model
@@ -271,16 +322,21 @@ class DecoderModelImpl : public torch::nn::Module {
   // ShardingHooks::layer.
   using LayerRunner = std::function<torch::Tensor(DecoderLayerImpl& layer, const torch::Tensor& x,
                                                   const torch::Tensor& cos, const torch::Tensor& sin,
-                                                  const torch::Tensor& mask, KVCache* cache,
-                                                  int64_t query_start)>;
+                                                  const LayerAttention& attn, KVCache* cache)>;
   LayerRunner run_layer;
 
   // Null when the parameters are whole; see LanguageModelImpl.
   void set_sharding_hooks(std::shared_ptr<ShardingHooks> hooks) { sharding_ = std::move(hooks); }
   ShardingHooks* sharding_hooks() const { return sharding_.get(); }
 
+  // The attention paths the last forward took: full-attention layers, then
+  // (if the model has them) sliding layers, then the same for the last layer
+  // where its queries started later (outputs_from).
+  const std::vector<AttentionPath>& attention_paths() const { return attention_paths_; }
+
  private:
   ModelConfig config_;
+  std::vector<AttentionPath> attention_paths_;
   std::shared_ptr<Rotary> rope_, sliding_rope_;  // sliding_rope_: Gemma 3's sliding layers
   std::shared_ptr<ShardingHooks> sharding_;
 };

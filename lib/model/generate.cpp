@@ -4,6 +4,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <algorithm>
 #include <limits>
 #include <deque>
@@ -11,6 +13,14 @@
 #include <optional>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
+
+#if defined(USE_C10D_NCCL)
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace trlx::model {
 
@@ -114,6 +124,49 @@ class Sampler {
   torch::Tensor saved_;
 };
 
+// TRLX_CUDA_GRAPHS=1: decode steps replayed as CUDA graphs where they can be.
+bool cuda_graphs_requested() {
+  const char* v = std::getenv("TRLX_CUDA_GRAPHS");
+  return v && std::string(v) == "1";
+}
+
+// A round's decode step (model forward and head over fixed inputs) captured
+// once and replayed every step; `run` computes the step's logits from the
+// inputs it reads in place.
+class DecodeGraph {
+ public:
+#if defined(USE_C10D_NCCL)
+  torch::Tensor replay(const std::function<torch::Tensor()>& run) {
+    if (!out_.defined()) {
+      // Captured on a side stream after two warm-up runs (as PyTorch's
+      // graph capture wants), ordered after the work queued so far.
+      auto current = c10::cuda::getCurrentCUDAStream();
+      auto side = c10::cuda::getStreamFromPool();
+      at::cuda::CUDAEvent before, after;
+      before.record(current);
+      before.block(side);
+      {
+        c10::cuda::CUDAStreamGuard guard(side);
+        for (int i = 0; i < 2; ++i) run();
+        graph_.capture_begin();
+        out_ = run();
+        graph_.capture_end();
+      }
+      after.record(side);
+      after.block(current);
+    }
+    graph_.replay();
+    return out_;
+  }
+
+ private:
+  at::cuda::CUDAGraph graph_;
+  torch::Tensor out_;
+#else
+  torch::Tensor replay(const std::function<torch::Tensor()>& run) { return run(); }
+#endif
+};
+
 // One slot of the KV cache: which output row it generates, and how far.
 struct Slot {
   int64_t row = -1;     // -1: free
@@ -169,6 +222,17 @@ Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int6
   const auto i64 = torch::dtype(torch::kInt64);
 
   torch::NoGradGuard no_grad;
+  // Fixed shapes (and, on a GPU when asked, a captured decode step).
+  const auto& rope = model.config().rope.type;
+  const bool graphs = cuda_graphs_requested() && device.is_cuda() && !lockstep && !model.model->sharding_hooks() &&
+                      rope != "dynamic" && rope != "longrope";
+#if !defined(USE_C10D_NCCL)
+  if (graphs) log::warn("TRLX_CUDA_GRAPHS=1: this build has no CUDA graph support; decode steps run one by one");
+#endif
+  const bool fixed = o.fixed_shapes || graphs;
+  std::optional<DecodeGraph> graph;
+  if (graphs) graph.emplace();
+  torch::Tensor step_ids, step_positions;  // fixed: the decode step's inputs, written in place
   Sampler sampler(device, o);
   KVCache cache(model.config().num_hidden_layers, num_slots, capacity);
   std::vector<Slot> slots(static_cast<size_t>(num_slots));
@@ -228,10 +292,23 @@ Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int6
         read = std::max(read, sl.length);
       }
       cache.mode = KVCache::Mode::Decode;
-      cache.positions = torch::tensor(pos, i64).to(device);
-      cache.read_length = read;
-      auto ids = torch::tensor(tok, i64).view({num_slots, 1}).to(device);
-      logits = head_of(model.hidden_states({ids, {}, {}}, &cache)).select(1, 0);
+      if (fixed) {
+        if (!step_ids.defined()) {
+          step_ids = torch::empty({num_slots, 1}, i64.device(device));
+          step_positions = torch::empty({num_slots}, i64.device(device));
+        }
+        step_ids.copy_(torch::tensor(tok, i64).view({num_slots, 1}));
+        step_positions.copy_(torch::tensor(pos, i64));
+        cache.positions = step_positions;
+        cache.read_length = capacity;
+        auto run = [&] { return head_of(model.hidden_states({step_ids, {}, {}}, &cache)).select(1, 0); };
+        logits = graph ? graph->replay(run) : run();
+      } else {
+        cache.positions = torch::tensor(pos, i64).to(device);
+        cache.read_length = read;
+        auto ids = torch::tensor(tok, i64).view({num_slots, 1}).to(device);
+        logits = head_of(model.hidden_states({ids, {}, {}}, &cache)).select(1, 0);
+      }
     }
     if (prefill) {
       // The admitted prompts, right-padded, in one forward; each prompt's
@@ -313,7 +390,8 @@ Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int6
 
     // With no prompt left to admit and most slots idle, the cache keeps
     // only the live rows, so the decode steps left stop paying for the rest.
-    if (waiting.empty() && carried > 0 && carried * 2 <= num_slots && num_slots > n) {
+    // (Not with fixed shapes: the step's shapes stay those of the round.)
+    if (!fixed && waiting.empty() && carried > 0 && carried * 2 <= num_slots && num_slots > n) {
       std::vector<int64_t> kept;
       std::vector<Slot> compact;
       for (int64_t s = 0; s < num_slots; ++s)

@@ -50,6 +50,16 @@ struct GenerationOptions {
   // each value over ranks (in place), and ranks that have finished keep
   // running stand-in forwards until every rank has.
   std::function<void(std::vector<double>& values)> max_across_ranks;
+  // Every decode step of a round runs with the same shapes: keys read over
+  // the whole cache (masked past each slot's position) and no compaction of
+  // finished slots, the step's inputs written into buffers that stay in
+  // place. The tokens equal the dynamic path's (with sampling, as long as
+  // the dynamic path compacts nothing: compaction changes which random
+  // numbers each row draws). On a GPU, TRLX_CUDA_GRAPHS=1 turns this on and
+  // replays each round's decode step as one captured CUDA graph (not under
+  // parameter sharding, whose forwards are collectives, nor with a rope that
+  // reads its positions back: dynamic, longrope).
+  bool fixed_shapes = false;
   // Called after every decode step with the tokens generated so far.
   std::function<void(int64_t tokens, int64_t rows_done, int64_t rows)> progress;
 };

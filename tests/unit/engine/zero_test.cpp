@@ -504,8 +504,7 @@ torch::Tensor zero3_run(bool stage3, bool lora, int checkpointing, bool reshard,
   // model calls this runner inside the strategy's gather).
   int64_t most_gathered = 0;
   m->model->run_layer = [&](model::DecoderLayerImpl& layer, const torch::Tensor& x, const torch::Tensor& cos,
-                            const torch::Tensor& sin, const torch::Tensor& mask, model::KVCache* cache,
-                            int64_t query_start) {
+                            const torch::Tensor& sin, const model::LayerAttention& attn, model::KVCache* cache) {
     int64_t n = 0;
     for (auto& l : *m->model->layers) {
       bool live = false;
@@ -513,7 +512,7 @@ torch::Tensor zero3_run(bool stage3, bool lora, int checkpointing, bool reshard,
       n += live ? 1 : 0;
     }
     most_gathered = std::max(most_gathered, n);
-    return layer.forward(x, cos, sin, mask, cache, query_start);
+    return layer.forward(x, cos, sin, attn, cache);
   };
   strategy->wrap_model(*m);
   if (checkpointing) engine::checkpoint_layers(*m, checkpointing == 1);

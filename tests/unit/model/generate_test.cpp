@@ -77,12 +77,19 @@ TEST_CASE("greedy continuations equal transformers' generate under every batch l
       // row's slot (continuous batching).
       INFO(name << ", " << slots << " slot(s)");
       o.max_batch = slots;
-      auto g = model::generate(*model, prompts, o);
-      CHECK(g.completions == expected);
-      for (size_t r = 0; r < prompts.size(); ++r) {
-        const bool eos = !expected[r].empty() && expected[r].back() == 2;
-        CHECK(g.finish[r] == (eos ? model::FinishReason::Eos : model::FinishReason::Length));
+      for (bool fixed : {false, true}) {
+        // Fixed shapes (every decode step reads the whole cache, no slot
+        // compaction: what a captured CUDA graph replays) give the same tokens.
+        INFO("fixed_shapes " << fixed);
+        o.fixed_shapes = fixed;
+        auto g = model::generate(*model, prompts, o);
+        CHECK(g.completions == expected);
+        for (size_t r = 0; r < prompts.size(); ++r) {
+          const bool eos = !expected[r].empty() && expected[r].back() == 2;
+          CHECK(g.finish[r] == (eos ? model::FinishReason::Eos : model::FinishReason::Length));
+        }
       }
+      o.fixed_shapes = false;
     }
     // Three samples per prompt share its prefill: every greedy sample is the
     // prompt's greedy continuation, and each prompt runs through the model once.
@@ -123,6 +130,18 @@ TEST_CASE("sampling is seeded: the same seed and layout give the same completion
   o.max_batch = 4;
   o.seed = 1234;
   CHECK(model::generate(*model, prompts, o).completions == model::generate(*model, prompts, o).completions);
+  // Fixed shapes draw the same tokens (every row runs to max_new_tokens
+  // here, so the dynamic path compacts no slot either).
+  for (int64_t slots : {0, 4}) {
+    INFO(slots << " slots");
+    o.max_batch = slots;
+    o.fixed_shapes = false;
+    auto dynamic = model::generate(*model, prompts, o);
+    o.fixed_shapes = true;
+    auto fixed = model::generate(*model, prompts, o);
+    CHECK(fixed.completions == dynamic.completions);
+    CHECK(fixed.steps == dynamic.steps);
+  }
 }
 
 TEST_CASE("rows stop at a stop token, at a stop rule and at max_new_tokens, each with its reason", "[generate]") {
