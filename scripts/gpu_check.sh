@@ -356,6 +356,14 @@ if [ "$GPUS" -ge 2 ]; then
       record "2 GPUs sft $preset" FAIL "exit code (124: past RUN_TIMEOUT)"
     fi
   done
+  # ZeRO-3 (bf16 gathers of float32 slices) holds no more than DDP's whole
+  # float32 model, gradients and Adam state per GPU (the slack: this model
+  # is small, and activations and allocator rounding dominate its peaks).
+  ddp_peak=$(metric "$WORK/two_multi_gpu" peak_gpu_memory_mb max)
+  z3_peak=$(metric "$WORK/two_zero3" peak_gpu_memory_mb max)
+  if "$PY" -c "import math,sys; a,b=float('$z3_peak'),float('$ddp_peak'); sys.exit(0 if math.isfinite(a) and math.isfinite(b) and a <= 1.1 * b + 32 else 1)"; then
+    status=PASS; else status=FAIL; fi
+  record "2 GPUs peak: zero3 not above ddp" $status "zero3 $z3_peak MiB, ddp $ddp_peak MiB"
   if trlx "${TWO[@]}" dpo --config configs/dpo.yaml --model_name_or_path "$WORK/single" --bf16 true --max_steps 4 \
        --logging_steps 1 --eval_strategy no --save_strategy no --accelerate_config zero3 --ddp_timeout "$DDP_TIMEOUT" \
        --output_dir "$WORK/two_dpo" >"$WORK/two_dpo.log" 2>&1; then

@@ -13,7 +13,9 @@ namespace trlx::engine {
 // `cache`: autocast keeps the bf16 copy of each weight until the outermost
 // scope ends, which under parameter sharding holds a copy of every gathered
 // layer for the whole forward; sharded runs turn it off, so each copy goes
-// with the op that made it.
+// with the op that made it (or is kept for its backward by the op that
+// saves it). Under bf16 parameter sharding the gathered weights are bf16
+// already (ParameterShardingOptions::compute_dtype): no copy is made.
 class Autocast {
  public:
   // `dtype`: the precision the scope computes in; none: the scope does nothing.

@@ -157,6 +157,7 @@ std::map<std::string, torch::Tensor> Engine::Impl::parameter_values(bool trainab
     dist::Strategy& s;
     ~EndReads() { s.end_parameter_reads(); }
   } end_reads{*strategy_};
+  strategy_->begin_parameter_reads();
   std::map<std::string, torch::Tensor> out;
   std::vector<model::LanguageModelImpl*> models = {policy_.get()};
   if (value_) models.push_back(value_.get());
@@ -180,6 +181,7 @@ void Engine::Impl::write_on_rank0(const std::function<void(const io::BeforeWrite
     dist::Strategy& s;
     ~EndReads() { s.end_parameter_reads(); }
   } end_reads{*strategy_};
+  strategy_->begin_parameter_reads();
   write([this](const torch::Tensor& t) { strategy_->read_parameter(t); });
 }
 

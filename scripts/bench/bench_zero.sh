@@ -15,6 +15,10 @@
 #                       reduce-scatter)                wire volume 3Ψ
 #   fsdp_keep 4Ψ + 4Ψ/w (reshard_after_forward false: one all-gather per
 #                       unit, kept until its backward) wire volume 2Ψ
+#   zero3_autocast      as zero3, under bf16 autocast (float32 gathers)
+#   zero3_bf16 4Ψ + 4Ψ/w (bf16 autocast, bf16 gathers of the float32
+#                       slices: 2 bytes per element each way, float32
+#                       reduce-scatter)
 # Settings: NP (2), BATCH (2), SEQ (128), STEPS (3), THREADS (1 per rank).
 #
 # Recorded (2026-11-29, 2 shared CPU cores under load 5 from concurrent
@@ -51,7 +55,7 @@ trap 'rm -rf "$WORK"' EXIT
   --num_kv_heads 2 --vocab_size 32000 --tie_word_embeddings --out "$WORK/m" >/dev/null
 
 declare -A out
-STRATEGIES="ddp zero1 zero2 zero3 fsdp_keep"
+STRATEGIES=${STRATEGIES:-"ddp zero1 zero2 zero3 fsdp_keep zero3_autocast zero3_bf16"}
 for s in $STRATEGIES; do
   out[$s]=$(mpirun --oversubscribe --bind-to none -np "$NP" "$BENCH" "$WORK/m" "$s" "$BATCH" "$SEQ" "$STEPS" 2>/dev/null)
 done
@@ -63,7 +67,7 @@ for s in $STRATEGIES; do
   o=${out[$s]}
   case $s in
     ddp) exp=$((4 * P)) ;;
-    zero3) exp=$((4 * P + 8 * P / NP)) ;;
+    zero3 | zero3_autocast) exp=$((4 * P + 8 * P / NP)) ;;
     *) exp=$((4 * P + 4 * P / NP)) ;;
   esac
   printf "%-8s %10.1f %8.2f %16s %16s %8.3f %16s %16s %12s\n" "$s" "$(field "$o" step_ms)" \

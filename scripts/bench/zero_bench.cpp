@@ -3,7 +3,9 @@
 // stage-3 layout with reshard_after_forward false), printing rank 0's best
 // step time, the bytes this rank handed to collectives per step, the
 // optimizer-state and gradient bytes it holds, and its peak resident memory.
-// Usage: zero_bench MODEL_DIR ddp|zero1|zero2|zero3|fsdp_keep BATCH SEQ STEPS
+// zero3_autocast and zero3_bf16 run the stage-3 layout under bf16 autocast,
+// gathering float32 units (the layout before bf16 gathers) or bf16 copies.
+// Usage: zero_bench MODEL_DIR ddp|zero1|zero2|zero3|fsdp_keep|zero3_autocast|zero3_bf16 BATCH SEQ STEPS
 #include <sys/resource.h>
 
 #include <chrono>
@@ -13,13 +15,14 @@
 
 #include "dist/comm/make_communicator.hpp"
 #include "dist/strategy/strategy.hpp"
+#include "engine/autocast.hpp"
 #include "model/loading.hpp"
 
 using namespace trlx;
 
 int main(int argc, char** argv) {
   if (argc != 6) {
-    std::cerr << "usage: zero_bench MODEL_DIR ddp|zero1|zero2|zero3|fsdp_keep BATCH SEQ STEPS\n";
+    std::cerr << "usage: zero_bench MODEL_DIR ddp|zero1|zero2|zero3|fsdp_keep|zero3_autocast|zero3_bf16 BATCH SEQ STEPS\n";
     return 2;
   }
   const std::string dir = argv[1], mode = argv[2];
@@ -35,8 +38,10 @@ int main(int argc, char** argv) {
   } else {
     dist::ParameterShardingOptions o;
     o.reshard_after_forward = mode != "fsdp_keep";
+    if (mode == "zero3_bf16") o.compute_dtype = at::kBFloat16;
     strategy = dist::make_parameter_sharding_strategy(comm, o);
   }
+  const bool autocast = mode == "zero3_autocast" || mode == "zero3_bf16";
   torch::manual_seed(0);
   auto m = model::load_language_model(dir, model::HeadKind::CausalLM);
   m->train();
@@ -63,7 +68,9 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad(true);
     strategy->begin_backward(true, true);
-    auto logits = m->forward({ids, {}, {}});
+    engine::Autocast ac(autocast ? std::optional<at::ScalarType>(at::kBFloat16) : std::nullopt, torch::kCPU,
+                        /*cache=*/false);
+    auto logits = m->forward({ids, {}, {}}).to(torch::kFloat32);
     auto loss = torch::nn::functional::cross_entropy(logits.slice(1, 0, seq - 1).reshape({-1, logits.size(-1)}),
                                                      ids.slice(1, 1).reshape({-1}));
     loss.backward();

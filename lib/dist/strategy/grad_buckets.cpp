@@ -86,16 +86,18 @@ GradBuckets::GradBuckets(const std::vector<NamedParam>& params, double cap_mb, L
 }
 
 GradBuckets::GradBuckets(const std::vector<NamedParam>& params, const std::vector<std::vector<size_t>>& groups,
-                         LaunchFn launch)
+                         LaunchFn launch, std::optional<torch::ScalarType> reduce_dtype)
     : params_(params), launch_(std::move(launch)) {
   for (const auto& g : groups) {
     if (g.empty()) continue;
     GradBucket b;
-    b.dtype = params_[g.front()].param.scalar_type();
+    const auto dtype = params_[g.front()].param.scalar_type();
+    const bool low = dtype == torch::kBFloat16 || dtype == torch::kHalf;
+    b.dtype = reduce_dtype && low ? *reduce_dtype : dtype;
     b.device = params_[g.front()].param.device();
     for (size_t k : g) {
       const auto& p = params_[k].param;
-      if (p.scalar_type() != b.dtype || p.device() != b.device)
+      if (p.scalar_type() != dtype || p.device() != b.device)
         throw Error(fmt::format("gradient bucket mixes dtypes or devices ({} and {})", params_[g.front()].name,
                                 params_[k].name));
       b.offsets.push_back(b.numel);
@@ -119,6 +121,15 @@ void GradBuckets::install_hooks() {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);
     acc->add_post_hook(std::make_unique<ReadyHook>(this, i));
     accumulators_.push_back(std::move(acc));
+  }
+}
+
+void GradBuckets::reattach_hooks() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);
+    if (acc.get() == accumulators_[i].get()) continue;
+    acc->add_post_hook(std::make_unique<ReadyHook>(this, i));
+    accumulators_[i] = std::move(acc);
   }
 }
 

@@ -7,6 +7,7 @@
 // DDP and ZeRO-1, a reduce-scatter where gradients are sharded) is the
 // strategy's.
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,11 @@ class GradBuckets {
   GradBuckets(const std::vector<NamedParam>& params, double cap_mb, LaunchFn launch);
   // Buckets given explicitly (indices into `params`, in launch order; each
   // one dtype and device): sharded units reduce one unit per bucket.
-  GradBuckets(const std::vector<NamedParam>& params, const std::vector<std::vector<size_t>>& groups, LaunchFn launch);
+  // `reduce_dtype`: buckets of 16-bit parameters flatten and reduce their
+  // gradients in this dtype instead (float32 for bf16 compute copies of
+  // float32 masters).
+  GradBuckets(const std::vector<NamedParam>& params, const std::vector<std::vector<size_t>>& groups, LaunchFn launch,
+              std::optional<torch::ScalarType> reduce_dtype = std::nullopt);
 
   // Before a backward whose gradients are reduced (`active`) or only
   // accumulated locally.
@@ -66,6 +71,9 @@ class GradBuckets {
   void unflatten(const GradBucket& b, const torch::Tensor& flat) const;
 
   void mark_ready(size_t i);
+  // After a parameter's data changed dtype (set_data), LibTorch gives it a
+  // new gradient accumulator: this hooks the new ones.
+  void reattach_hooks();
 
  private:
   void install_hooks();

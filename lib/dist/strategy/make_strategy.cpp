@@ -32,6 +32,9 @@ std::unique_ptr<Strategy> make_strategy(const config::DistributedConfig& dist, c
     const bool fsdp = dist.strategy == config::Strategy::FSDP;
     o.name = fsdp ? "fsdp" : "zero3";
     o.reshard_after_forward = fsdp ? dist.reshard_after_forward : true;
+    // bf16 mixed precision gathers bf16 (as DeepSpeed's bf16 mode and FSDP's
+    // param_dtype do); fp16 keeps float32 weights for its loss scaling.
+    if (training.use_bf16() && !training.fp16) o.compute_dtype = at::kBFloat16;
     return make_parameter_sharding_strategy(std::move(comm), o);
   }
   const double bucket_cap_mb = training.ddp_bucket_cap_mb.value_or(25.0);

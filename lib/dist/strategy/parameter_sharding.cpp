@@ -28,6 +28,11 @@ struct Segment {
   torch::Tensor shard;  // this rank's part, always held
   bool gathered = false;  // the full storage is held (set through ParameterSharding::mark)
   WorkPtr pending;      // a gather started ahead (prefetch), not yet waited for
+  // Mixed precision, where `full` is in the compute dtype and `shard` in
+  // float32: the shard cast for a gather in flight, and while saving reads
+  // or weights are written, a float32 full buffer the parameters view instead.
+  torch::Tensor send, exact;
+  bool mixed() const { return shard.defined() && full.defined() && shard.scalar_type() != full.scalar_type(); }
 };
 struct Unit {
   Segment trainable, frozen;
@@ -54,7 +59,8 @@ class ParameterSharding final : public ShardedOptimizer {
                                            .sum_gradients = o.sum_gradients,
                                            .offload_optimizer_device = o.offload_optimizer_device,
                                            .name = o.name}),
-        reshard_after_forward_(o.reshard_after_forward) {}
+        reshard_after_forward_(o.reshard_after_forward),
+        compute_dtype_(o.compute_dtype) {}
 
   bool shards_parameters() const override { return true; }
   // Every trained model (the policy, a value model) adds its units; their
@@ -70,9 +76,25 @@ class ParameterSharding final : public ShardedOptimizer {
     announce(static_cast<int64_t>(u->id));
     switch_reading(u);
   }
+  void begin_parameter_reads() override {
+    for (auto& u : units_)
+      for (Segment* g : {&u->trainable, &u->frozen}) {
+        if (!g->mixed() || g->exact.defined()) continue;
+        view_exact(*u, *g, torch::empty({g->numel}, g->shard.options()));
+        resize_storage(g->exact, 0);
+      }
+  }
   void end_parameter_reads() override {
     announce(-1);
     switch_reading(nullptr);
+    bool dropped = false;
+    for (auto& u : units_)
+      for (Segment* g : {&u->trainable, &u->frozen})
+        if (g->exact.defined()) {
+          drop_exact(*g);
+          dropped = true;
+        }
+    if (dropped) reattach_gradient_hooks();
   }
   void serve_parameter_reads() override {
     for (;;) {
@@ -112,6 +134,7 @@ class ParameterSharding final : public ShardedOptimizer {
     // (no gather), is filled, and keeps only this rank's slice.
     torch::NoGradGuard ng;
     std::unordered_map<Unit*, std::vector<std::pair<std::string, torch::Tensor>>> by_unit;
+    bool views_changed = false;
     for (auto& p : model.named_parameters(true)) {
       if (Unit* u = unit_of(p.value()))
         by_unit[u].emplace_back(p.key(), p.value());
@@ -119,19 +142,32 @@ class ParameterSharding final : public ShardedOptimizer {
         fill(p.key(), p.value());
     }
     for (auto& [u, params] : by_unit) {
-      for (Segment* g : {&u->trainable, &u->frozen})
-        if (!g->params.empty() && !g->gathered) {
+      for (Segment* g : {&u->trainable, &u->frozen}) {
+        if (g->params.empty()) continue;
+        if (g->mixed()) {
+          // Written at full precision into a float32 buffer the parameters
+          // view meanwhile: the shard (the masters) takes the values exactly.
+          view_exact(*u, *g, torch::empty({g->numel}, g->shard.options()));
+        } else if (!g->gathered) {
           resize_storage(g->full, g->numel * g->full.element_size());
           mark(*g, true);
         }
+      }
       for (auto& [name, t] : params) fill(name, t);
       for (Segment* g : {&u->trainable, &u->frozen}) {
         if (g->params.empty()) continue;
         const Shard s = shard_of(g->numel, world_size(), rank());
-        g->shard.copy_(g->full.narrow(0, s.offset, s.numel));
+        if (g->exact.defined()) {
+          g->shard.copy_(g->exact.narrow(0, s.offset, s.numel));
+          drop_exact(*g);
+          views_changed = true;
+        } else {
+          g->shard.copy_(g->full.narrow(0, s.offset, s.numel));
+        }
         release(*g);
       }
     }
+    if (views_changed) reattach_gradient_hooks();
   }
 
   void lerp_parameters(model::LanguageModelImpl& dst, model::LanguageModelImpl& src, double alpha) override {
@@ -183,7 +219,11 @@ class ParameterSharding final : public ShardedOptimizer {
     for (size_t i = params_.size(); i-- > 0;)
       if (!in_unit[i]) rest.push_back(i);
     groups.push_back(rest);
-    shard_buckets(std::make_unique<GradBuckets>(params_, groups, launcher()), std::move(held));
+    // Gradients of bf16 compute copies are reduced in float32, the masters' dtype.
+    std::optional<torch::ScalarType> reduce_dtype;
+    for (Unit* u : policy_units_)
+      if (u->trainable.mixed()) reduce_dtype = torch::kFloat32;
+    shard_buckets(std::make_unique<GradBuckets>(params_, groups, launcher(), reduce_dtype), std::move(held));
   }
 
   void end_backward() override {
@@ -235,10 +275,55 @@ class ParameterSharding final : public ShardedOptimizer {
   // Rank 0 sends `id` to every rank; the others receive it (their `id` is
   // ignored). The unit-by-unit read protocol of saving.
   int64_t announce(int64_t id) { return broadcast_value(*comm_, id, 0); }
+  // Saving reads exact values: while reads run, a mixed segment's
+  // parameters view a float32 buffer (begin_parameter_reads), which holds
+  // storage only while its unit is read, gathered from the float32 shards.
   void switch_reading(Unit* u) {
-    if (reading_) release(*reading_);
+    if (reading_)
+      for (Segment* g : {&reading_->trainable, &reading_->frozen}) {
+        if (g->exact.defined())
+          resize_storage(g->exact, 0);
+        else if (!g->mixed() && !reading_->kept)
+          release(*g);
+      }
     reading_ = u;
-    if (u) gather(*u);
+    if (!u) return;
+    for (Segment* g : {&u->trainable, &u->frozen}) {
+      if (!g->mixed()) {
+        gather(*g);
+      } else if (g->exact.defined()) {
+        resize_storage(g->exact, g->numel * g->exact.element_size());
+        comm_->all_gather(g->shard, g->exact)->wait();
+      } else {
+        // A rank that only serves the reads joins the gather.
+        auto joined = torch::empty({g->numel}, g->shard.options());
+        comm_->all_gather(g->shard, joined)->wait();
+      }
+    }
+  }
+  // The parameters view `buffer` (a float32 full segment) instead of `full`,
+  // and reads of them find their unit through it.
+  void view_exact(Unit& u, Segment& g, torch::Tensor buffer) {
+    g.exact = std::move(buffer);
+    view_params(g, g.exact);
+    unit_of_storage_[g.exact.storage().unsafeGetStorageImpl()] = &u;
+  }
+  void drop_exact(Segment& g) {
+    unit_of_storage_.erase(g.exact.storage().unsafeGetStorageImpl());
+    // Views are made on a storage that holds its bytes (LibTorch checks
+    // their bounds): a released segment gets them back for the moment.
+    const int64_t bytes = g.numel * g.full.element_size();
+    if (!g.gathered) resize_storage(g.full, bytes);
+    view_params(g, g.full);
+    if (!g.gathered) resize_storage(g.full, 0);
+    g.exact = torch::Tensor();
+  }
+  static void view_params(Segment& g, const torch::Tensor& flat) {
+    int64_t off = 0;
+    for (auto& p : g.params) {
+      p.set_data(flat.narrow(0, off, p.numel()).view(p.sizes()));
+      off += p.numel();
+    }
   }
 
   void init_segment(Segment& g, model::LanguageModelImpl& model) {
@@ -261,10 +346,10 @@ class ParameterSharding final : public ShardedOptimizer {
     // buffer leaves no hole between shards (the host's allocator keeps such
     // holes resident: one unit per unit split).
     g.shard = torch::empty({s.numel}, opts);
-    g.full = torch::empty({g.numel}, opts);
+    auto placed = torch::empty({g.numel}, opts);
     int64_t off = 0;
     for (auto& p : g.params) {
-      auto view = g.full.narrow(0, off, p.numel()).view(p.sizes());
+      auto view = placed.narrow(0, off, p.numel()).view(p.sizes());
       view.copy_(p.detach());
       p.set_data(view);
       model.mark_placed(p);
@@ -274,8 +359,17 @@ class ParameterSharding final : public ShardedOptimizer {
     // unit's device buffer: the model as loaded is host memory (a GPU
     // communicator refuses it), and writing rank 0's values into it would
     // give every other rank a private host copy of its checkpoint's mapping.
-    comm_->broadcast(g.full, 0)->wait();
-    g.shard.copy_(g.full.narrow(0, s.offset, s.numel));
+    comm_->broadcast(placed, 0)->wait();
+    g.shard.copy_(placed.narrow(0, s.offset, s.numel));
+    // Mixed precision: float32 units are gathered (and computed) in the
+    // compute dtype; the shard keeps float32.
+    if (compute_dtype_ && dtype == torch::kFloat32 && *compute_dtype_ != dtype) {
+      placed = torch::Tensor();
+      g.full = torch::empty({g.numel}, opts.dtype(*compute_dtype_));
+      view_params(g, g.full);
+    } else {
+      g.full = placed;
+    }
     mark(g, true);
     release(g);
   }
@@ -284,22 +378,24 @@ class ParameterSharding final : public ShardedOptimizer {
   void start_gather(Segment& g) {
     if (g.gathered || g.params.empty()) return;
     resize_storage(g.full, g.numel * g.full.element_size());
-    g.pending = comm_->all_gather(g.shard, g.full);
+    // Mixed: the float32 shard travels in the compute dtype.
+    if (g.mixed()) g.send = g.shard.to(g.full.scalar_type());
+    g.pending = comm_->all_gather(g.mixed() ? g.send : g.shard, g.full);
     mark(g, true);
+  }
+  void finish_gather(Segment& g) {
+    if (!g.pending) return;
+    g.pending->wait();
+    g.pending.reset();
+    g.send = torch::Tensor();
   }
   void gather(Segment& g) {
     start_gather(g);
-    if (g.pending) {
-      g.pending->wait();
-      g.pending.reset();
-    }
+    finish_gather(g);
   }
   void release(Segment& g) {
     if (!g.gathered || g.params.empty()) return;
-    if (g.pending) {
-      g.pending->wait();
-      g.pending.reset();
-    }
+    finish_gather(g);
     resize_storage(g.full, 0);
     mark(g, false);
   }
@@ -336,6 +432,7 @@ class ParameterSharding final : public ShardedOptimizer {
   }
 
   bool reshard_after_forward_;
+  std::optional<at::ScalarType> compute_dtype_;
   int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
   std::vector<Unit*> kept_;  // gathered for the generation round
   std::vector<std::unique_ptr<Unit>> units_;  // of every wrapped model

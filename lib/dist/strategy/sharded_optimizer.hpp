@@ -63,6 +63,10 @@ class ShardedOptimizer : public Strategy {
   GradBuckets::LaunchFn launcher() {
     return [this](GradBucket& b) { launch(b); };
   }
+  // After the trained parameters' data changed dtype and back (set_data).
+  void reattach_gradient_hooks() {
+    if (buckets_) buckets_->reattach_hooks();
+  }
 
  private:
   // The part of one parameter this rank owns.

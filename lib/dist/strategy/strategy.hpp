@@ -5,6 +5,7 @@
 // see it.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,10 @@ class Strategy {
   // done, while every other rank runs serve_parameter_reads(), which joins
   // those gathers until rank 0 ends. So no rank holds more than one unit
   // beyond its shards. No-ops when parameters are whole.
+  // begin_parameter_reads() comes first, before the reader takes hold of
+  // the parameters: a strategy that computes with lower-precision copies
+  // makes them show their exact values while reads run.
+  virtual void begin_parameter_reads() {}
   virtual void read_parameter(const at::Tensor& /*param*/) {}
   virtual void end_parameter_reads() {}
   virtual void serve_parameter_reads() {}
@@ -197,6 +202,11 @@ struct ParameterShardingOptions {
   // The name the run reports: zero3, or fsdp for the same layout chosen
   // through an FSDP config.
   std::string name = "zero3";
+  // Mixed precision (bf16): float32 units are gathered and computed in this
+  // dtype, while each rank's shard keeps float32 (the optimizer's masters,
+  // and what saving reads): gathers move half the bytes, and no weight is
+  // cast again for autocast. Unset: units gather in the dtype they hold.
+  std::optional<at::ScalarType> compute_dtype;
 };
 // ZeRO-3 and FSDP: the parameters are split too, unit by unit (the
 // embedding, each decoder layer, the head), each gathered around its forward

@@ -9,6 +9,8 @@
 #include "catch_torch.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <mutex>
+#include <unordered_map>
 #include <c10/core/CPUAllocator.h>
 #include <fmt/format.h>
 
@@ -17,6 +19,7 @@
 #include "dist/comm/make_communicator.hpp"
 #include "dist/strategy/strategy.hpp"
 #include "engine/activation_checkpointing.hpp"
+#include "engine/autocast.hpp"
 #include "engine/engine.hpp"
 #include "model/loading.hpp"
 #include "model/lora.hpp"
@@ -329,19 +332,25 @@ TEST_CASE("ZeRO-2 flags a gradient that escaped the reduction", "[zero]") {
 
 TEST_CASE("a ZeRO run (stages 1-3) resumes exactly with the same world size and says so when it differs", "[zero][resume]") {
   auto comm = world();
-  for (const std::string preset : {"zero1", "zero2", "zero3"}) {
-    DYNAMIC_SECTION(preset) {
+  // zero3 under bf16 gathers bf16 copies of float32 shards: saving and
+  // resuming must still see the float32 values.
+  for (const std::string name : {"zero1", "zero2", "zero3", "zero3-bf16"}) {
+    DYNAMIC_SECTION(name) {
+      const bool bf16 = name == "zero3-bf16";
+      const std::string preset = bf16 ? "zero3" : name;
       // dist_zero_np2 and dist_zero_np3 run side by side under ctest -j: each
       // world size writes (and rank 0 removes) a directory of its own.
       const fs::path root =
-          fs::temp_directory_path() / fmt::format("trlx_zero_resume_{}_np{}", preset, comm->world_size());
+          fs::temp_directory_path() / fmt::format("trlx_zero_resume_{}_np{}", name, comm->world_size());
       if (comm->rank() == 0) fs::remove_all(root);
       comm->barrier();
       auto flags = [&](const std::string& out) {
-        return Flags{{"accelerate_config", preset},     {"per_device_train_batch_size", "2"},
-                     {"max_steps", "5"},                {"learning_rate", "1e-3"},
-                     {"warmup_steps", "2"},             {"save_steps", "100"},
-                     {"logging_steps", "1"},            {"output_dir", (root / out).string()}};
+        Flags f{{"accelerate_config", preset},     {"per_device_train_batch_size", "2"},
+                {"max_steps", "5"},                {"learning_rate", "1e-3"},
+                {"warmup_steps", "2"},             {"save_steps", "100"},
+                {"logging_steps", "1"},            {"output_dir", (root / out).string()}};
+        if (bf16) f.emplace_back("bf16", "true");
+        return f;
       };
       auto full = make(synced_sft_config(flags("full")), comm);
       CHECK(full.engine->train(*full.trainer).steps == 5);
@@ -369,6 +378,15 @@ TEST_CASE("a ZeRO run (stages 1-3) resumes exactly with the same world size and 
         CHECK(differ == 0);
         // The final model rank 0 saved is what trained.
         for (const auto& p : saved->named_parameters(true)) CHECK(torch::equal(p.value(), a.at(p.key())));
+        if (bf16) {
+          // ... in float32, not the bf16 copies the forwards computed with.
+          size_t wider = 0;
+          for (const auto& [k, v] : a) {
+            CHECK(v.scalar_type() == torch::kFloat32);
+            wider += torch::equal(v, v.to(torch::kBFloat16).to(torch::kFloat32)) ? 0 : 1;
+          }
+          CHECK(wider == a.size());
+        }
       }
       // The resumed run saved the same model as the uninterrupted one, and
       // both equal one process's run of the same steps.
@@ -387,7 +405,9 @@ TEST_CASE("a ZeRO run (stages 1-3) resumes exactly with the same world size and 
         worst = std::max(worst, (p.value() - single_params[p.key()]).abs().max().item<double>());
       }
       INFO("largest difference from one process: " << worst);
-      CHECK(worst < 1e-5);
+      // (bf16: the forwards computed with bf16 weights, one process's with
+      // float32 ones under autocast.)
+      CHECK(worst < (bf16 ? 1e-2 : 1e-5));
 
       // The same checkpoint as if written by one process more: the error
       // says the optimizer state is per rank and names the world size.
@@ -479,7 +499,21 @@ namespace {
 // weight shows in them; under ZeRO-3 the forward gathers layer by layer),
 // and checks on the way that the layers' parameters hold no storage
 // between steps.
-torch::Tensor zero3_run(bool stage3, bool lora, int checkpointing, bool reshard, int steps = 2) {
+// bf16 autocast runs: what the strategy gathers in (`compute`, unset: what
+// the units hold) and what a run reports back.
+struct Bf16Run {
+  std::optional<at::ScalarType> compute;
+  class CountingAllocator* counter = nullptr;  // when given: live CPU bytes during each step
+  int64_t peak_gathered = 0;    // the strategy's most gathered bytes at once
+  int64_t peak_step_bytes = 0;  // the most bytes live during a step beyond those live before it
+  bool layer_weights_bf16 = true;  // every layer's weights were bf16 while it ran
+};
+int64_t counted_live(const class CountingAllocator& c);
+int64_t counted_peak(const class CountingAllocator& c);
+void reset_counted_peak(class CountingAllocator& c);
+
+torch::Tensor zero3_run(bool stage3, bool lora, int checkpointing, bool reshard, int steps = 2,
+                        Bf16Run* bf16 = nullptr) {
   auto comm = world();
   torch::manual_seed(0);
   auto m = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
@@ -496,6 +530,7 @@ torch::Tensor zero3_run(bool stage3, bool lora, int checkpointing, bool reshard,
   if (stage3) {
     dist::ParameterShardingOptions o;
     o.reshard_after_forward = reshard;
+    if (bf16) o.compute_dtype = bf16->compute;
     strategy = dist::make_parameter_sharding_strategy(c, o);
   } else {
     strategy = dist::make_single_strategy(c);
@@ -512,6 +547,8 @@ torch::Tensor zero3_run(bool stage3, bool lora, int checkpointing, bool reshard,
       n += live ? 1 : 0;
     }
     most_gathered = std::max(most_gathered, n);
+    if (bf16)
+      for (auto& p : layer.parameters()) bf16->layer_weights_bf16 &= p.scalar_type() == torch::kBFloat16;
     return layer.forward(x, cos, sin, attn, cache);
   };
   strategy->wrap_model(*m);
@@ -532,15 +569,22 @@ torch::Tensor zero3_run(bool stage3, bool lora, int checkpointing, bool reshard,
   for (int step = 0; step < steps; ++step) {
     opt.zero_grad(true);
     strategy->begin_backward(true, mine.numel > 0);
+    const int64_t live_before = bf16 && bf16->counter ? counted_live(*bf16->counter) : 0;
+    if (bf16 && bf16->counter) reset_counted_peak(*bf16->counter);
     if (mine.numel > 0) {
       auto x = ids.narrow(0, mine.offset, mine.numel);
-      auto logits = m->forward({x, {}, {}});
+      // Sharded runs keep no autocast cache (as the engine runs them).
+      engine::Autocast ac(bf16 ? std::optional<at::ScalarType>(at::kBFloat16) : std::nullopt, torch::kCPU,
+                          !stage3);
+      auto logits = m->forward({x, {}, {}}).to(torch::kFloat32);
       auto loss = torch::nn::functional::cross_entropy(
                       logits.slice(1, 0, T - 1).reshape({-1, vocab}), x.slice(1, 1).reshape({-1}),
                       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
                   tokens;
       loss.backward();
     }
+    if (bf16 && bf16->counter)
+      bf16->peak_step_bytes = std::max(bf16->peak_step_bytes, counted_peak(*bf16->counter) - live_before);
     strategy->end_backward();
     strategy->clip_grad_norm(1.0, 1.0);
     opt.step();
@@ -551,6 +595,7 @@ torch::Tensor zero3_run(bool stage3, bool lora, int checkpointing, bool reshard,
         CHECK(p.value().storage().nbytes() == 0);
       }
   }
+  if (bf16 && stage3) bf16->peak_gathered = strategy->peak_gathered_bytes();
   if (stage3 && steps > 0) {
     // One layer gathered at a time in forward (and in a recompute, with the
     // layer whose backward gathered it); all of them when kept until backward.
@@ -565,7 +610,8 @@ torch::Tensor zero3_run(bool stage3, bool lora, int checkpointing, bool reshard,
   }
   torch::NoGradGuard ng;
   m->eval();
-  return m->forward({ids.narrow(0, 0, 2), {}, {}});
+  engine::Autocast ac(bf16 ? std::optional<at::ScalarType>(at::kBFloat16) : std::nullopt, torch::kCPU, !stage3);
+  return m->forward({ids.narrow(0, 0, 2), {}, {}}).to(torch::kFloat32);
 }
 
 }  // namespace
@@ -598,17 +644,24 @@ TEST_CASE("ZeRO-3 steps equal single-process steps, and layers hold only their s
 namespace {
 
 // Counts the bytes of live CPU tensors: every allocation made while it is
-// installed, until its storage is freed.
+// installed, until its storage is freed. Its pointers are their own context
+// (as raw allocations, which some CPU kernels make, require): the inner
+// allocation and its size are kept by pointer.
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
   c10::DataPtr allocate(size_t n) override {
     auto inner = base_->allocate(n);
     void* data = inner.get();
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      held()[data] = {std::move(inner), n, this};
+    }
     live_ += static_cast<int64_t>(n);
     peak_ = std::max<int64_t>(peak_, live_);
-    return {data, new Ctx{std::move(inner), n, this}, &CountingAllocator::free, c10::Device(c10::kCPU)};
+    return {data, data, &CountingAllocator::free, c10::Device(c10::kCPU)};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &CountingAllocator::free; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
   int64_t live() const { return live_; }
   // The most bytes live at once since the last reset.
@@ -616,20 +669,38 @@ class CountingAllocator final : public c10::Allocator {
   void reset_peak() { peak_ = live_.load(); }
 
  private:
-  struct Ctx {
+  struct Held {
     c10::DataPtr inner;
-    size_t n;
-    CountingAllocator* self;
+    size_t n = 0;
+    CountingAllocator* self = nullptr;
   };
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::unordered_map<void*, Held>& held() {
+    static std::unordered_map<void*, Held> h;
+    return h;
+  }
   static void free(void* p) {
-    auto* c = static_cast<Ctx*>(p);
-    c->self->live_ -= static_cast<int64_t>(c->n);
-    delete c;
+    Held h;
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      auto it = held().find(p);
+      if (it == held().end()) return;
+      h = std::move(it->second);
+      held().erase(it);
+    }
+    h.self->live_ -= static_cast<int64_t>(h.n);
   }
   c10::Allocator* base_;
   std::atomic<int64_t> live_{0};
   std::atomic<int64_t> peak_{0};
 };
+
+int64_t counted_live(const CountingAllocator& c) { return c.live(); }
+int64_t counted_peak(const CountingAllocator& c) { return c.peak(); }
+void reset_counted_peak(CountingAllocator& c) { c.reset_peak(); }
 
 // Installs `counting` as the CPU allocator for its lifetime.
 struct CountingScope {
@@ -639,6 +710,50 @@ struct CountingScope {
 };
 
 }  // namespace
+
+TEST_CASE("bf16 under ZeRO-3 gathers bf16 units from float32 shards: half the bytes, no weight copies kept for "
+          "backward, results within bf16 tolerance, saved values exact",
+          "[zero][zero3][bf16]") {
+  auto comm = world();
+  // Today's layout (float32 gathered, autocast casting each weight) against
+  // the mixed one, on the same steps, both under bf16 autocast.
+  CountingAllocator counting(c10::GetCPUAllocator());
+  Bf16Run wide, mixed;
+  mixed.compute = at::kBFloat16;
+  torch::Tensor wide_logits, mixed_logits, single_logits;
+  {
+    CountingScope scope(counting);
+    wide.counter = &counting;
+    mixed.counter = &counting;
+    wide_logits = zero3_run(true, false, 0, true, 2, &wide);
+    mixed_logits = zero3_run(true, false, 0, true, 2, &mixed);
+  }
+  Bf16Run alone;
+  single_logits = zero3_run(false, false, 0, true, 2, &alone);
+  // Gathers move bf16: half the bytes.
+  CHECK(wide.peak_gathered > 0);
+  CHECK(mixed.peak_gathered * 2 == wide.peak_gathered);
+  // Each layer runs on bf16 weights, so autocast makes no copy of them; the
+  // float32 layout keeps a bf16 copy of every layer's weights from its
+  // forward until its backward (2 bytes per layer parameter).
+  CHECK(mixed.layer_weights_bf16);
+  CHECK_FALSE(wide.layer_weights_bf16);
+  auto m = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  int64_t layer_params = 0;
+  for (auto& p : m->model->layers->parameters()) layer_params += p.numel();
+  INFO("peak bytes during a step: float32 gathers " << wide.peak_step_bytes << ", bf16 gathers "
+                                                    << mixed.peak_step_bytes << "; layer parameters " << layer_params);
+  CHECK(wide.peak_step_bytes - mixed.peak_step_bytes >= layer_params * 2 * 3 / 4);
+  // The results: within bf16 tolerance of the float32 layout's and of one
+  // process's bf16 run.
+  const double scale = wide_logits.abs().max().item<double>();
+  const double gap = (mixed_logits - wide_logits).abs().max().item<double>();
+  const double gap_single = (mixed_logits - single_logits).abs().max().item<double>();
+  INFO("logit scale " << scale << ", gap to float32 gathers " << gap << ", to one process " << gap_single
+                      << ", float32 gathers to one process " << (wide_logits - single_logits).abs().max().item<double>());
+  CHECK(gap < 0.02 * scale);
+  CHECK(gap_single < 0.02 * scale);
+}
 
 TEST_CASE("ZeRO-3 and FSDP hold about 1/world of parameters, gradients and optimizer state (bytes of live tensors)",
           "[zero][zero3][memory]") {
