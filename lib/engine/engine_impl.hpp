@@ -213,6 +213,10 @@ struct Engine::Impl {
   size_t batches_per_epoch_ = 0;
   double tokens_seen_ = 0;
   std::vector<std::string> log_history_;  // JSON lines, for trainer_state.json
+  // Rank 0: metrics.jsonl rows not written yet (a full disk), oldest first;
+  // each log tries them again, and the run fails at its end if any is left.
+  std::vector<std::string> unwritten_metrics_;
+  bool flush_metrics();
   std::unique_ptr<io::EventWriter> tensorboard_;  // rank 0, report_to: tensorboard
   // Moves a collated batch to the device, noting first what only the host
   // copy tells without a device read: which attention masks' padding trails,

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <csignal>
 #include <iostream>
+
+#include <nlohmann/json.hpp>
 #include <map>
 #include <optional>
 #include <set>
@@ -593,6 +595,19 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
       log::info("peak GPU memory {:.0f} MiB (the largest over ranks)", end["peak_gpu_memory_mb"]);
     }
     log_metrics(end);
+  }
+  // Metrics are never lost with a clean exit: rows a full disk held back
+  // and still could not take fail the run, on every rank, before its model
+  // save (which that disk would refuse too).
+  std::vector<double> lost = {rank() == 0 && !flush_metrics() ? 1.0 : 0.0};
+  strategy_->max_across_ranks(lost);
+  if (lost[0] > 0) {
+    if (rank() != 0) throw Error("rank 0 could not write metrics.jsonl (see its message)");
+    auto step_of = [](const std::string& row) { return nlohmann::json::parse(row).value("step", int64_t{0}); };
+    throw Error(fmt::format("{}: {} metrics row(s), steps {} to {}, could not be written: free space on that disk "
+                            "and resume from the last checkpoint",
+                            (output_dir_ / "metrics.jsonl").string(), unwritten_metrics_.size(),
+                            step_of(unwritten_metrics_.front()), step_of(unwritten_metrics_.back())));
   }
   if (!summary.interrupted) {
     save_model(output_dir_, true);

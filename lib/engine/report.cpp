@@ -4,6 +4,9 @@
 #include "engine/engine.hpp"
 #include "engine/engine_impl.hpp"
 
+#include <cerrno>
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -123,8 +126,8 @@ void Engine::Impl::log_metrics(const std::map<std::string, double>& m) {
   j["step"] = step_;
   log_history_.push_back(j.dump());
   if (rank() != 0) return;
-  std::ofstream out(output_dir_ / "metrics.jsonl", std::ios::app);
-  out << j.dump() << "\n";
+  unwritten_metrics_.push_back(j.dump());
+  flush_metrics();
   if (tensorboard_) {
     // transformers' TensorBoardCallback tags: eval_x -> eval/x, test_x -> test/x, x -> train/x.
     for (const auto& [k, v] : m) {
@@ -134,6 +137,40 @@ void Engine::Impl::log_metrics(const std::map<std::string, double>& m) {
     }
     tensorboard_->flush();
   }
+}
+
+bool Engine::Impl::flush_metrics() {
+  if (unwritten_metrics_.empty()) return true;
+  const fs::path file = output_dir_ / "metrics.jsonl";
+  std::error_code ec;
+  const bool regular = fs::is_regular_file(file, ec);
+  const auto before = regular ? fs::file_size(file, ec) : 0;
+  std::string rows;
+  for (const auto& r : unwritten_metrics_) rows += r + "\n";
+  errno = 0;
+  bool ok = false;
+  {
+    std::ofstream out(file, std::ios::app | std::ios::binary);
+    out << rows;
+    out.flush();
+    ok = static_cast<bool>(out);
+    out.close();
+    ok = ok && !out.fail();
+  }
+  const int err = errno;
+  if (ok) {
+    if (unwritten_metrics_.size() > 1)
+      log::info("{}: {} row(s) held back are written now", file.string(), unwritten_metrics_.size() - 1);
+    unwritten_metrics_.clear();
+    return true;
+  }
+  // No half row stays behind to break the file: it goes back to its size.
+  if (regular) fs::resize_file(file, before, ec);
+  if (unwritten_metrics_.size() == 1)
+    log::warn("{}: cannot append metrics ({}): the rows are kept in memory and written when the file takes them; "
+              "the run fails at its end if they cannot be",
+              file.string(), err ? std::strerror(err) : "write failed");
+  return false;
 }
 
 void Engine::Impl::open_tensorboard() {

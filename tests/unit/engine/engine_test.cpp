@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -369,6 +370,62 @@ TEST_CASE("SFT steps with gradient checkpointing, both modes, equal steps withou
     for (const auto& [k, v] : plain) worst = std::max(worst, (v - got.at(k)).abs().max().item<double>());
     INFO("use_reentrant " << mode);
     CHECK(worst < 1e-6);
+  }
+}
+
+namespace {
+
+// `inner`, on a disk where no file can grow from its first loss until the
+// step `until` starts.
+struct DiskFullUntil : test::Wrapped {
+  int64_t until;
+  std::optional<test::FileSizeLimit> full;
+  DiskFullUntil(engine::Trainer& i, int64_t u) : Wrapped(i), until(u) {}
+  engine::LossOutput loss(engine::Engine& e, const engine::TensorMap& b) override {
+    if (e.global_step() + 1 < until && !full) full.emplace(0);
+    if (e.global_step() + 1 >= until) full.reset();
+    return inner.loss(e, b);
+  }
+};
+
+std::vector<int64_t> metrics_steps(const fs::path& file) {
+  std::vector<int64_t> steps;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);  // every line whole
+    if (j.contains("loss")) steps.push_back(j.at("step").get<int64_t>());
+  }
+  return steps;
+}
+
+}  // namespace
+
+TEST_CASE("metrics rows a full disk refuses are kept and written when it has room, or the run fails",
+          "[engine][sft][errors]") {
+  test::TempDir root("trlx_metrics_full_disk");
+  const test::Flags flags = {{"max_steps", "6"}, {"logging_steps", "1"}, {"save_strategy", "no"},
+                             {"learning_rate", "1e-3"}};
+  {
+    // Full for steps 1 to 3, room from step 4 on: every row is there, once.
+    const auto out = root.path / "room_later";
+    auto r = make_sft(sft_config(test::Flags(flags) + test::Flags{{"output_dir", out.string()}}));
+    DiskFullUntil disk(*r.trainer, 4);
+    r.engine->train(disk);
+    CHECK(metrics_steps(out / "metrics.jsonl") == std::vector<int64_t>{1, 2, 3, 4, 5, 6});
+  }
+  {
+    // Full to the end: the run fails naming the file and the rows.
+    const auto out = root.path / "never";
+    auto r = make_sft(sft_config(test::Flags(flags) + test::Flags{{"output_dir", out.string()}}));
+    DiskFullUntil disk(*r.trainer, 100);
+    try {
+      r.engine->train(disk);
+      FAIL("a run whose metrics could not be written ended without an error");
+    } catch (const Error& e) {
+      disk.full.reset();
+      CHECK_THAT(std::string(e.what()), Contains("metrics.jsonl") && Contains("steps 1 to 6") &&
+                                            Contains("could not be written"));
+    }
   }
 }
 
