@@ -336,6 +336,8 @@ struct ProgramProcess {
                  options.name, kExitGraceSeconds);
       kill_now();
     }
+    // What it started in the background (its process group) ends with it.
+    ::killpg(pid, SIGKILL);
     log::debug("{} '{}' {}", kind, options.name, exit_description());
     close_fds();
     pid = -1;

@@ -292,6 +292,25 @@ void check_tokenizer_fits(const text::Tokenizer& tokenizer, const fs::path& toke
              (tokenizer_dir / "tokenizer.json").string(), token, id, model_dir.string(), vocab_size);
 }
 
+void check_same_vocabulary(const text::Tokenizer& tokenizer, const fs::path& tokenizer_dir, const fs::path& model_dir,
+                           const std::string& field) {
+  if (!fs::exists(model_dir / "tokenizer.json")) return;
+  std::error_code ec;
+  if (fs::equivalent(model_dir, tokenizer_dir, ec)) return;
+  const auto theirs = text::Tokenizer::from_dir(model_dir);
+  const int32_t ours_last = tokenizer.largest_id().first, theirs_last = theirs.largest_id().first;
+  const int32_t last = std::max(ours_last, theirs_last);
+  for (int32_t id = 0; id <= last; ++id) {
+    const std::string a = tokenizer.id_to_token(id), b = theirs.id_to_token(id);
+    if (a == b) continue;
+    fail_input("{}: {} maps token id {} to `{}`, but the policy's tokenizer ({}) maps it to `{}`: this model reads "
+               "the policy's token ids, so it needs the policy's vocabulary. Use a reward or value model trained "
+               "with the policy's tokenizer",
+               field, (model_dir / "tokenizer.json").string(), id, b.empty() ? "(no token)" : b,
+               (tokenizer_dir / "tokenizer.json").string(), a.empty() ? "(no token)" : a);
+  }
+}
+
 void add_preference_metrics(engine::MetricSums& m, const torch::Tensor& chosen_rewards,
                             const torch::Tensor& rejected_rewards, const torch::Tensor& chosen_logps,
                             const torch::Tensor& rejected_logps) {

@@ -195,6 +195,15 @@ int train_to_exit_code(engine::Engine& engine, engine::Trainer& trainer);
 void check_tokenizer_fits(const text::Tokenizer& tokenizer, const std::filesystem::path& tokenizer_dir,
                           int64_t vocab_size, const std::filesystem::path& model_dir);
 
+// InputError when the tokenizer in `model_dir` (if it has one) maps any id
+// to another token than `tokenizer` (from `tokenizer_dir`) does: a model
+// that reads the policy's token ids (PPO's reward and value models) must
+// share its vocabulary, not only its size. Names both files, the first id
+// that differs and both tokens. A directory without tokenizer files is not
+// compared.
+void check_same_vocabulary(const text::Tokenizer& tokenizer, const std::filesystem::path& tokenizer_dir,
+                           const std::filesystem::path& model_dir, const std::string& field);
+
 // The preference trainers' pair metrics (rewards/chosen, rewards/rejected,
 // rewards/accuracies, rewards/margins, logps/chosen, logps/rejected), summed
 // over this micro-batch's pairs as device sums (read at a logging step).

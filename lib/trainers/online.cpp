@@ -770,15 +770,22 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
     m.add_entry("tools/failure_frequency", calls > 0 ? fails / calls : 0.0);
   }
   if (reward_includes_kl()) m.add_entry("kl", full.select(1, c_kl).sum().item<double>() / std::max(1.0, loss_tokens));
+  // A function's null answers (skipped completions) are counted as a
+  // share of the round's completions.
+  const auto nulls = torch::isnan(rewards_per_func);
   for (int64_t k = 0; k < f; ++k) {
     const auto col = rewards_per_func.select(1, k);
     const auto& n = reward_functions_[static_cast<size_t>(k)]->name();
     m.add_entry("rewards/" + n + "/mean", nanmean_of(col));
     m.add_entry("rewards/" + n + "/std", losses::nanstd(col.to(torch::kFloat64)).item<double>());
+    m.add_entry("rewards/" + n + "/null_frac", nulls.select(1, k).to(torch::kFloat64).mean().item<double>());
   }
   m.add_entry("reward", nanmean_of(adv.rewards));
   m.add_entry("reward_std", losses::nanstd(adv.rewards.to(torch::kFloat64)).item<double>());
-  m.add_entry("frac_reward_zero_std", adv.std_is_zero.to(torch::kFloat64).mean().item<double>());
+  const double frac_zero_std = adv.std_is_zero.to(torch::kFloat64).mean().item<double>();
+  m.add_entry("frac_reward_zero_std", frac_zero_std);
+  if (!shape.eval)
+    warn_if_unlearnable(engine.global_step() + 1, f > 0 ? nulls.all(1).sum().item<int64_t>() : 0, g, frac_zero_std);
   if (!shape.eval) {
     if (tools_) {
       // The prompts and the model's own tokens (TRL leaves tool results out).
@@ -804,6 +811,26 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
     out.micro_batches.push_back(std::move(mb));
   }
   return out;
+}
+
+void GroupTrainer::warn_if_unlearnable(int64_t step, int64_t unscored, int64_t completions, double frac_zero_std) {
+  if (unscored == completions && completions > 0) {
+    log::warn("step {}: no reward function gave any of the round's {} completions a reward (every answer was null): "
+              "they get advantage 0 and this round teaches nothing; check the reward functions "
+              "(rewards/<name>/null_frac in the metrics)",
+              step, completions);
+  } else if (unscored > 0 && !warned_unscored_) {
+    log::warn("step {}: {} of the round's {} completions got no reward from any function (every answer null): they "
+              "get advantage 0 (warned once; rewards/<name>/null_frac in the metrics counts them)",
+              step, unscored, completions);
+    warned_unscored_ = true;
+  }
+  zero_spread_rounds_ = frac_zero_std >= 1.0 ? zero_spread_rounds_ + 1 : 0;
+  if (zero_spread_rounds_ == kZeroSpreadRounds)
+    log::warn("step {}: for {} rounds in a row every group of {} completions got one reward (frac_reward_zero_std 1), "
+              "so every advantage is 0 and nothing is learned; sample more diversely (temperature, "
+              "num_generations) or check that the rewards can tell completions apart",
+              step, kZeroSpreadRounds, config_.num_generations);
 }
 
 void GroupTrainer::keep_round_log(engine::Engine& engine, const PromptSplit& split,

@@ -319,6 +319,14 @@ class GroupTrainer : public OnlineTrainer {
   int world_size_;
 
  private:
+  // Warnings for training rounds that teach nothing: no completion got a
+  // reward from any function (`unscored` of `completions`), or every group
+  // had one reward for kZeroSpreadRounds rounds in a row.
+  void warn_if_unlearnable(int64_t step, int64_t unscored, int64_t completions, double frac_zero_std);
+  static constexpr int64_t kZeroSpreadRounds = 5;
+  int64_t zero_spread_rounds_ = 0;
+  bool warned_unscored_ = false;
+
   // The last training round, kept on rank 0 for on_log: each slot's prompt
   // (as the dataset gives it) and decoded completion, the rewards [G, F]
   // and advantages [G] (float32, as the loss saw them).

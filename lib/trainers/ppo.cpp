@@ -333,9 +333,11 @@ engine::LossOutput PPOTrainer::loss(engine::Engine& engine, const engine::Tensor
 
 int run_ppo(const PPOConfig& c) {
   const std::string value_dir = c.value_model_path.value_or(c.reward_model);
+  // The value model trains: it may start from a new head (the reward
+  // model, loaded below, may not).
   auto value =
       load_score_model(value_dir, c.dtype, c.value_model_path ? "value_model_path" : "reward_model_path", c.seed,
-                       /*defer_casts=*/true);
+                       /*defer_casts=*/true, /*trains=*/true);
   // The engine counts gradient accumulation per update (one mini-batch).
   PPOConfig run = c;
   run.gradient_accumulation_steps = c.micro_batches_per_update();
@@ -343,8 +345,11 @@ int run_ppo(const PPOConfig& c) {
   // Both score models read the policy's token ids.
   const auto tokenizer_dir = tokenizer_dir_of(*c.model_name_or_path);
   check_tokenizer_fits(r.text.tokenizer, tokenizer_dir, value->config().vocab_size, value_dir);
+  check_same_vocabulary(r.text.tokenizer, tokenizer_dir, value_dir,
+                        c.value_model_path ? "value_model_path" : "reward_model_path");
   auto reward = load_score_model(c.reward_model, c.dtype, "reward_model_path", c.seed, /*defer_casts=*/true);
   check_tokenizer_fits(r.text.tokenizer, tokenizer_dir, reward->config().vocab_size, c.reward_model);
+  check_same_vocabulary(r.text.tokenizer, tokenizer_dir, c.reward_model, "reward_model_path");
   r.engine->set_reward_model(reward);
   const auto eos = r.text.tokenizer.eos_token_id();
   PPOTrainer t(c, std::move(r.prompts), std::move(r.text.tokenizer), r.pad_id, eos, r.engine->world_size());

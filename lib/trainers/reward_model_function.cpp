@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "core/error.hpp"
+#include "io/safetensors.hpp"
 #include "model/decoder.hpp"
 #include "model/loading.hpp"
 #include "trainers/common.hpp"
@@ -107,7 +108,12 @@ class RewardModelFunction final : public rewards::RewardFunction {
 }  // namespace
 
 model::LanguageModel load_score_model(const std::string& dir, const std::string& dtype, const std::string& field,
-                                      int64_t seed, bool defer_casts) {
+                                      int64_t seed, bool defer_casts, bool trains) {
+  if (!trains && !io::Checkpoint::open_dir(dir).contains("score.weight"))
+    fail_input("{}: {} has no score head (its weights hold no `score.weight`): it is a language model, not a reward "
+               "model. A reward model is never trained, so a new head would score at random; train one with `trlx "
+               "reward` (or give a ...ForSequenceClassification checkpoint)",
+               field, dir);
   model::LanguageModel m{nullptr};
   {
     SeededScope seeded(seed);

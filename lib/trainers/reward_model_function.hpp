@@ -15,18 +15,19 @@
 namespace trlx::trainers {
 
 // A score model (a reward or value model): a sequence classifier with one
-// label; `field` names where its directory came from, for errors. A score
-// head the directory lacks is drawn from `seed`, the same in every run,
-// without moving the run's own random stream. With `defer_casts` (a model
-// the engine places) weights stored in another dtype stay views of the
-// checkpoint until placed.
+// label; `field` names where its directory came from, for errors. A reward
+// model never trains, so one without a score head (`score.weight`) is
+// refused; a value model (`trains`) may start from a new head, drawn from
+// `seed`, the same in every run, without moving the run's own random
+// stream. With `defer_casts` (a model the engine places) weights stored in
+// another dtype stay views of the checkpoint until placed.
 model::LanguageModel load_score_model(const std::string& dir, const std::string& dtype, const std::string& field,
-                                      int64_t seed, bool defer_casts);
+                                      int64_t seed, bool defer_casts, bool trains = false);
 
-// Loads the model (whole, on `device`, weights in `dtype`; a missing score
-// head drawn from `seed`) and its tokenizer. InputError when the directory
-// is not a one-label sequence classifier, or when the prompts are
-// `conversational` and it has no chat template.
+// Loads the model (whole, on `device`, weights in `dtype`) and its
+// tokenizer. InputError when the directory is not a one-label sequence
+// classifier with its score head, or when the prompts are `conversational`
+// and it has no chat template.
 std::unique_ptr<rewards::RewardFunction> make_reward_model_function(const std::filesystem::path& dir,
                                                                    c10::Device device, const std::string& dtype,
                                                                    bool conversational, int64_t seed);

@@ -105,7 +105,35 @@ PY
 "$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 1 --save_strategy no --output_dir "$TMP/bad" \
   --reward_funcs "{\"command\": \"python3 $TMP/huge_reward.py\", \"name\": \"huge\"}" >"$TMP/o" 2>&1
 check "[ $? = 1 ] && grep -q 'reward function huge gave completion 0 of this round the reward 1e+39, which is not a finite float32' '$TMP/o' && ! grep -q 'step 1/' '$TMP/o'" || cat "$TMP/o"
+# Rewards that teach nothing: every answer null. The run goes on (as TRL's),
+# warns with the count each such round, and counts the nulls in the metrics.
+cat >"$TMP/null_reward.py" <<'PY'
+import json, sys
+for line in sys.stdin:
+    print(json.dumps({"rewards": [None] * len(json.loads(line)["completions"])}), flush=True)
+PY
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 2 --save_strategy no --output_dir "$TMP/nulls" \
+  --reward_funcs "{\"command\": \"python3 $TMP/null_reward.py\", \"name\": \"nothing\"}" >"$TMP/o" 2>&1
+check "[ $? = 0 ] && [ \"\$(grep -c 'no reward function gave any of the round.s 4 completions a reward' '$TMP/o')\" = 2 ]" || cat "$TMP/o"
+check "steps_hold '$TMP/nulls' \"m['rewards/nothing/null_frac'] == 1 and m['frac_reward_zero_std'] == 0\""
+# A reward program's background children end with it (its process group).
+cat >"$TMP/forking_reward.sh" <<SH
+sleep 300 >/dev/null 2>&1 </dev/null &
+echo \$! >"$TMP/forked.pid"
+while read -r line; do
+  n=\$(printf '%s' "\$line" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["completions"]))')
+  python3 -c "import json; print(json.dumps({'rewards': [1.0] * \$n}))"
+done
+SH
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 1 --save_strategy no --output_dir "$TMP/forking" \
+  --reward_funcs "{\"command\": \"bash $TMP/forking_reward.sh\", \"name\": \"forking\"}" >"$TMP/o" 2>&1
+rc=$?
+sleep 0.5
+# Gone, or a zombie no one has reaped yet (a container's init may not).
+state=$(ps -o stat= -p "$(cat "$TMP/forked.pid" 2>/dev/null || echo 0)" 2>/dev/null | tr -d ' ')
+check "[ $rc = 0 ] && [ -s '$TMP/forked.pid' ] && { [ -z '$state' ] || [ '${state:0:1}' = Z ]; }" || cat "$TMP/o"
 bad_run "prompt" --dataset_name "$TMP/noprompt.jsonl" --reward_funcs "$program"
+bad_run "has no score head" "${text[@]}" --reward_funcs examples/tiny-model
 bad_run "multiple of num_generations" "${text[@]}" --generation_batch_size 5 --reward_funcs "$program"
 bad_run "no_such_reward.py" "${text[@]}" --reward_funcs '{"command": "python3 /nonexistent/no_such_reward.py"}'
 bad_run "not a built-in reward" "${text[@]}" --reward_funcs no_such_function

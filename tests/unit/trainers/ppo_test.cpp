@@ -1,12 +1,24 @@
-// Tests: PPO updates against TRL's PPOTrainer on fixed responses; score heads drawn from the seed.
+// Tests: PPO updates against TRL's PPOTrainer on fixed responses; score heads drawn from the seed; reward
+// models without a score head, or with another vocabulary, refused.
 #include "catch_torch.hpp"
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
 #include "model/decoder.hpp"
 #include "online_fixture.hpp"
+#include "text/tokenizer/tokenizer.hpp"
+#include "trainers/common.hpp"
 #include "trainers/ppo.hpp"
+#include "trainers/reward_model_function.hpp"
 #include "support.hpp"
 
 namespace trlx {
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
 
 TEST_CASE("PPO: the first 3 updates equal TRL's PPOTrainer on the same responses, every case", "[ppo][golden]") {
   const auto cases = test::read_json(test::data_dir() / "ppo" / "steps.json");
@@ -27,14 +39,15 @@ TEST_CASE("PPO: the first 3 updates equal TRL's PPOTrainer on the same responses
   }
 }
 
-TEST_CASE("A score head the directory lacks is drawn from the run's seed, and the run's own draws do not move",
+TEST_CASE("A value model's missing score head is drawn from the run's seed, and the run's own draws do not move",
           "[ppo][reward]") {
-  // The quickstart model has no score head: a value or reward model started
-  // from it gets a new one.
+  // The quickstart model has no score head: a value model started from it
+  // gets a new one.
   const auto dir = test::tiny_model().string();
   auto head = [&](int64_t seed, int draws_before) {
     for (int i = 0; i < draws_before; ++i) (void)torch::rand({7});
-    auto m = trainers::load_score_model(dir, "float32", "value_model_path", seed, /*defer_casts=*/true);
+    auto m = trainers::load_score_model(dir, "float32", "value_model_path", seed, /*defer_casts=*/true,
+                                        /*trains=*/true);
     return m->score->weight.detach().clone();
   };
   const auto a = head(42, 0);
@@ -48,20 +61,52 @@ TEST_CASE("A score head the directory lacks is drawn from the run's seed, and th
     (void)head(42, 0);
     CHECK(torch::equal(torch::rand({4}), without));
   }
+}
 
-  SECTION("a reward model given to GRPO/RLOO as a reward function scores with the seed's head") {
-    const std::vector<rewards::Sample> batch = {{.prompt = "Hello", .completion = " world"}};
-    auto score = [&](int64_t seed, int draws_before) {
-      for (int i = 0; i < draws_before; ++i) (void)torch::rand({7});
-      auto f = trainers::make_reward_model_function(dir, torch::kCPU, "float32", /*conversational=*/false, seed);
-      const auto s = f->score(batch);
-      REQUIRE(s.size() == 1);
-      REQUIRE(s[0].has_value());
-      return *s[0];
-    };
-    const double first = score(42, 0);
-    CHECK(score(42, 2) == first);
-    CHECK(score(43, 0) != first);
+TEST_CASE("A reward model without a score head is refused, as a reward function and as PPO's reward model",
+          "[ppo][reward][errors]") {
+  const auto dir = test::tiny_model().string();
+  try {
+    (void)trainers::load_score_model(dir, "float32", "reward_model_path", 42, /*defer_casts=*/true);
+    FAIL("a reward model without score.weight was accepted");
+  } catch (const InputError& e) {
+    CHECK_THAT(std::string(e.what()), Contains("reward_model_path") && Contains(dir) && Contains("score.weight"));
+  }
+  CHECK_THROWS_AS(trainers::make_reward_model_function(dir, torch::kCPU, "float32", /*conversational=*/false, 42),
+                  InputError);
+  // A reward model with its head loads (the PPO fixture's).
+  CHECK(trainers::load_score_model((test::data_dir() / "ppo" / "reward_model").string(), "float32",
+                                   "reward_model_path", 42, true)
+            ->score);
+}
+
+TEST_CASE("PPO's score models must share the policy's vocabulary, not only its size", "[ppo][reward][errors]") {
+  test::TempDir root("trlx_vocab_check");
+  const auto policy_dir = test::tiny_model();
+  const auto policy_tok = text::Tokenizer::from_dir(policy_dir);
+  // The same tokenizer: accepted. A directory without one: not compared.
+  fs::create_directories(root.path / "same");
+  fs::copy_file(policy_dir / "tokenizer.json", root.path / "same" / "tokenizer.json");
+  CHECK_NOTHROW(trainers::check_same_vocabulary(policy_tok, policy_dir, root.path / "same", "reward_model_path"));
+  fs::create_directories(root.path / "none");
+  CHECK_NOTHROW(trainers::check_same_vocabulary(policy_tok, policy_dir, root.path / "none", "reward_model_path"));
+  // Two tokens' ids swapped: the same size, other ids.
+  nlohmann::json j;
+  std::ifstream(policy_dir / "tokenizer.json") >> j;
+  auto& vocab = j["model"]["vocab"];
+  const std::string a = policy_tok.id_to_token(10), b = policy_tok.id_to_token(11);
+  REQUIRE(vocab.contains(a));
+  REQUIRE(vocab.contains(b));
+  vocab[a] = 11;
+  vocab[b] = 10;
+  fs::create_directories(root.path / "swapped");
+  std::ofstream(root.path / "swapped" / "tokenizer.json") << j.dump();
+  try {
+    trainers::check_same_vocabulary(policy_tok, policy_dir, root.path / "swapped", "value_model_path");
+    FAIL("a tokenizer with other ids was accepted");
+  } catch (const InputError& e) {
+    CHECK_THAT(std::string(e.what()), Contains("value_model_path") && Contains("token id 10") &&
+                                          Contains("swapped/tokenizer.json"));
   }
 }
 
