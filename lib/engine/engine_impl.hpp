@@ -145,6 +145,9 @@ struct Engine::Impl {
   void resume(const std::filesystem::path& dir, int64_t* epoch, size_t* batch_in_epoch);
   // InputError, saying what to do, when the checkpoint whose trainer_state.json
   // is `state` cannot resume this run (another trainer, another optimizer layout).
+  // Checks the checkpoint's files against its manifest (those this rank
+  // reads); InputError naming the damaged file and the checkpoint before it.
+  void verify_checkpoint(const std::filesystem::path& dir) const;
   void check_resumable(const std::filesystem::path& dir, const nlohmann::json& state) const;
   // After resume: metrics.jsonl without the rows logged after the checkpoint.
   void drop_metrics_after_step();

@@ -3,6 +3,10 @@
 #include "engine/engine.hpp"
 #include "engine/engine_impl.hpp"
 
+#include <regex>
+
+#include "io/checksum.hpp"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <unistd.h>
 
@@ -79,6 +83,44 @@ void read_checkpoint_file(const fs::path& file, const std::function<void(const s
 
 }  // namespace
 
+void Engine::Impl::verify_checkpoint(const fs::path& dir) const {
+  // Each rank checks what it reads: the shared files and its own (another
+  // rank's optimizer shard, random state or round is that rank's to check).
+  static const std::regex per_rank(R"((?:rank(\d+)(?:-of-\d+)?|rng_state(?:_cuda)?_(\d+))\.pt$)");
+  const auto check = io::check_manifest(dir, [&](const std::string& rel) {
+    std::smatch m;
+    if (!std::regex_search(rel, m, per_rank)) return true;
+    return std::stoi(m[1].matched ? m[1].str() : m[2].str()) == rank();
+  });
+  if (check.status == io::ManifestCheck::Status::NoManifest) {
+    if (rank() == 0)
+      log::warn("{} has no {} (saved by an older trlx): its files are not checked before they are read", dir.string(),
+                io::kManifestName);
+    return;
+  }
+  if (check.status == io::ManifestCheck::Status::Ok) return;
+  // The checkpoint before this one, where the run saved it.
+  std::string earlier = "there is no earlier checkpoint beside it; start the run again";
+  const auto number = [](const fs::path& p) -> std::optional<int64_t> {
+    const std::string n = p.filename().string();
+    if (n.rfind("checkpoint-", 0) != 0) return std::nullopt;
+    try {
+      return std::stoll(n.substr(11));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
+  const fs::path canonical = fs::weakly_canonical(dir);
+  if (const auto mine = number(canonical)) {
+    std::optional<std::pair<int64_t, fs::path>> best;
+    for (const auto& [n, p] : list_checkpoints(canonical.parent_path()))
+      if (n < *mine && (!best || n > best->first)) best = {n, p};
+    if (best) earlier = fmt::format("resume from the earlier checkpoint {}", best->second.string());
+  }
+  fail_input("resume_from_checkpoint: {} is damaged: {}. Nothing was loaded from the checkpoint; {}",
+             check.file.string(), check.why, earlier);
+}
+
 void Engine::Impl::check_resumable(const fs::path& dir, const nlohmann::json& state) const {
   const std::string trainer = state.value("trainer", "");
   if (!trainer.empty() && trainer != trainer_name_)
@@ -101,7 +143,8 @@ void Engine::Impl::check_resumable(const fs::path& dir, const nlohmann::json& st
 
 void Engine::Impl::drop_metrics_after_step() {
   // Rows logged after the checkpoint (by a run that went on and then died)
-  // would otherwise stand twice in metrics.jsonl once the steps run again.
+  // would otherwise stand twice in metrics.jsonl once the steps run again,
+  // as would a stopped run's summary beside the resumed run's.
   if (rank() != 0) return;
   const fs::path file = output_dir_ / "metrics.jsonl";
   std::ifstream in(file);
@@ -113,7 +156,9 @@ void Engine::Impl::drop_metrics_after_step() {
     bool keep = true;
     try {
       const auto j = nlohmann::json::parse(line);
-      keep = !j.contains("step") || j.at("step").get<int64_t>() <= step_;
+      // A stopped run's summary row (train_runtime, ...) goes too: the
+      // resumed run writes the run's summary at its end.
+      keep = (!j.contains("step") || j.at("step").get<int64_t>() <= step_) && !j.contains("train_runtime");
     } catch (const nlohmann::json::exception&) {
       keep = false;  // a line the killed run left half-written
     }
@@ -123,8 +168,9 @@ void Engine::Impl::drop_metrics_after_step() {
   in.close();
   if (dropped == 0) return;
   io::write_file_atomic(file, kept);
-  log::info("{}: dropped {} row(s) logged after step {} (they are logged again as the steps rerun)", file.string(),
-            dropped, step_);
+  log::info("{}: dropped {} row(s) logged after step {} or summing up the stopped run (logged again as the run "
+            "goes on)",
+            file.string(), dropped, step_);
 }
 
 void Engine::Impl::prepare_output_dir() {
@@ -323,6 +369,9 @@ void Engine::Impl::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     }
     for (const auto& l : log_history_) state["log_history"].push_back(nlohmann::ordered_json::parse(l));
     io::write_file_atomic(tmp / "trainer_state.json", state.dump(2) + "\n");
+    // Last: every file's size and CRC-32 (every rank's files are in by now),
+    // which resume checks before it reads anything.
+    io::write_manifest(tmp);
     io::fsync_directory(tmp);
     // Only a complete checkpoint gets its final name; one already there under
     // that name (saved again after a resume) is moved aside until then, and
@@ -366,6 +415,10 @@ void Engine::Impl::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_
     fail_input("resume_from_checkpoint: {} is corrupt: {}", state_file.string(), e.what());
   }
   check_resumable(dir, state);
+  if (value_ && !fs::exists(dir / kValueModelDir / "config.json"))
+    fail_input("resume_from_checkpoint: {} holds no value model ({} is missing); it was not saved by a run that "
+               "trains one",
+               dir.string(), (dir / kValueModelDir / "config.json").string());
   for (const std::string& f : {optimizer_file(), std::string("rng_state.pt")})
     if (!fs::exists(dir / f))
       fail_input("resume_from_checkpoint: {} is missing {}{}", dir.string(), f,
@@ -374,6 +427,7 @@ void Engine::Impl::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_
                                    "and the same strategy)",
                                    world_size())
                      : "");
+  verify_checkpoint(dir);
   if (lora_) {
     // The checkpoint holds the adapter: attach it to a fresh base and take
     // the trained tensors from there.
@@ -392,12 +446,7 @@ void Engine::Impl::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_
     load_full_weights(*policy_, dir);
   }
   if (value_) {
-    const fs::path value_dir = dir / kValueModelDir;
-    if (!fs::exists(value_dir / "config.json"))
-      fail_input("resume_from_checkpoint: {} holds no value model ({} is missing); it was not saved by a run that "
-                 "trains one",
-                 dir.string(), (value_dir / "config.json").string());
-    load_full_weights(*value_, value_dir);
+    load_full_weights(*value_, dir / kValueModelDir);
   }
   strategy_->on_weights_loaded();  // ZeRO: master shards from the loaded weights
   if (fs::exists(dir / "reference" / "config.json")) {

@@ -62,6 +62,17 @@ rc=$?
 check "[ $rc = 0 ]"
 check "grep -q 'resumed from' '$TMP/resume.log'"
 check "grep -q 'step 60/60' '$TMP/resume.log'"
+# The stopped run's summary row is dropped on resume: one summary, the last run's.
+check "[ \"\$(grep -c train_runtime '$TMP/term/metrics.jsonl')\" = 1 ]"
+
+# A file-size limit (ulimit -f, 64 KiB) is a full disk: the checkpoint write
+# fails with exit 1 and leaves no half checkpoint, instead of SIGXFSZ killing
+# the process mid-write.
+( ulimit -f 64; exec "$TRLX" sft --config configs/sft.yaml --max_steps 2 --save_steps 1 --eval_strategy no \
+    --logging_steps 1 --output_dir "$TMP/fsize" >"$TMP/fsize.log" 2>&1 )
+rc=$?
+check "[ $rc = 1 ] && ! ls -d '$TMP'/fsize/.checkpoint-* >/dev/null 2>&1 && [ ! -d '$TMP/fsize/checkpoint-1' ]" ||
+  { echo "rc $rc"; tail -5 "$TMP/fsize.log"; }
 
 # Bad input: exit 2 with the file and line, nothing written.
 mkdir -p "$TMP/baddata"

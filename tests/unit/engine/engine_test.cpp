@@ -15,6 +15,7 @@
 #include "engine/engine.hpp"
 #include "engine/schedule.hpp"
 #include "engine/shared_prefix.hpp"
+#include "io/checksum.hpp"
 #include "io/safetensors.hpp"
 #include "model/loading.hpp"
 #include "support.hpp"
@@ -462,11 +463,14 @@ TEST_CASE("resume: metrics.jsonl keeps no rows past the checkpoint, and another 
   CHECK(state.at("trainer") == "sft");
   CHECK(state.at("strategy") == "single");
   CHECK(state.at("world_size") == 1);
-  // A copy of checkpoint-2 under `name`, with `changed` as its trainer_state.json.
+  // A copy of checkpoint-2 under `name`, with `changed` as its
+  // trainer_state.json, as a run that saved that state would have written
+  // it (its manifest made again).
   auto copy_with = [&](const std::string& name, const nlohmann::json& changed) {
     const auto copy = root.path / name;
     fs::copy(out / "checkpoint-2", copy, fs::copy_options::recursive);
     std::ofstream(copy / "trainer_state.json") << changed.dump();
+    io::write_manifest(copy);
     return copy;
   };
   auto resume_from = [&](const fs::path& dir) {
@@ -497,6 +501,30 @@ TEST_CASE("resume: metrics.jsonl keeps no rows past the checkpoint, and another 
   msg = test::input_error_of([&] { resume_from(damaged); });
   CHECK_THAT(msg, Contains((damaged / "optimizer.pt").string()) && Contains("damaged") &&
                       Contains("earlier checkpoint"));
+  // So are 400 flipped bytes, which leave the file's size and format whole
+  // (loaded silently without the manifest), and the checkpoint before is named.
+  {
+    const auto opt = out / "checkpoint-4" / "optimizer.pt";
+    std::fstream f(opt, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(opt) / 2));
+    std::string bytes(400, '\0');
+    f.read(bytes.data(), 400);
+    for (auto& b : bytes) b = static_cast<char>(~b);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(opt) / 2));
+    f.write(bytes.data(), 400);
+  }
+  msg = test::input_error_of([&] { resume_from(out / "checkpoint-4"); });
+  CHECK_THAT(msg, Contains((out / "checkpoint-4" / "optimizer.pt").string()) && Contains("CRC-32") &&
+                      Contains("resume from the earlier checkpoint " + (out / "checkpoint-2").string()));
+  // A file the checkpoint lost is named too.
+  const auto unlisted = copy_with("unlisted", state);
+  fs::remove(unlisted / "model.safetensors");
+  msg = test::input_error_of([&] { resume_from(unlisted); });
+  CHECK_THAT(msg, Contains((unlisted / "model.safetensors").string()) && Contains("missing"));
+  // A checkpoint without a manifest (an older trlx's) still resumes.
+  const auto older = copy_with("older", state);
+  fs::remove(older / "checkpoint_manifest.json");
+  CHECK_NOTHROW(resume_from(older));
 }
 
 TEST_CASE("a non-finite gradient stops the run before the update: no NaN weights are saved", "[engine][sft]") {
