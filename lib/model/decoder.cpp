@@ -460,7 +460,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     auto& ck = cache->keys[static_cast<size_t>(layer_)];
     auto& cv = cache->values[static_cast<size_t>(layer_)];
     if (!ck.defined()) {
-      ck = torch::zeros({cache->num_slots(), cache->capacity(), kv_heads_, head_dim_}, k.options());
+      // In the dtype attention computes in: under autocast its dtype (the
+      // rotary tables may have widened k to the weights' float32).
+      const auto device_type = k.device().type();
+      const auto dtype = at::autocast::is_autocast_enabled(device_type) ? at::autocast::get_autocast_dtype(device_type)
+                                                                         : k.scalar_type();
+      ck = torch::zeros({cache->num_slots(), cache->capacity(), kv_heads_, head_dim_}, k.options().dtype(dtype));
       cv = torch::zeros_like(ck);
     }
     if (cache->mode == KVCache::Mode::Prefill) {
@@ -490,6 +495,22 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     const bool cast = mask.scalar_type() != torch::kBool && mask.scalar_type() != q.scalar_type();
     return cast ? mask.to(q.scalar_type()) : mask;
   };
+  // The flash kernels are called directly, outside autocast's reach: q, k
+  // and v go to the dtype SDPA would have computed in (autocast's, or
+  // theirs), as SDPA's autocast rule casts them.
+  if (attn.path == AttentionPath::FlashTail || attn.path == AttentionPath::FlashDocuments ||
+      attn.path == AttentionPath::FlashDecode) {
+    const auto device_type = q.device().type();
+    const auto dtype = at::autocast::is_autocast_enabled(device_type) ? at::autocast::get_autocast_dtype(device_type)
+                                                                       : v.scalar_type();
+    q = q.to(dtype);
+    k = k.to(dtype);
+    v = v.to(dtype);
+    if (cache_k.defined()) {
+      cache_k = cache_k.to(dtype);
+      cache_v = cache_v.to(dtype);
+    }
+  }
   torch::Tensor out;  // [B, H, Tq, D]
   switch (attn.path) {
     case AttentionPath::Softcapped:

@@ -6,6 +6,7 @@
 
 #include <limits>
 
+#include "engine/autocast.hpp"
 #include "model/attention_plan.hpp"
 #include "model/decoder.hpp"
 #include "model/generate.hpp"
@@ -53,6 +54,9 @@ AttentionPath path(AttentionShape shape, const AttentionDevice& d, bool window =
 // The flash kernel's semantics written out with plain operations: each
 // sequence's queries aligned to its last keys, causal, within the window.
 torch::Tensor reference_flash(const model::FlashArgs& a) {
+  // The kernel takes one dtype for all three (16-bit on a GPU).
+  REQUIRE(a.q.scalar_type() == a.k.scalar_type());
+  REQUIRE(a.k.scalar_type() == a.v.scalar_type());
   auto one = [&](torch::Tensor q, torch::Tensor k, torch::Tensor v) {  // [T, H, D]
     const int64_t tq = q.size(0), tk = k.size(0), groups = q.size(1) / k.size(1);
     k = k.repeat_interleave(groups, 1);
@@ -239,6 +243,42 @@ TEST_CASE("generation through the flash decode path equals the masked path token
     }
     CHECK(got.completions == want.completions);
   }
+}
+
+TEST_CASE("under bf16 autocast with float32 weights the flash paths get bf16 q, k and v, as SDPA would compute",
+          "[model][attention]") {
+  // The rotary tables are float32 here, so q and k come out of them float32
+  // while v is bf16; the flash paths call the kernel outside autocast.
+  auto m = model::load_language_model(models() / "mistral_window", model::HeadKind::CausalLM);
+  m->eval();
+  torch::manual_seed(3);
+  auto ids = torch::randint(1, m->config().vocab_size, {2, 11});
+  model::Batch tail{ids, torch::ones_like(ids), {}};
+  tail.padding_trails = true;
+  tail.outputs_from = 6;
+  torch::NoGradGuard ng;
+  engine::Autocast ac(at::kBFloat16, torch::kCPU);
+  const auto want = m->hidden_states(tail).to(torch::kFloat32);
+  torch::Tensor got;
+  std::vector<AttentionPath> paths;
+  model::Generation masked_gen, flash_gen;
+  model::GenerationOptions o;
+  o.max_new_tokens = 6;
+  masked_gen = model::generate(*m, {{5, 9, 2}, {7, 1, 3, 3, 8, 4}}, o);
+  {
+    EmulatedFlash flash(gpu(false));
+    model::set_attention_device(gpu(false));  // no fp32 allowance: only bf16 may reach the kernel
+    got = m->hidden_states(tail).to(torch::kFloat32);
+    paths = m->model->attention_paths();
+    // Decoding reads a bf16 cache (the kernel's REQUIREs check the dtypes).
+    flash_gen = model::generate(*m, {{5, 9, 2}, {7, 1, 3, 3, 8, 4}}, o);
+    CHECK(m->model->attention_paths().front() == AttentionPath::FlashDecode);
+  }
+  CHECK(paths.back() == AttentionPath::FlashTail);
+  CHECK(max_rel(got, want) < 2e-2);
+  REQUIRE(flash_gen.completions.size() == masked_gen.completions.size());
+  for (size_t r = 0; r < flash_gen.completions.size(); ++r)
+    CHECK(flash_gen.completions[r].size() == masked_gen.completions[r].size());
 }
 
 TEST_CASE("a GPU's fused attention paths equal the math kernel (bf16)", "[model][attention][cuda]") {
