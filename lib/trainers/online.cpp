@@ -784,7 +784,7 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   m.add_entry("reward_std", losses::nanstd(adv.rewards.to(torch::kFloat64)).item<double>());
   const double frac_zero_std = adv.std_is_zero.to(torch::kFloat64).mean().item<double>();
   m.add_entry("frac_reward_zero_std", frac_zero_std);
-  if (!shape.eval)
+  if (!shape.eval && engine.rank() == 0)  // the round's metrics are every rank's: one warning
     warn_if_unlearnable(engine.global_step() + 1, f > 0 ? nulls.all(1).sum().item<int64_t>() : 0, g, frac_zero_std);
   if (!shape.eval) {
     if (tools_) {

@@ -5,6 +5,8 @@
 #include "support/engine_probe.hpp"
 #include "catch_torch.hpp"
 
+#include "io/checksum.hpp"
+
 #include <unistd.h>
 
 #include <fstream>
@@ -257,6 +259,7 @@ TEST_CASE("DPO sync_ref_model: a checkpoint carries the moved reference, so a re
   // which is what the checkpoint's reference/ prevents.
   fs::copy(out / "full" / "checkpoint-2", out / "noref", fs::copy_options::recursive);
   fs::remove_all(out / "noref" / "reference");
+  io::write_manifest(out / "noref");  // as a run that kept no reference would have written it
   auto noref_flags = flags("resumed_noref");
   noref_flags["resume_from_checkpoint"] = (out / "noref").string();
   auto noref = make(dpo_config(dpo_data() / "text", noref_flags));
