@@ -29,6 +29,10 @@
 #   zero2      1184 / 1141 (0.98/1.54)    66872840  (4Ψ+4Ψ/2 +8)   44581888     22290944    902 / 902
 #   zero3      1184 / 1020 (0.98/1.38)    89163272  (4Ψ+8Ψ/2)      44581888     22290944    895 / 934
 #   fsdp_keep  1138 / 996  (0.94/1.34)    66872840  (4Ψ+4Ψ/2)      44581888     22290944    841 / 918
+# bf16 modes (2026-12-06, 3 runs alternating with ddp, load 0.9-1.3):
+#   zero3_autocast  step 432 / 437 / 427 ms, 89163272 bytes/step, peak_rss 834 / 853 / 822
+#   zero3_bf16      step 376 / 362 / 411 ms (x0.87 median, 0.83-0.96),
+#                   66872840 bytes/step (4Ψ+4Ψ/2, x0.75), peak_rss 810 / 765 / 764
 # (+8: the clip norm's all-reduce; ZeRO-3 sends 504 bytes less than 4Ψ+8Ψ/w
 # because the final norm, kept whole, is gathered once.) Optimizer state
 # halves under every stage; gradients halve from stage 2. Peak RSS is

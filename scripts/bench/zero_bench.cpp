@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     if (mode != "ddp")
       for (const auto& t : groups.at(0))
         if (t.grad().defined()) grad_bytes += t.grad().nbytes();
-    strategy->clip_grad_norm(1.0);
+    strategy->clip_grad_norm(1.0, 1.0);
     opt.step();
     strategy->after_optimizer_step();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
