@@ -35,6 +35,20 @@ template <typename... Args>
   throw InputError(fmt::format(f, std::forward<Args>(args)...));
 }
 
+// Rethrows the InputError in flight with `where` (a data row's file:line)
+// in front of its message, unless the message starts with it already: an
+// error raised while preparing a row (a chat template's raise_exception,
+// ...) names the row. Call inside a catch block.
+[[noreturn]] inline void rethrow_at(const std::string& where) {
+  try {
+    throw;
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    if (where.empty() || message.rfind(where, 0) == 0) throw;
+    throw InputError(where + ": " + message);
+  }
+}
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw Error(fmt::format(f, std::forward<Args>(args)...));

@@ -78,7 +78,7 @@ SidedSplit prepare_sided_preference_split(const PreferenceDataOptions& c, const 
   for (size_t i = 0; i < shaped.rows.size(); ++i) {
     const std::string where = shaped.rows[i].where();
     if (empty.drop(shaped.rows[i], {"chosen", "rejected"})) continue;
-    auto& [chosen_answer, rejected_answer] = tokenized.get(i);
+    auto& [chosen_answer, rejected_answer] = tokenized.get(i, shaped.rows[i].where());
     auto& [cids, cstart] = chosen_answer;
     auto& [rids, rstart] = rejected_answer;
     SidedPair p;

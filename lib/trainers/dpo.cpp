@@ -95,7 +95,7 @@ PreferenceSplit prepare_preference_split(const PreferenceDataOptions& c, const t
   for (size_t i = 0; i < shaped.rows.size(); ++i) {
     const std::string where = shaped.rows[i].where();
     if (empty.drop(shaped.rows[i], {"chosen", "rejected"})) continue;
-    const auto& [prompt, pc, pr] = tokenized.get(i);
+    const auto& [prompt, pc, pr] = tokenized.get(i, shaped.rows[i].where());
     // The completions start where prompt and prompt+completion diverge.
     const size_t plen = std::min(common_prefix(prompt, pc), common_prefix(prompt, pr));
     if (plen < prompt.size() && !warned_prefix) {

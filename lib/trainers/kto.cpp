@@ -77,7 +77,7 @@ KTOSplit prepare_kto_split(const KTOConfig& c, const text::Tokenizer& tok, const
     KTOExample ex;
     ex.source_row = i;
     ex.label = row["label"].get<bool>();
-    const auto& [prompt_ids, full_ids] = tokenized.get(i);
+    const auto& [prompt_ids, full_ids] = tokenized.get(i, shaped.rows[i].where());
     // Tokens merging across the boundary belong to the completion.
     const size_t plen = common_prefix(prompt_ids, full_ids);
     if (plen < prompt_ids.size()) ++prompt_not_prefix;

@@ -79,7 +79,7 @@ PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, c
     ex.columns = nlohmann::ordered_json::object();
     for (const auto& [k, v] : row.value.items())
       if (k != "prompt") ex.columns[k] = v;
-    ex.prompt_ids = std::move(tokenized.get(i));
+    ex.prompt_ids = std::move(tokenized.get(i, shaped.rows[i].where()));
     if (ex.prompt_ids.empty()) fail_input("{}: the prompt tokenizes to nothing", row.where());
     if (c.max_prompt_length && static_cast<int64_t>(ex.prompt_ids.size()) > *c.max_prompt_length) {
       ex.prompt_ids.erase(ex.prompt_ids.begin(), ex.prompt_ids.end() - *c.max_prompt_length);

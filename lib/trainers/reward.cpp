@@ -49,7 +49,7 @@ RewardSplit prepare_reward_split(const RewardConfig& c, const text::Tokenizer& t
     if (empty.drop(shaped.rows[i], {"chosen", "rejected"})) continue;
     RewardExample ex;
     ex.source_row = i;
-    std::tie(ex.chosen_ids, ex.rejected_ids) = std::move(tokenized.get(i));
+    std::tie(ex.chosen_ids, ex.rejected_ids) = std::move(tokenized.get(i, shaped.rows[i].where()));
     if (shaped.has_margin) ex.margin = row["margin"].get<double>();
     if (c.max_length && (ex.chosen_ids.size() > static_cast<size_t>(*c.max_length) ||
                          ex.rejected_ids.size() > static_cast<size_t>(*c.max_length))) {

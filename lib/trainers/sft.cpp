@@ -85,7 +85,7 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
     std::vector<uint8_t> completion_mask, assistant;
   };
   std::vector<Tokenized> tokenized(shaped.rows.size());
-  text::parallel_for(shaped.rows.size(), static_cast<int>(c.dataset_num_proc.value_or(1)), [&](size_t i) {
+  auto prepare = [&](size_t i) {
     const auto& row = shaped.rows[i].value;
     SFTExample& ex = tokenized[i].ex;
     ex.source_row = i;
@@ -121,6 +121,15 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
       fail_input("{}: assistant_only_loss is set but this example has no assistant tokens: the chat template needs "
                  "{{% generation %}} around assistant replies",
                  shaped.rows[i].where());
+  };
+  // An error raised by a row (its chat template's raise_exception, ...)
+  // names the row.
+  text::parallel_for(shaped.rows.size(), static_cast<int>(c.dataset_num_proc.value_or(1)), [&](size_t i) {
+    try {
+      prepare(i);
+    } catch (const InputError&) {
+      rethrow_at(shaped.rows[i].where());
+    }
   });
 
   std::vector<SFTExample> out;

@@ -82,6 +82,25 @@ rc=$?
 check "[ $rc = 2 ]"
 check "grep -q 'train.jsonl:1' '$TMP/bad.log'"
 check "[ ! -e '$TMP/badrun/model.safetensors' ]"
+# A chat template that raises on one row names that row (and the template).
+cp -r examples/tiny-model "$TMP/raising"
+python3 - "$TMP/raising" <<'PY'
+import json, sys
+p = sys.argv[1] + "/tokenizer_config.json"
+c = json.load(open(p))
+c["chat_template"] = ("{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tool turns') }}"
+                      "{% endif %}{{ m['role'] + ': ' + m['content'] + '\\n' }}{% endfor %}")
+json.dump(c, open(p, "w"))
+with open(sys.argv[1] + "/train.jsonl", "w") as f:
+    f.write(json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}) + "\n")
+    f.write(json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "content": "x"},
+                                     {"role": "assistant", "content": "yo"}]}) + "\n")
+PY
+"$TRLX" sft --model_name_or_path "$TMP/raising" --dataset_name "$TMP/raising/train.jsonl" --max_steps 1 \
+  --output_dir "$TMP/raising_run" >"$TMP/raise.log" 2>&1
+rc=$?
+check "[ $rc = 2 ] && grep -q 'train.jsonl:2: .*chat template raised an error at line 1: no tool turns' '$TMP/raise.log'" ||
+  cat "$TMP/raise.log"
 "$TRLX" sft --config configs/sft.yaml --resume_from_checkpoint "$TMP/none" --output_dir "$TMP/r2" >"$TMP/bad2.log" 2>&1
 rc=$?
 check "[ $rc = 2 ]"

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.hpp"
+
 namespace trlx::text {
 
 template <typename F>
@@ -77,8 +79,16 @@ class RowResults {
       }
     });
   }
-  T& get(size_t i) {
-    if (errors_[i]) std::rethrow_exception(errors_[i]);
+  // Row i's value, or its error rethrown; an InputError gets `where` (the
+  // row's file:line) in front (rethrow_at).
+  T& get(size_t i, const std::string& where = "") {
+    if (errors_[i]) {
+      try {
+        std::rethrow_exception(errors_[i]);
+      } catch (const InputError&) {
+        rethrow_at(where);
+      }
+    }
     return *values_[i];
   }
 
