@@ -101,22 +101,11 @@ void Engine::Impl::verify_checkpoint(const fs::path& dir) const {
   if (check.status == io::ManifestCheck::Status::Ok) return;
   // The checkpoint before this one, where the run saved it.
   std::string earlier = "there is no earlier checkpoint beside it; start the run again";
-  const auto number = [](const fs::path& p) -> std::optional<int64_t> {
-    const std::string n = p.filename().string();
-    if (n.rfind("checkpoint-", 0) != 0) return std::nullopt;
-    try {
-      return std::stoll(n.substr(11));
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
-  };
   const fs::path canonical = fs::weakly_canonical(dir);
-  if (const auto mine = number(canonical)) {
-    std::optional<std::pair<int64_t, fs::path>> best;
-    for (const auto& [n, p] : list_checkpoints(canonical.parent_path()))
-      if (n < *mine && (!best || n > best->first)) best = {n, p};
-    if (best) earlier = fmt::format("resume from the earlier checkpoint {}", best->second.string());
-  }
+  const auto siblings = list_checkpoints(canonical.parent_path());
+  for (size_t k = 1; k < siblings.size(); ++k)
+    if (fs::weakly_canonical(siblings[k].second) == canonical)
+      earlier = fmt::format("resume from the earlier checkpoint {}", siblings[k - 1].second.string());
   fail_input("resume_from_checkpoint: {} is damaged: {}. Nothing was loaded from the checkpoint; {}",
              check.file.string(), check.why, earlier);
 }

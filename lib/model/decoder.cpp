@@ -306,6 +306,12 @@ torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const tor
   return torch::cat({r * cos + rotate_half(r) * sin, x.narrow(-1, dims, x.size(-1) - dims)}, -1);
 }
 
+// The dtype a device computes attention in: autocast's where it is on,
+// else `otherwise` (the tensors' own).
+torch::Dtype compute_dtype(c10::DeviceType device, torch::Dtype otherwise) {
+  return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : otherwise;
+}
+
 // Attention with tanh soft-capped scores, which SDPA does not offer:
 // scores = cap * tanh(q k^T * scale / cap), masked, softmax in fp32.
 torch::Tensor softcapped_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& mask,
@@ -462,10 +468,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     if (!ck.defined()) {
       // In the dtype attention computes in: under autocast its dtype (the
       // rotary tables may have widened k to the weights' float32).
-      const auto device_type = k.device().type();
-      const auto dtype = at::autocast::is_autocast_enabled(device_type) ? at::autocast::get_autocast_dtype(device_type)
-                                                                         : k.scalar_type();
-      ck = torch::zeros({cache->num_slots(), cache->capacity(), kv_heads_, head_dim_}, k.options().dtype(dtype));
+      ck = torch::zeros({cache->num_slots(), cache->capacity(), kv_heads_, head_dim_},
+                        k.options().dtype(compute_dtype(k.device().type(), k.scalar_type())));
       cv = torch::zeros_like(ck);
     }
     if (cache->mode == KVCache::Mode::Prefill) {
@@ -500,9 +504,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   // theirs), as SDPA's autocast rule casts them.
   if (attn.path == AttentionPath::FlashTail || attn.path == AttentionPath::FlashDocuments ||
       attn.path == AttentionPath::FlashDecode) {
-    const auto device_type = q.device().type();
-    const auto dtype = at::autocast::is_autocast_enabled(device_type) ? at::autocast::get_autocast_dtype(device_type)
-                                                                       : v.scalar_type();
+    const auto dtype = compute_dtype(q.device().type(), v.scalar_type());
     q = q.to(dtype);
     k = k.to(dtype);
     v = v.to(dtype);
@@ -548,15 +550,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     }
     case AttentionPath::FlashDecode: {
       TORCH_CHECK(cache_k.defined(), "the flash decode path runs only on a decode step");
-      // One query per slot; the slot's keys sit at [slot * capacity, +position].
       const int64_t cap = cache->capacity();
-      auto i32 = torch::dtype(torch::kInt32).device(q.device());
       FlashArgs a{q.transpose(1, 2).reshape({b, heads_, head_dim_}),
                   cache_k.view({b * cap, kv_heads_, head_dim_}),
                   cache_v.view({b * cap, kv_heads_, head_dim_}),
-                  torch::arange(b + 1, i32),
-                  torch::arange(b + 1, i32) * cap,
-                  (cache->positions + 1).to(torch::kInt32),
+                  attn.cu_seqlens,
+                  attn.cu_seqlens_k,
+                  attn.seqused_k,
                   1,
                   cache->read_length,
                   scale_,
@@ -646,10 +646,7 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   const auto& window = config_.sliding_window;
 
   // The dtype attention computes in: autocast's (bf16) when it is on.
-  const auto embed_dtype = embed_tokens->weight.scalar_type();
-  const auto mask_dtype = at::autocast::is_autocast_enabled(device.type())
-                              ? at::autocast::get_autocast_dtype(device.type())
-                              : embed_dtype;
+  const auto mask_dtype = compute_dtype(device.type(), embed_tokens->weight.scalar_type());
 
   // What each kind of layer's attention needs (attention_plan.hpp), decided
   // on the host before any mask is built: a mask is built only where the
@@ -764,6 +761,7 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   full_mask = additive(full_mask);
   sliding_mask = additive(sliding_mask);
 
+  torch::Tensor decode_queries, decode_keys, decode_lengths;  // FlashDecode's, made once per forward
   auto layer_attention = [&](const AttentionPlan& plan, bool sliding, bool last) {
     LayerAttention a;
     a.path = plan.path;
@@ -772,6 +770,18 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     if (plan.path == AttentionPath::FlashDocuments) {
       a.cu_seqlens = batch.segments.to(device);
       a.max_seqlen = batch.longest_segment;
+    }
+    if (plan.path == AttentionPath::FlashDecode) {
+      // One query per slot; slot s's keys sit at [s * capacity, + its position].
+      if (!decode_lengths.defined()) {
+        auto i32 = torch::dtype(torch::kInt32).device(device);
+        decode_queries = torch::arange(b + 1, i32);
+        decode_keys = decode_queries * cache->capacity();
+        decode_lengths = (cache->positions + 1).to(torch::kInt32);
+      }
+      a.cu_seqlens = decode_queries;
+      a.cu_seqlens_k = decode_keys;
+      a.seqused_k = decode_lengths;
     }
     if (plan.needs_mask) {
       const auto& m = sliding ? sliding_mask : full_mask;

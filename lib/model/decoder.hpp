@@ -169,8 +169,10 @@ struct LayerAttention {
   torch::Tensor mask;                  // additive [B, 1, Tq, Tk], where the path needs one
   int64_t query_start = 0;             // queries for positions [query_start, T) only (no cache)
   std::optional<int64_t> window;       // flash paths: keys less than this many positions back
-  torch::Tensor cu_seqlens;            // FlashDocuments: int32 [segments + 1] over the B*T flattened rows
+  torch::Tensor cu_seqlens;            // FlashDocuments: int32 [segments + 1] over the B*T flattened rows;
+                                       // FlashDecode: the queries', one per slot
   int64_t max_seqlen = 0;              // FlashDocuments: longest segment
+  torch::Tensor cu_seqlens_k, seqused_k;  // FlashDecode: where each slot's keys start, and how many it reads
 };
 
 // What a flash path hands the kernel: causal with the queries aligned to the
