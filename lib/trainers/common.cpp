@@ -120,7 +120,12 @@ nlohmann::ordered_json prompt_then(const nlohmann::ordered_json& prompt, const n
   return all;
 }
 
-std::vector<int64_t> encode_text(const text::Tokenizer& tok, const std::string& text, bool add_special_tokens) {
+std::vector<int64_t> encode_text(const text::Tokenizer& tok, const std::string& text, bool add_special_tokens,
+                                 std::optional<size_t> limit) {
+  if (limit) {
+    const auto head = tok.encode_head(text, add_special_tokens, *limit);
+    return {head.ids.begin(), head.ids.end()};
+  }
   const auto ids = tok.encode_ids(text, add_special_tokens);
   return {ids.begin(), ids.end()};
 }

@@ -88,7 +88,10 @@ std::string render_prompt(const text::Tokenizer& tokenizer, const text::ChatTemp
 nlohmann::ordered_json prompt_then(const nlohmann::ordered_json& prompt, const nlohmann::ordered_json& completion);
 
 // Plain text to ids, with the tokenizer's special tokens when asked.
-std::vector<int64_t> encode_text(const text::Tokenizer& tokenizer, const std::string& text, bool add_special_tokens);
+// With `limit`, only the first `limit` tokens (Tokenizer::encode_head: a long
+// text costs what those tokens cost).
+std::vector<int64_t> encode_text(const text::Tokenizer& tokenizer, const std::string& text, bool add_special_tokens,
+                                 std::optional<size_t> limit = std::nullopt);
 
 // `text` ending with `eos`: appended unless it is already there, as TRL does
 // to plain-text completions so that the model learns to stop.

@@ -27,10 +27,11 @@ struct Rendered {
 
 // A conversation through the chat template, tokenized without special tokens
 // (the template writes them), with the assistant mask from its generation tag.
+// With `limit`, its first `limit` tokens only.
 Rendered render(const text::Tokenizer& tok, const text::ChatTemplate& tmpl, const nlohmann::ordered_json& messages,
-                bool add_generation_prompt, bool want_mask, const TemplateInputs& inputs) {
+                bool add_generation_prompt, bool want_mask, const TemplateInputs& inputs, std::optional<size_t> limit) {
   auto chat = text::apply_chat_template(tmpl, messages, chat_options(tok, add_generation_prompt, inputs));
-  auto enc = tok.encode(chat.text, false);
+  auto enc = limit ? tok.encode_head(chat.text, false, *limit) : tok.encode(chat.text, false);
   Rendered r;
   r.ids.assign(enc.ids.begin(), enc.ids.end());
   if (want_mask) {
@@ -76,6 +77,11 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
   const bool prompt_completion = shaped.sft_layout == data::SftLayout::prompt_completion;
   const bool completion_only = c.completion_only_loss.value_or(prompt_completion);
   const std::string eos = completion_eos(tok, c.eos_token, "sft", true, conversational);
+  // Every example is cut to max_length (packing too), so only its first
+  // max_length + 1 tokens are made (the one more says it was cut): a 50 MB
+  // row costs what 129 tokens cost, not gigabytes.
+  const std::optional<size_t> limit =
+      c.max_length ? std::optional<size_t>(static_cast<size_t>(*c.max_length) + 1) : std::nullopt;
 
   // Tokenizing is row by row and independent: on dataset_num_proc threads,
   // each row's result in its place; the counting and dropping below stay in
@@ -95,15 +101,15 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
       std::vector<int64_t> prompt_ids, full_ids;
       if (conversational) {
         const auto inputs = template_inputs(row);
-        prompt_ids = render(tok, *tmpl, row["prompt"], true, false, inputs).ids;
-        auto full =
-            render(tok, *tmpl, prompt_then(row["prompt"], row["completion"]), false, c.assistant_only_loss, inputs);
+        prompt_ids = render(tok, *tmpl, row["prompt"], true, false, inputs, limit).ids;
+        auto full = render(tok, *tmpl, prompt_then(row["prompt"], row["completion"]), false, c.assistant_only_loss,
+                           inputs, limit);
         full_ids = full.ids;
         assistant = full.assistant;
       } else {
         const std::string prompt = row["prompt"].get<std::string>();
-        prompt_ids = encode_text(tok, prompt, true);
-        full_ids = encode_text(tok, prompt + with_eos(row["completion"].get<std::string>(), eos), true);
+        prompt_ids = encode_text(tok, prompt, true, limit);
+        full_ids = encode_text(tok, prompt + with_eos(row["completion"].get<std::string>(), eos), true, limit);
       }
       // The completion starts where prompt and prompt+completion diverge.
       const size_t plen = common_prefix(prompt_ids, full_ids);
@@ -111,11 +117,11 @@ std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokeni
       std::fill(completion_mask.begin() + static_cast<long>(plen), completion_mask.end(), 1);
       ex.ids = std::move(full_ids);
     } else if (conversational) {
-      auto r = render(tok, *tmpl, row["messages"], false, c.assistant_only_loss, template_inputs(row));
+      auto r = render(tok, *tmpl, row["messages"], false, c.assistant_only_loss, template_inputs(row), limit);
       ex.ids = std::move(r.ids);
       assistant = std::move(r.assistant);
     } else {
-      ex.ids = encode_text(tok, with_eos(row["text"].get<std::string>(), eos), true);
+      ex.ids = encode_text(tok, with_eos(row["text"].get<std::string>(), eos), true, limit);
     }
     if (c.assistant_only_loss && std::find(assistant.begin(), assistant.end(), 1) == assistant.end())
       fail_input("{}: assistant_only_loss is set but this example has no assistant tokens: the chat template needs "

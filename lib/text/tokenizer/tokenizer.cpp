@@ -11,6 +11,33 @@ size_t last_char_start(std::string_view s) {
   return p;
 }
 
+Encoding to_encoding(const std::vector<Tok>& toks, size_t limit) {
+  const size_t n = std::min(limit, toks.size());
+  Encoding e;
+  e.ids.reserve(n);
+  e.offsets.reserve(n);
+  e.special_mask.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    e.ids.push_back(toks[i].id);
+    e.offsets.emplace_back(toks[i].b, toks[i].e);
+    e.special_mask.push_back(toks[i].special);
+  }
+  return e;
+}
+
+bool same_head(const std::vector<Tok>& a, const std::vector<Tok>& b, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (a[i].id != b[i].id || a[i].b != b[i].b || a[i].e != b[i].e || a[i].special != b[i].special) return false;
+  return true;
+}
+
+// The largest UTF-8 character start at or before `p`.
+size_t char_start_at_or_before(std::string_view s, size_t p) {
+  if (p >= s.size()) return s.size();
+  while (p > 0 && (static_cast<unsigned char>(s[p]) & 0xC0) == 0x80) --p;
+  return p;
+}
+
 }  // namespace
 
 void Tokenizer::Impl::split_added(NStr& n, const Trie& trie, std::vector<std::pair<NStr, int32_t>>& out) const {
@@ -121,16 +148,28 @@ Tokenizer::~Tokenizer() = default;
 
 Encoding Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   const std::vector<Tok> toks = impl_->run(text, add_special_tokens);
-  Encoding e;
-  e.ids.reserve(toks.size());
-  e.offsets.reserve(toks.size());
-  e.special_mask.reserve(toks.size());
-  for (const Tok& t : toks) {
-    e.ids.push_back(t.id);
-    e.offsets.emplace_back(t.b, t.e);
-    e.special_mask.push_back(t.special);
+  return to_encoding(toks, toks.size());
+}
+
+
+Encoding Tokenizer::encode_head(std::string_view text, bool add_special_tokens, size_t limit) const {
+  // Tokens kept beyond `limit` in each prefix: the last words of a prefix and
+  // the post-processor's closing tokens may differ from the whole text's, and
+  // must lie past the tokens returned.
+  constexpr size_t kMargin = 16;
+  // A text this short is tokenized whole: no token spans more bytes than this
+  // per token kept, so the whole is cheap either way.
+  const size_t first = std::max<size_t>(size_t{1} << 14, (limit + kMargin) * 16);
+  if (text.size() <= 2 * first) return to_encoding(impl_->run(text, add_special_tokens), limit);
+  std::vector<Tok> previous;
+  for (size_t len = first;; len *= 2) {
+    const size_t cut = char_start_at_or_before(text, len);
+    std::vector<Tok> toks = impl_->run(text.substr(0, cut), add_special_tokens);
+    if (cut == text.size()) return to_encoding(toks, limit);
+    if (previous.size() >= limit + kMargin && toks.size() >= limit + kMargin && same_head(previous, toks, limit))
+      return to_encoding(toks, limit);
+    previous = std::move(toks);
   }
-  return e;
 }
 
 std::vector<int32_t> Tokenizer::encode_ids(std::string_view text, bool add_special_tokens) const {

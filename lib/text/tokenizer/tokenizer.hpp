@@ -63,6 +63,12 @@ class Tokenizer {
 
   Encoding encode(std::string_view text, bool add_special_tokens = true) const;
   std::vector<int32_t> encode_ids(std::string_view text, bool add_special_tokens = true) const;
+  // The first `limit` tokens of encode(text) (all of them when it has fewer),
+  // tokenizing only a prefix of a long text: memory and time follow `limit`,
+  // not the text. The prefix grows by doubling until two successive prefixes
+  // agree on those tokens, so a cut inside a word or a normalizer's span
+  // never changes them.
+  Encoding encode_head(std::string_view text, bool add_special_tokens, size_t limit) const;
   // Unknown ids are skipped, as the reference does.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 

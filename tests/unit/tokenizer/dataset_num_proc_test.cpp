@@ -2,6 +2,7 @@
 // threads, the examples one thread gives (same order, same tokens, same
 // counts), on the quickstart data (plain text) and on a conversational copy
 // of it (through the chat template).
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -176,4 +177,50 @@ TEST_CASE("dataset_num_proc threads prepare the examples one thread prepares",
     }
   }
   fs::remove_all(tmp);
+}
+
+// A row far longer than max_length costs what max_length tokens cost: the
+// examples equal those of the same data with the long row cut to its first
+// 20 KB (tokenized whole), and resident memory hardly grows.
+TEST_CASE("sft: a 20 MB row is tokenized only as far as max_length", "[tokenizer][trainers][memory]") {
+  Inputs in;
+  const fs::path dir = fs::temp_directory_path() / ("trlx_long_row_" + std::to_string(::getpid()));
+  std::string body;
+  while (body.size() < 20'000'000) body += "the quick brown fox jumps over 12 lazy dogs. ";
+  const auto write = [&](const std::string& name, const std::string& long_text) {
+    fs::create_directories(dir / name);
+    std::ofstream o(dir / name / "train.jsonl");
+    o << nlohmann::json({{"messages", {{{"role", "user"}, {"content", "2+2?"}}, {{"role", "assistant"}, {"content", "4"}}}}}).dump() << "\n";
+    o << nlohmann::json({{"messages", {{{"role", "user"}, {"content", long_text}}, {{"role", "assistant"}, {"content", "x"}}}}}).dump() << "\n";
+    o << nlohmann::json({{"messages", {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", long_text}}}}}).dump() << "\n";
+    return (dir / name).string();
+  };
+  const std::string whole = write("whole", body), cut = write("cut", body.substr(0, 20000));
+  body.clear();
+  body.shrink_to_fit();
+  auto c = config_for<trainers::SFTConfig>(trainers::sft_schema(), cut, 1);
+  c.max_length = 64;
+  const auto expected = trainers::prepare_sft_split(c, in.tok, &in.tmpl, "train", true);
+  c.dataset_name = whole;
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  const long before = u.ru_maxrss;
+  const auto got = trainers::prepare_sft_split(c, in.tok, &in.tmpl, "train", true);
+  ::getrusage(RUSAGE_SELF, &u);
+  const long grown_mb = (u.ru_maxrss - before) / 1024;
+  fs::remove_all(dir);
+  REQUIRE(got.size() == expected.size());
+  REQUIRE(got.size() == 3);
+  for (size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].ids == expected[i].ids);
+    CHECK(got[i].loss_mask == expected[i].loss_mask);
+    CHECK(got[i].truncated == expected[i].truncated);
+  }
+  CHECK(got[1].truncated);
+  CHECK(got[2].truncated);
+  CHECK(got[1].ids.size() == 64);
+  INFO("peak resident memory grew by " << grown_mb << " MB for two 20 MB rows");
+  // The rows themselves are read (about 5 times their size in JSON values
+  // and copies); tokenizing them whole took about 8 GB.
+  CHECK(grown_mb < 400);
 }

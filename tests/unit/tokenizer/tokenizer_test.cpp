@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 
 #include "core/error.hpp"
 #include "support.hpp"
@@ -356,4 +357,78 @@ TEST_CASE("rows tokenized on several threads equal one thread's", "[tokenizer][p
   CHECK(kept.get(3) == 6);
   CHECK(kept.get(9) == 18);
   CHECK(trlx::test::error_message_of([&] { kept.get(4); }) == "row 4 is bad");
+}
+
+namespace {
+
+// Texts far longer than encode_head's first prefix: the golden corpus end to
+// end (every script, whitespace runs, numbers, special tokens), and runs with
+// no word boundary for a long way (where a cut lands inside one word).
+std::vector<std::string> long_texts(const fs::path& corpus) {
+  std::string all;
+  for (const json& c : read_jsonl(corpus)) {
+    if (c.contains("meta") || c.contains("decode")) continue;
+    all += c.contains("hex") ? unhex(c["hex"]) : c["text"].get<std::string>();
+    all += all.size() % 3 ? " " : "\n";
+  }
+  std::string word(200000, 'x'), spaces(100000, ' '), digits;
+  for (int i = 0; digits.size() < 150000; ++i) digits += std::to_string(i * 7919);
+  return {all, word, spaces + all, digits, all + all + all};
+}
+
+long peak_rss_kb() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+}  // namespace
+
+TEST_CASE("encode_head gives the first tokens of encode, tokenizing a prefix", "[tokenizer]") {
+  std::vector<std::pair<std::string, Tokenizer>> toks;
+  const fs::path handmade = trlx::test::data_dir() / "tokenizer" / "handmade";
+  for (const auto& entry : fs::directory_iterator(handmade))
+    if (fs::exists(entry.path() / "tokenizer.json"))
+      toks.emplace_back(entry.path().filename().string(), Tokenizer::from_files(entry.path() / "tokenizer.json"));
+  if (const auto shared = trlx::test::shared_dir())
+    for (const std::string name : {"llama2", "llama3", "qwen3"})
+      toks.emplace_back(name, Tokenizer::from_dir(*shared / "fixtures" / "tokenizers" / name));
+  const fs::path corpus = trlx::test::data_dir() / "tokenizer" / "real" / "llama3.jsonl";
+  const auto texts = long_texts(corpus);
+  REQUIRE(texts[0].size() > 50000);
+  size_t compared = 0;
+  for (const auto& [name, tok] : toks) {
+    for (size_t t = 0; t < texts.size(); ++t) {
+      const auto whole = tok.encode(texts[t], true);
+      for (const size_t limit : {size_t{1}, size_t{17}, size_t{128}, size_t{3000}}) {
+        for (const bool special : {true, false}) {
+          const auto full = special ? whole : tok.encode(texts[t], false);
+          const auto head = tok.encode_head(texts[t], special, limit);
+          const size_t n = std::min(limit, full.ids.size());
+          INFO(name << " text " << t << " limit " << limit << " special " << special);
+          REQUIRE(head.ids.size() == n);
+          CHECK(std::equal(head.ids.begin(), head.ids.end(), full.ids.begin()));
+          CHECK(std::equal(head.offsets.begin(), head.offsets.end(), full.offsets.begin()));
+          CHECK(std::equal(head.special_mask.begin(), head.special_mask.end(), full.special_mask.begin()));
+          ++compared;
+        }
+      }
+    }
+    // A text shorter than the limit comes back whole.
+    CHECK(tok.encode_head("hello world", true, 1000).ids == tok.encode("hello world", true).ids);
+  }
+  CHECK(compared >= 8 * texts.size() * 3);
+}
+
+TEST_CASE("encode_head's memory follows the limit, not the text", "[tokenizer][memory]") {
+  const Tokenizer tok = Tokenizer::from_files(trlx::test::data_dir() / "tokenizer" / "handmade" / "words" / "tokenizer.json");
+  std::string text;
+  while (text.size() < 8'000'000) text += "hello world 12 + 34 = 46. naïve café ";
+  const long before = peak_rss_kb();
+  const auto head = tok.encode_head(text, true, 128);
+  const long grown_mb = (peak_rss_kb() - before) / 1024;
+  INFO("peak resident memory grew by " << grown_mb << " MB for an 8 MB text");
+  CHECK(head.ids.size() == 128);
+  // Tokenizing the whole text takes about 2 GB here.
+  CHECK(grown_mb < 64);
 }
