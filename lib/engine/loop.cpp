@@ -28,6 +28,7 @@
 #include "engine/device_memory.hpp"
 #include "engine/fused_adamw.hpp"
 #include "dist/comm/comm_common.hpp"
+#include "core/stop.hpp"
 #include "io/dir_lock.hpp"
 
 namespace trlx::engine {
@@ -37,9 +38,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-// Whether the ranks, summing their g_stop with the step's other sums, agreed
-// to stop after this step. The loop reads this, not g_stop: a signal landing
+// Whether the ranks, summing their stop requests (core/stop.hpp) with the
+// step's other sums, agreed to stop after this step. The loop reads this, not
+// the request: a signal landing
 // between that sum and the check reaches one rank only, and is agreed on
 // after the next step.
 bool g_stop_agreed = false;
@@ -47,7 +48,12 @@ bool g_stop_agreed = false;
 // time-to-first-step figure users compare launchers and tools by.
 const Clock::time_point g_process_start = Clock::now();
 
-void on_signal(int) { g_stop = true; }
+// Updates the current step has made (a step of several updates can start a
+// round after its first): a step cut short before any is the last finished
+// step's state.
+int64_t g_updates_in_step = 0;
+
+void on_signal(int) { stop::request(); }
 
 int64_t every(double steps_or_fraction, int64_t total) {
   if (steps_or_fraction >= 1) return static_cast<int64_t>(steps_or_fraction);
@@ -107,7 +113,7 @@ class PhaseClock {
 
 }  // namespace
 
-void Engine::request_stop() { g_stop = true; }
+void Engine::request_stop() { stop::request(); }
 
 std::vector<std::vector<size_t>> Engine::Impl::epoch_batches(size_t n, int64_t epoch) const {
   // The order of an epoch depends only on the seed and the epoch, so a
@@ -284,7 +290,9 @@ std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const s
   // The step's loss stays on the device until the step ends (one read).
   torch::Tensor loss_total;
   double tokens = 0, norm_sum = 0;
+  g_updates_in_step = 0;
   for (int64_t u = 0; u < updates; ++u) {
+    g_updates_in_step = u;
     // The loss is normalised by the items (target tokens) of the whole
     // accumulated update on all ranks, so 1 x 8 and 8 x 1 and 2 ranks x 4
     // give the same gradients; the strategy then sums the ranks' gradients.
@@ -362,7 +370,8 @@ std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const s
   ++step_;
   // Rank sums: the loss (already a share of the global mean when gradients
   // are summed), tokens, and whether any rank was asked to stop.
-  std::vector<double> sums = {loss_total.defined() ? loss_total.item<double>() : 0.0, tokens, g_stop ? 1.0 : 0.0};
+  std::vector<double> sums = {loss_total.defined() ? loss_total.item<double>() : 0.0, tokens,
+                              stop::requested() ? 1.0 : 0.0};
   strategy_->sum_across_ranks(sums);
   g_stop_agreed = sums[2] > 0;
   tokens_seen_ += sums[1];
@@ -455,7 +464,7 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
   struct Disarm {
     ~Disarm() { dist::graceful_stop_armed(false); }
   } disarm;
-  g_stop = false;
+  stop::clear();
   g_stop_agreed = false;
 
   const int64_t log_every = every(config_.logging_steps, schedule_.total_steps);
@@ -484,9 +493,31 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
     }
     std::pair<double, double> result;
     if (online_prompts_per_round_ > 0) {
-      result = optimizer_step(
-          trainer, [&] { return next_online_micro_batches(trainer, &epoch, &batch_in_epoch, &batches, window); },
-          window);
+      // A stop request can cut a round's scoring short (a reward program
+      // given stop_grace_seconds to answer): the step then never happened,
+      // and the last finished one is saved.
+      const int64_t epoch_before = epoch;
+      const size_t batch_before = batch_in_epoch, round_next_before = round_next_, round_left_before = round_left_;
+      try {
+        result = optimizer_step(
+            trainer, [&] { return next_online_micro_batches(trainer, &epoch, &batch_in_epoch, &batches, window); },
+            window);
+      } catch (const stop::Interrupted& e) {
+        if (tty) std::cerr << "\n";
+        if (g_updates_in_step > 0)
+          throw Error(fmt::format("stop requested: {}; step {} had already made {} of its {} updates, so it cannot be "
+                                  "saved as step {} and nothing was saved; resume from the last checkpoint",
+                                  e.what(), step_ + 1, g_updates_in_step, updates_per_step_, step_));
+        log::warn("stop requested: {}; step {} is dropped, saving step {} and exiting", e.what(), step_ + 1, step_);
+        if (epoch != epoch_before) batches = epoch_batches(trainer.num_examples("train"), epoch_before);
+        epoch = epoch_before;
+        batch_in_epoch = batch_before;
+        round_next_ = round_next_before;
+        round_left_ = round_left_before;
+        if (!saved_at_step && step_ > start_step) save_checkpoint(epoch, batch_in_epoch);
+        summary.interrupted = true;
+        break;
+      }
     } else {
       std::vector<std::vector<size_t>> micro;
       for (int64_t i = 0; i < micro_per_step_ && batch_in_epoch < batches.size(); ++i)

@@ -20,6 +20,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/stop.hpp"
 
 extern char** environ;
 
@@ -184,6 +185,9 @@ struct ProgramProcess {
   std::optional<int64_t> step;
   int64_t requests = 0;  // requests sent
   std::optional<std::string> failure;
+  // Whether a stop request cuts a pending answer short (reward and judge
+  // programs: their answer only feeds a round that can be dropped).
+  bool interruptible = false;
 
   ~ProgramProcess() { shut_down(); }
 
@@ -488,6 +492,17 @@ struct ProgramProcess {
         }
         fail_exited("while " + doing + " " + label);
       }
+      if (interruptible && stop::requested() && stop::seconds_since_request() >= options.stop_grace_seconds) {
+        // The answer would come too late to be used: the run is stopping.
+        if (!exited) kill_now();
+        drain();
+        close_fds();
+        pid = -1;
+        failure = fmt::format("{} was stopped with the run", who());
+        throw stop::Interrupted(fmt::format("{} had not answered {} {}s after the stop request (its "
+                                            "stop_grace_seconds), so trlx killed it",
+                                            who(), label, options.stop_grace_seconds));
+      }
       if (seconds_left(deadline) <= 0) {
         std::string partial;
         if (!is_blank(out_buf))
@@ -649,6 +664,8 @@ std::unique_ptr<ProgramProcess> start_program(const ProgramOptions& options, con
   if (is_blank(options.command)) fail_input("a {} needs a command (e.g. {{command: \"{}\"}}).", kind, example);
   if (!(options.timeout_seconds > 0))
     fail_input("{} ({}): timeout_seconds must be positive, got {}.", kind, options.command, options.timeout_seconds);
+  if (!(options.stop_grace_seconds >= 0))
+    fail_input("{} ({}): stop_grace_seconds must be >= 0, got {}.", kind, options.command, options.stop_grace_seconds);
   if (!(options.startup_check_seconds >= 0))
     fail_input("{} ({}): startup_check_seconds must be >= 0, got {}.", kind, options.command,
                options.startup_check_seconds);
@@ -665,8 +682,9 @@ std::unique_ptr<ProgramProcess> start_program(const ProgramOptions& options, con
 }  // namespace
 
 std::unique_ptr<RewardProgram> start_reward_program(const ProgramOptions& options) {
-  return std::unique_ptr<RewardProgram>(
-      new RewardProgram(start_program(options, "reward program", "completion", "scoring", "python3 my_reward.py")));
+  auto process = start_program(options, "reward program", "completion", "scoring", "python3 my_reward.py");
+  process->interruptible = true;
+  return std::unique_ptr<RewardProgram>(new RewardProgram(std::move(process)));
 }
 
 JudgeProgram::JudgeProgram(std::unique_ptr<ProgramProcess> process) : process_(std::move(process)) {}
@@ -693,8 +711,9 @@ std::vector<std::optional<int>> JudgeProgram::judge(const std::vector<std::pair<
 }
 
 std::unique_ptr<JudgeProgram> start_judge_program(const ProgramOptions& options) {
-  return std::unique_ptr<JudgeProgram>(
-      new JudgeProgram(start_program(options, "judge program", "pair", "judging", "python3 my_judge.py")));
+  auto process = start_program(options, "judge program", "pair", "judging", "python3 my_judge.py");
+  process->interruptible = true;
+  return std::unique_ptr<JudgeProgram>(new JudgeProgram(std::move(process)));
 }
 
 std::string program_name_from_command(const std::string& command) {

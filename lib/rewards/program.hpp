@@ -34,6 +34,11 @@ struct ProgramOptions {
   std::string name;
   // Longest wait for one answer; the program is killed past it.
   double timeout_seconds = 600;
+  // Reward and judge programs: how long an answer still pending when the run
+  // is asked to stop (SIGTERM, SIGINT) may take. Past it the program is
+  // killed and score() throws stop::Interrupted: the round is dropped and the
+  // last finished step saved, well inside a cluster's grace before SIGKILL.
+  double stop_grace_seconds = 5;
   // Where the command runs (default: trlx's working directory).
   std::optional<std::filesystem::path> working_dir;
   // How long start_reward_program watches the new program for an early exit

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "core/error.hpp"
+#include "core/stop.hpp"
 #include "core/log.hpp"
 #include "engine/engine.hpp"
 #include "io/atomic_write.hpp"
@@ -113,13 +114,23 @@ rewards::ProgramOptions program_entry(const nlohmann::json& spec, const std::str
     else if (k == "name" && text) o.name = v.get<std::string>();
     else if (k == "timeout_seconds" && number && v.get<double>() > 0) o.timeout_seconds = v.get<double>();
     else if (k == "working_dir" && text) o.working_dir = v.get<std::string>();
-    else if (k == "command" || k == "name" || k == "timeout_seconds" || k == "working_dir")
+    else if (k == "stop_grace_seconds" && field == "tools")
+      fail_input("tools: stop_grace_seconds is for reward and judge programs, whose answer a stopping run can do "
+                 "without; a tool's answer is part of the completion being generated, and the run waits for it up "
+                 "to timeout_seconds (in {})",
+                 entry);
+    else if (k == "stop_grace_seconds" && number && v.get<double>() >= 0) o.stop_grace_seconds = v.get<double>();
+    else if (k == "command" || k == "name" || k == "timeout_seconds" || k == "working_dir" || k == "stop_grace_seconds")
       fail_input("{}: `{}` of a program entry expects {} (in {})", field, k,
-                 k == "timeout_seconds" ? "a number of seconds > 0" : "a string", entry);
+                 k == "timeout_seconds"      ? "a number of seconds > 0"
+                 : k == "stop_grace_seconds" ? "a number of seconds >= 0"
+                                             : "a string",
+                 entry);
     else
-      fail_input("{}: a program entry takes command, name, timeout_seconds and working_dir; `{}` is not one of them "
-                 "(in {})",
-                 field, k, entry);
+      fail_input("{}: a program entry takes {}; `{}` is not one of them (in {})", field,
+                 field == "tools" ? "command, name, timeout_seconds and working_dir"
+                                  : "command, name, timeout_seconds, working_dir and stop_grace_seconds",
+                 k, entry);
   }
   return o;
 }
@@ -498,26 +509,41 @@ OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
   out.rewards = torch::full({static_cast<int64_t>(rows.size()), f}, std::numeric_limits<double>::quiet_NaN(),
                             torch::kFloat64);
   auto* r = out.rewards.data_ptr<double>();
-  for (int64_t k = 0; k < f; ++k) {
-    const auto scores = reward_functions_[static_cast<size_t>(k)]->score(samples);
-    if (scores.size() != samples.size())
-      throw Error(fmt::format("reward function {} gave {} scores for {} completions",
-                              reward_functions_[static_cast<size_t>(k)]->name(), scores.size(), samples.size()));
-    for (size_t i = 0; i < samples.size(); ++i) {
-      if (!scores[i]) continue;
-      // A reward that is not a finite float32 (a NaN from a broken reward
-      // model, 1e39 from a program) would make every advantage NaN or 0 and
-      // train nothing: stop and name it.
-      const double v = *scores[i];
-      if (!std::isfinite(v) || std::abs(v) > std::numeric_limits<float>::max())
-        fail("reward function {} gave completion {} of this round the reward {}, which is not a finite "
-             "float32 number (advantages are computed in float32): fix the function, or scale its rewards",
-             reward_functions_[static_cast<size_t>(k)]->name(), i, v);
-      r[static_cast<int64_t>(i) * f + k] = v;
+  score_or_stop(engine, [&] {
+    for (int64_t k = 0; k < f; ++k) {
+      const auto scores = reward_functions_[static_cast<size_t>(k)]->score(samples);
+      if (scores.size() != samples.size())
+        throw Error(fmt::format("reward function {} gave {} scores for {} completions",
+                                reward_functions_[static_cast<size_t>(k)]->name(), scores.size(), samples.size()));
+      for (size_t i = 0; i < samples.size(); ++i) {
+        if (!scores[i]) continue;
+        // A reward that is not a finite float32 (a NaN from a broken reward
+        // model, 1e39 from a program) would make every advantage NaN or 0 and
+        // train nothing: stop and name it.
+        const double v = *scores[i];
+        if (!std::isfinite(v) || std::abs(v) > std::numeric_limits<float>::max())
+          fail("reward function {} gave completion {} of this round the reward {}, which is not a finite "
+               "float32 number (advantages are computed in float32): fix the function, or scale its rewards",
+               reward_functions_[static_cast<size_t>(k)]->name(), i, v);
+        r[static_cast<int64_t>(i) * f + k] = v;
+      }
     }
-  }
+  });
   scoring_seconds_ += since(t0);
   return out;
+}
+
+void OnlineTrainer::score_or_stop(engine::Engine& engine, const std::function<void()>& score) {
+  std::optional<std::string> cut_short;
+  try {
+    score();
+  } catch (const stop::Interrupted& e) {
+    cut_short = e.what();
+  }
+  std::vector<double> any = {cut_short ? 1.0 : 0.0};
+  engine.sum_across_ranks(any);
+  if (any[0] > 0)
+    throw stop::Interrupted(cut_short ? *cut_short : std::string("another rank's reward program was cut short"));
 }
 
 bool OnlineTrainer::ends(int64_t id) const {

@@ -181,6 +181,11 @@ class OnlineTrainer : public engine::Trainer {
   };
   Scored generate_and_score(engine::Engine& engine, const std::vector<const PromptExample*>& rows,
                             const std::vector<size_t>& slots, int64_t group);
+  // Runs this rank's reward or judge programs (`score`). A stop request that
+  // cut one short on any rank (stop::Interrupted) ends the round on every
+  // rank, agreed over one sum, so that no rank goes on to a collective the
+  // others have left.
+  static void score_or_stop(engine::Engine& engine, const std::function<void()>& score);
   // Only the completions of those rows (sampled up to max_completion_length,
   // ending at any of `stop_ids`, or replayed), each ending where it ended.
   std::vector<std::vector<int64_t>> generate_completions(engine::Engine& engine,

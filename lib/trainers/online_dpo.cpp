@@ -78,7 +78,9 @@ engine::Trainer::Rollout OnlineDPOTrainer::rollout(engine::Engine& engine, const
     judge_->set_step(engine.global_step());
     std::vector<std::pair<rewards::Sample, rewards::Sample>> pairs;
     for (size_t i = 0; i < rows.size(); i += 2) pairs.emplace_back(scored.samples[i], scored.samples[i + 1]);
-    for (const auto& p : judge_->judge(pairs)) judged_first.push_back(p == 1 ? 0.0f : 1.0f);
+    score_or_stop(engine, [&] {
+      for (const auto& p : judge_->judge(pairs)) judged_first.push_back(p == 1 ? 0.0f : 1.0f);
+    });
     scoring_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 

@@ -39,6 +39,9 @@ bad_run() {  # bad_run <grep pattern> <args...>
 }
 bad_run "no_such_tools.py" --tools '{"command": "python3 /nonexistent/no_such_tools.py"}'
 bad_run "without tools there are none" --max_tool_calling_iterations 2
+# A tool's answer is part of the completion: no stop_grace_seconds for tools.
+bad_run "stop_grace_seconds is for reward and judge programs" \
+  --tools '{"command": "python3 examples/tools/python_tools.py", "stop_grace_seconds": 1}'
 bad_run "<tool_call> as an added token" --model_name_or_path examples/tiny-model --tools "$tools"
 bad_run "need conversational prompts" --dataset_name tests/data/grpo/text --tools "$tools"
 bad_run "announce a tool named .multiply." --tools "$tools" "$tools"

@@ -163,6 +163,42 @@ echo '{"eos_token_id": "two"}' >"$TMP/badgen/generation_config.json"
   --reward_funcs think_format_reward >"$TMP/o" 2>&1
 check "[ $? = 2 ] && grep -q 'badgen/generation_config.json' '$TMP/o'" || cat "$TMP/o"
 
+# SIGTERM while a reward program is still answering: the answer gets its
+# stop_grace_seconds (1 here; 5 by default), not its timeout_seconds (600),
+# then the program is killed, the unfinished step dropped and the last
+# finished one saved; resumed there, the run logs what an uninterrupted one
+# logs. The program answers as length_reward.sh does, but from its third
+# request on it only marks the file and hangs.
+cat >"$TMP/hang_third.sh" <<'SH'
+n=0
+while IFS= read -r line; do
+  n=$((n + 1))
+  if [ $n -ge 3 ]; then touch "$HANG_MARK"; exec sleep 1000; fi
+  printf '%s\n' "$line" | bash examples/rewards/length_reward.sh
+done
+SH
+hang='{"command": "bash '"$TMP"'/hang_third.sh", "name": "length", "stop_grace_seconds": 1}'
+HANG_MARK="$TMP/hang_mark" "$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 4 --save_steps 100 \
+  --output_dir "$TMP/st" --reward_funcs "$hang" >"$TMP/st.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do [ -f "$TMP/hang_mark" ] && break; sleep 0.1; done
+start=$(date +%s)
+kill -TERM $pid
+wait $pid
+rc=$?
+check "[ $rc = 1 ] && [ \$((\$(date +%s) - start)) -lt 10 ]" || { echo "rc $rc"; tail -5 "$TMP/st.log"; }
+check "grep -q 'step 3 is dropped, saving step 2' '$TMP/st.log' && grep -q 'stop_grace_seconds' '$TMP/st.log'" ||
+  tail -5 "$TMP/st.log"
+check "[ -f '$TMP/st/checkpoint-2/trainer_state.json' ] && [ ! -d '$TMP/st/checkpoint-3' ]"
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 4 --save_steps 100 --output_dir "$TMP/st" \
+  --resume_from_checkpoint latest --reward_funcs "$program" >"$TMP/o" 2>&1
+check "[ $? = 0 ]" || cat "$TMP/o"
+values loss "$TMP/st/metrics.jsonl" >"$TMP/loss_stopped"
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 4 --save_strategy no --output_dir "$TMP/st_ref" \
+  --reward_funcs "$program" >"$TMP/o" 2>&1
+values loss "$TMP/st_ref/metrics.jsonl" >"$TMP/loss_unstopped"
+check "[ \$(wc -l <'$TMP/loss_stopped') = 4 ] && [ \"\$(largest_difference '$TMP/loss_stopped' '$TMP/loss_unstopped')\" = 0 ]"
+
 # The shipped configs validate.
 for c in grpo rloo; do
   "$TRLX" validate --config configs/$c.yaml >"$TMP/o" 2>&1
