@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <torch/cuda.h>
@@ -33,6 +34,7 @@
 #include "config/accelerate.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/strings.hpp"
 #include "dist/comm/make_communicator.hpp"
 #include "dist/env/launcher_env.hpp"
 #include "trainers/registry.hpp"
@@ -119,9 +121,67 @@ struct Stream {
   bool open = true;
   int keep_open_fd = -1;  // our own write end of a named pipe, so it never reads as closed early
   std::string partial;
+  // mpirun's: the notice block (between lines of dashes) being read.
+  std::optional<std::vector<std::string>> block;
 };
 
-void emit_line(const Stream& s, std::string_view line) {
+void write_line(const Stream& s, std::string_view line);
+
+bool is_rule(std::string_view line) {
+  return line.size() >= 20 && line.find_first_not_of('-') == std::string_view::npos;
+}
+
+// mpirun's notices after a rank exits with an error: "Primary job terminated
+// normally, but 1 process returned a non-zero exit code" and "mpirun detected
+// that one or more processes exited with non-zero status", boxed in dashes.
+// The rank has said why itself; the two boxes become one line naming the
+// rank and its code. Every other notice (a rank killed by a signal, a launch
+// failure) passes unchanged.
+void end_mpirun_block(const Stream& s, const std::vector<std::string>& block) {
+  auto holds = [&](std::string_view text) {
+    return std::any_of(block.begin(), block.end(),
+                       [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  };
+  if (holds("Primary job  terminated normally") || holds("Primary job terminated normally")) return;
+  if (holds("exited with non-zero status")) {
+    std::string rank = "?", code = "?";
+    for (const std::string& l : block) {
+      const auto name = l.find("Process name:");
+      if (name != std::string::npos) {
+        const auto close = l.rfind("]]") != std::string::npos ? l.rfind("]]") : l.rfind(']');
+        const auto comma = l.rfind(',', close);
+        if (comma != std::string::npos && close != std::string::npos && close > comma)
+          rank = l.substr(comma + 1, close - comma - 1);
+      }
+      const auto at = l.find("Exit code:");
+      if (at != std::string::npos) code = std::string(trim(l.substr(at + 10)));
+    }
+    write_line(s, fmt::format("trlx launch: rank {} was the first to exit with an error (code {}); mpirun stopped "
+                              "the others",
+                              rank, code));
+    return;
+  }
+  for (const std::string& l : block) write_line(s, l);
+}
+
+void emit_line(Stream& s, std::string_view line) {
+  if (s.rank >= 0) return write_line(s, line);
+  if (s.block) {
+    s.block->emplace_back(line);
+    if (is_rule(line) && s.block->size() > 1) {
+      end_mpirun_block(s, *s.block);
+      s.block.reset();
+    }
+    return;
+  }
+  if (is_rule(line)) {
+    s.block.emplace(std::vector<std::string>{std::string(line)});
+    return;
+  }
+  write_line(s, line);
+}
+
+void write_line(const Stream& s, std::string_view line) {
   std::string out;
   const std::string tag = fmt::format("[rank {}]", s.rank);
   if (s.rank >= 0 && line.substr(0, tag.size()) != tag) out = tag + " ";
@@ -161,6 +221,9 @@ bool pump(Stream& s) {
 void flush_partial(Stream& s) {
   if (!s.partial.empty()) emit_line(s, s.partial);
   s.partial.clear();
+  if (s.block)
+    for (const std::string& l : *s.block) write_line(s, l);
+  s.block.reset();
 }
 
 struct Child {
@@ -206,6 +269,14 @@ pid_t spawn(std::vector<std::string> argv, std::vector<std::string> env, pid_t p
   return pid;
 }
 
+// The pid a rank under mpirun wrote beside its pipes (exec_rank), once it has.
+std::optional<pid_t> rank_pid(const fs::path& dir, int rank) {
+  std::ifstream in(dir / fmt::format("{}.pid", rank));
+  long pid = 0;
+  if (!(in >> pid) || pid <= 0) return std::nullopt;
+  return static_cast<pid_t>(pid);
+}
+
 struct Options {
   std::optional<int> nproc;
   std::string accelerate_config;
@@ -225,6 +296,13 @@ int exec_rank(const Options& o) {
   const int err = ::open((dir / fmt::format("{}.err", env.rank)).c_str(), O_WRONLY);
   if (out < 0 || err < 0) fail("trlx launch: rank {} cannot open its output pipes in {}: {}", env.rank, dir.string(),
                                std::strerror(errno));
+  // The launcher signals this process directly (stop_all); the pid stays
+  // the same through the exec below.
+  {
+    std::ofstream pid_file(dir / fmt::format("{}.pid.tmp", env.rank));
+    pid_file << ::getpid() << "\n";
+  }
+  fs::rename(dir / fmt::format("{}.pid.tmp", env.rank), dir / fmt::format("{}.pid", env.rank));
   std::fflush(stdout);
   std::fflush(stderr);
   ::dup2(out, STDOUT_FILENO);
@@ -374,6 +452,11 @@ int run_launch(const std::string&, std::vector<std::string> args) {
           streams.push_back(s);
         }
       }
+      // SIGINT and SIGTERM go to the ranks themselves (each writes its pid
+      // beside its pipes; see stop_all), as srun and torchrun send them: a
+      // SIGTERM to mpirun reaches the ranks a second late and is followed by
+      // SIGKILL a second after that, too soon for a training rank to finish
+      // its step and save.
       std::vector<std::string> argv = {mpirun, "-np", std::to_string(nproc), "--oversubscribe", "--bind-to", "none",
                                        self_exe(), "launch", "--rank_output_dir", fifo_dir.string(), "--"};
       argv.insert(argv.end(), command.begin(), command.end());
@@ -384,8 +467,22 @@ int run_launch(const std::string&, std::vector<std::string> args) {
         env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
       }
       log::info("launching {} ranks on CPU (MPI)", nproc);
+      // mpirun's own messages, through a filter (end_mpirun_block).
+      int out[2], err[2];
+      if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+        fail("trlx launch: pipe: {}", std::strerror(errno));
       Child c;
-      c.pid = spawn(argv, child_environment(env), 0, -1, -1, {});
+      c.pid = spawn(argv, child_environment(env), 0, out[1], err[1], {out[0], err[0]});
+      ::close(out[1]);
+      ::close(err[1]);
+      for (int i = 0; i < 2; ++i) {
+        Stream s;
+        s.rank = -1;
+        s.is_err = i == 1;
+        s.fd = i == 0 ? out[0] : err[0];
+        ::fcntl(s.fd, F_SETFL, ::fcntl(s.fd, F_GETFL) | O_NONBLOCK);
+        streams.push_back(s);
+      }
       pgid = c.pid;
       children.push_back(c);
     } else {
@@ -428,7 +525,12 @@ int run_launch(const std::string&, std::vector<std::string> args) {
     int forwarded = 0;
     auto kill_deadline = std::chrono::steady_clock::time_point::max();
     auto stop_all = [&](int sig) {
-      if (pgid > 0) ::kill(-pgid, sig);
+      if (use_mpirun && sig != SIGKILL) {
+        for (int r = 0; r < nproc; ++r)
+          if (const auto pid = rank_pid(fifo_dir, r)) ::kill(*pid, sig);
+      } else if (pgid > 0) {
+        ::kill(-pgid, sig);
+      }
       if (!stopping) kill_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(
                                                                             static_cast<int64_t>(o.grace_s * 1000));
       stopping = true;

@@ -32,6 +32,9 @@ has '^\[rank 1\] hello from 1'
 has '^\[rank 1\] bad input'
 has '^\[rank 0\] hello from 0'
 [ $(($(date +%s) - start)) -lt 20 ] && ok || bad "a failing rank took $(($(date +%s) - start)) s to stop the others"
+# mpirun's abort notices become one line naming the rank and its code.
+has '^trlx launch: rank 1 was the first to exit with an error \(code 7\)'
+lacks 'Primary job|mpirun detected'
 
 # num_processes from an accelerate config.
 cat >"$TMP/acc.yaml" <<'YAML'
@@ -77,6 +80,34 @@ step1=$(grep -o '\[rank 1\] training stopped at step [0-9]*' "$TMP/stop.log" | g
 [ -n "$step0" ] && [ "$step0" = "$step1" ] && ok || bad "ranks stopped at steps '$step0' and '$step1'"
 [ -d "$TMP/stop/checkpoint-$step0" ] && ok || bad "no checkpoint-$step0"
 lacks 'MPI_ABORT|most likely because another rank failed'
+
+# SIGTERM while rank 0's reward program is still answering (it hangs from its
+# third request on) and rank 1 waits for rank 0: rank 0 cuts the wait short
+# after stop_grace_seconds, both ranks drop step 3 and save step 2.
+cat >"$TMP/hang_third.sh" <<'SH'
+n=0
+while IFS= read -r line; do
+  n=$((n + 1))
+  if [ $n -ge 3 ] && [ "${OMPI_COMM_WORLD_RANK:-0}" = 0 ]; then touch "$HANG_MARK"; exec sleep 1001; fi
+  printf '%s\n' "$line" | bash examples/rewards/length_reward.sh
+done
+SH
+HANG_MARK="$TMP/hang_mark" "$TRLX" launch --nproc_per_node 2 -- "$TRLX" grpo --model_name_or_path examples/tiny-model \
+  --bf16 false --per_device_train_batch_size 2 --num_generations 2 --max_completion_length 8 --logging_steps 1 \
+  --max_steps 4 --save_steps 100 --output_dir "$TMP/grpo_stop" --dataset_name tests/data/grpo/text \
+  --reward_funcs '{"command": "bash '"$TMP"'/hang_third.sh", "name": "length", "stop_grace_seconds": 2}' \
+  >"$TMP/grpo_stop.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do [ -f "$TMP/hang_mark" ] && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+rc=$?
+OUT=$(cat "$TMP/grpo_stop.log")
+[ $rc = 1 ] && ok || bad "launch exited $rc after SIGTERM during a reward program's answer, expected 1"
+has '\[rank 0\] .*step 3 is dropped, saving step 2'
+has '\[rank 1\] training stopped at step 2'
+[ -f "$TMP/grpo_stop/checkpoint-2/trainer_state.json" ] && ok || bad "no checkpoint-2"
+pgrep -f "sleep 1001" >/dev/null && bad "the reward program's child is still running" || ok
 
 # `trlx env --rendezvous`: the ranks meet where GPU ranks would and rank 0
 # lists them. Under `trlx launch` on CPU (mpirun: rank 0's port over MPI):
