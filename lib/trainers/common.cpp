@@ -146,8 +146,26 @@ DataSource data_source(const config::TrainingConfig& c, std::string trainer) {
   s.trainer = std::move(trainer);
   s.dataset_name = c.dataset_name;
   s.skip_bad_rows = c.skip_bad_rows;
+  s.row_bytes_limit = row_bytes_limit(c.max_length);
   return s;
 }
+
+std::optional<size_t> row_bytes_limit(const std::optional<int64_t>& max_length) {
+  if (!max_length) return std::nullopt;
+  return std::max<size_t>(size_t{1} << 20, static_cast<size_t>(*max_length) * 1024);
+}
+
+namespace {
+
+size_t text_bytes(const nlohmann::ordered_json& v) {
+  if (v.is_string()) return v.get_ref<const std::string&>().size();
+  size_t n = 0;
+  if (v.is_object() || v.is_array())
+    for (const auto& x : v) n += text_bytes(x);
+  return n;
+}
+
+}  // namespace
 
 std::optional<data::Shaped> read_split(data::Task task, const DataSource& source, const std::string& split,
                                        bool required) {
@@ -163,6 +181,24 @@ std::optional<data::Shaped> read_split(data::Task task, const DataSource& source
   } catch (const data::MissingSplitError&) {
     if (!required) return std::nullopt;
     throw;
+  }
+  if (source.row_bytes_limit) {
+    std::vector<data::Row> kept;
+    kept.reserve(shaped.rows.size());
+    for (auto& row : shaped.rows) {
+      const size_t bytes = text_bytes(row.value);
+      if (bytes <= *source.row_bytes_limit) {
+        kept.push_back(std::move(row));
+        continue;
+      }
+      if (!source.skip_bad_rows)
+        fail_input("{}: the row holds {} bytes of text, more than the {} trlx tokenizes for a max_length of tokens "
+                   "this short (1 KiB per token, at least 1 MiB); shorten the row, skip it (skip_bad_rows: true) or "
+                   "raise max_length",
+                   row.where(), bytes, *source.row_bytes_limit);
+      ++shaped.skipped;
+    }
+    shaped.rows = std::move(kept);
   }
   if (shaped.skipped) log::warn("{} split: skipped {} bad row(s) (skip_bad_rows)", split, shaped.skipped);
   if (shaped.prompts_extracted)

@@ -110,7 +110,15 @@ struct DataSource {
   std::optional<std::string> dataset_name;
   bool skip_bad_rows = false;
   std::string text_field = "text";  // the plain-text column (SFT's dataset_text_field)
+  // Rows whose text (all strings together) is longer are refused (or
+  // skipped with skip_bad_rows) before they are tokenized whole: with
+  // max_length set, see row_bytes_limit.
+  std::optional<size_t> row_bytes_limit;
 };
+// A row's text may take 1 KiB per token of max_length (no token is that
+// long), and at least 1 MiB: past that, tokenizing it whole would cost far
+// more than what training keeps of it. None without max_length.
+std::optional<size_t> row_bytes_limit(const std::optional<int64_t>& max_length);
 DataSource data_source(const config::TrainingConfig& config, std::string trainer);
 
 // One split of the dataset, read and shaped for `task`, skipped bad rows

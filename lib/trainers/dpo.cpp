@@ -64,8 +64,8 @@ torch::Tensor log_sum_sq_probs(const torch::Tensor& hidden, const torch::Tensor&
 
 PreferenceSplit prepare_preference_split(const PreferenceDataOptions& c, const text::Tokenizer& tok,
                                          const text::ChatTemplate* tmpl, const std::string& split, bool required) {
-  const auto read = read_split(data::Task::preference, DataSource{c.trainer, c.dataset_name, c.skip_bad_rows}, split,
-                               required);
+  const DataSource source{c.trainer, c.dataset_name, c.skip_bad_rows, "text", row_bytes_limit(c.max_length)};
+  const auto read = read_split(data::Task::preference, source, split, required);
   if (!read) return {};
   const data::Shaped& shaped = *read;
   const bool conversational = is_conversational(shaped, tmpl, c.trainer, false);

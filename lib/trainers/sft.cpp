@@ -50,6 +50,7 @@ Rendered render(const text::Tokenizer& tok, const text::ChatTemplate& tmpl, cons
 std::vector<SFTExample> prepare_sft_split(const SFTConfig& c, const text::Tokenizer& tok,
                                           const text::ChatTemplate* tmpl, const std::string& split, bool required) {
   auto source = data_source(c, "sft");
+  source.row_bytes_limit.reset();  // SFT tokenizes only what max_length keeps (encode_head)
   source.text_field = c.dataset_text_field;
   const auto read = read_split(data::Task::sft, source, split, required);
   if (!read) return {};

@@ -63,4 +63,24 @@ printf '{"prompt": "What is 1 plus 2?\\n", "chosen": "1 plus 2 is 3.", "rejected
   $SHORT --output_dir "$TMP/bad" >"$TMP/bad.log" 2>&1
 check "[ $? = 2 ] && grep -q 'bad.jsonl:1' '$TMP/bad.log'"
 
+# A row far longer than max_length could ever keep (3 MB with max_length 128:
+# past 1 MiB) is refused before it is tokenized whole, naming its line; with
+# skip_bad_rows it is skipped and counted.
+python3 - "$TMP/long.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(8):
+        long = i == 1
+        f.write(json.dumps({"prompt": ("word " * 600_000 if long else "") + f"What is {i} plus 2?",
+                            "chosen": f"{i + 2}", "rejected": "7"}) + "\n")
+PY
+"$TRLX" dpo --config configs/dpo.yaml --model_name_or_path examples/tiny-model --dataset_name "$TMP/long.jsonl" \
+  --max_length 128 $SHORT --output_dir "$TMP/long" >"$TMP/long.log" 2>&1
+check "[ $? = 2 ] && grep -q 'long.jsonl:2: the row holds 3000019 bytes of text, more than the 1048576' '$TMP/long.log'" ||
+  tail -3 "$TMP/long.log"
+"$TRLX" dpo --config configs/dpo.yaml --model_name_or_path examples/tiny-model --dataset_name "$TMP/long.jsonl" \
+  --max_length 128 --skip_bad_rows true --per_device_train_batch_size 2 --max_steps 1 --logging_steps 1 \
+  --eval_strategy no --save_strategy no --output_dir "$TMP/long" >"$TMP/long.log" 2>&1
+check "[ $? = 0 ] && grep -q 'skipped 1 bad row' '$TMP/long.log'" || tail -3 "$TMP/long.log"
+
 finish
