@@ -244,17 +244,22 @@ engine::LossOutput ReferenceFreeTrainer::loss(engine::Engine& engine, const engi
   return result;
 }
 
+PreferenceDataOptions reference_free_data_options(const config::TrainingConfig& c, const std::string& trainer) {
+  PreferenceDataOptions o;
+  o.trainer = trainer;
+  o.dataset_name = c.dataset_name;
+  o.skip_bad_rows = c.skip_bad_rows;
+  o.max_length = c.max_length;
+  o.dataset_num_proc = c.dataset_num_proc;
+  return o;
+}
+
 namespace {
 
 template <class C>
 int run_reference_free(const C& c, ReferenceFreeTrainer::Kind kind, const std::string& name) {
   auto [tok, tmpl] = load_text_inputs(c, name);
-  PreferenceDataOptions o;
-  o.trainer = name;
-  o.dataset_name = c.dataset_name;
-  o.skip_bad_rows = c.skip_bad_rows;
-  o.max_length = c.max_length;
-  o.dataset_num_proc = c.dataset_num_proc;
+  const PreferenceDataOptions o = reference_free_data_options(c, name);
   std::map<std::string, std::vector<SidedPair>> splits;
   splits["train"] = prepare_sided_preference_split(o, tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true).pairs;
   if (c.eval_strategy != "no")

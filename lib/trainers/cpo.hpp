@@ -34,6 +34,9 @@ SidedSplit prepare_sided_preference_split(const PreferenceDataOptions& options, 
                                           bool required);
 
 // input_ids / attention_mask / completion_mask [2B, T], chosen rows first.
+// How cpo and orpo read their data (the config's dataset, max_length, threads).
+PreferenceDataOptions reference_free_data_options(const config::TrainingConfig& config, const std::string& trainer);
+
 engine::TensorMap collate_sided_pairs(const std::vector<SidedPair>& pairs, const std::vector<size_t>& indices,
                                       int64_t pad_id);
 

@@ -11,11 +11,128 @@
 #include <nlohmann/json.hpp>
 
 #include "core/log.hpp"
+#include "trainers/cpo.hpp"
 #include "trainers/dpo.hpp"
 #include "trainers/kto.hpp"
+#include "trainers/reward.hpp"
 #include "trainers/sft.hpp"
 
 namespace trlx::trainers {
+
+namespace {
+
+// One side of a pair: `ids` with [from, to) marked (the tokens the loss
+// reads), as a JSON object or a text line ([brackets], or highlighted on a
+// terminal).
+struct Side {
+  const char* name;
+  const std::vector<int64_t>& ids;
+  size_t from, to;
+};
+
+void show_pair(const text::Tokenizer& tok, size_t i, const std::string& where, const std::vector<Side>& sides,
+               const std::vector<std::string>& warnings, const nlohmann::ordered_json& extra, bool json, bool tty) {
+  auto dec = [&](const std::vector<int64_t>& v, size_t lo, size_t hi) {
+    return tok.decode(std::vector<int32_t>(v.begin() + static_cast<long>(lo), v.begin() + static_cast<long>(hi)),
+                      false);
+  };
+  nlohmann::ordered_json j = {{"row", i}, {"where", where}};
+  for (const auto& [k, v] : extra.items()) j[k] = v;
+  std::string out = fmt::format("=== pair {} ({}){}\n", i, where, extra.contains("margin") && !extra["margin"].is_null()
+                                                                       ? fmt::format(": margin {}", extra["margin"].dump())
+                                                                       : std::string());
+  for (const Side& s : sides) {
+    if (json) {
+      nlohmann::ordered_json toks = nlohmann::ordered_json::array();
+      for (size_t t = 0; t < s.ids.size(); ++t)
+        toks.push_back({{"id", s.ids[t]},
+                        {"token", tok.id_to_token(static_cast<int32_t>(s.ids[t]))},
+                        {"loss", t >= s.from && t < s.to}});
+      j[s.name] = {{"text", dec(s.ids, 0, s.ids.size())}, {"num_tokens", s.ids.size()},
+                   {"num_loss_tokens", s.to - s.from}, {"tokens", toks}};
+      continue;
+    }
+    const std::string marked = dec(s.ids, s.from, s.to);
+    out += fmt::format("--- {}: {} tokens, {} with loss\n", s.name, s.ids.size(), s.to - s.from);
+    out += dec(s.ids, 0, s.from) + (tty ? "\033[42;30m" + marked + "\033[0m" : "[" + marked + "]") +
+           dec(s.ids, s.to, s.ids.size()) + "\n";
+  }
+  if (json) {
+    j["warnings"] = warnings;
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  std::cout << out;
+  for (const auto& w : warnings) std::cout << "  warning: " << w << "\n";
+}
+
+template <class C>
+int preview_reference_free(const C& c, const std::string& name, size_t num_examples, bool json) {
+  auto [tok, tmpl] = load_text_inputs(c, name);
+  const auto split = prepare_sided_preference_split(reference_free_data_options(c, name), tok,
+                                                    tmpl ? &*tmpl : nullptr, c.dataset_train_split, true);
+  const bool tty = !json && isatty(STDOUT_FILENO);
+  const auto eos = tok.eos_token_id();
+  const size_t shown = std::min(num_examples, split.pairs.size());
+  for (size_t i = 0; i < shown; ++i) {
+    const SidedPair& p = split.pairs[i];
+    std::vector<std::string> warnings;
+    for (const auto& [side, ids, plen] : {std::tuple{"chosen", &p.chosen, p.chosen_prompt_len},
+                                          std::tuple{"rejected", &p.rejected, p.rejected_prompt_len}}) {
+      if (ids->size() <= plen) warnings.push_back(fmt::format("{}: loss on zero tokens", side));
+      else if (eos && ids->back() != *eos)
+        warnings.push_back(fmt::format("{}: no EOS at the end (cut to max_length, or the data lacks it)", side));
+    }
+    show_pair(tok, p.source_row, p.where,
+              {{"chosen", p.chosen, p.chosen_prompt_len, p.chosen.size()},
+               {"rejected", p.rejected, p.rejected_prompt_len, p.rejected.size()}},
+              warnings, nlohmann::ordered_json::object(), json, tty);
+  }
+  if (!json)
+    std::cout << fmt::format("{} of {} training pairs shown; {}\n", shown, split.pairs.size(),
+                             tty ? "tokens with loss are highlighted" : "tokens with loss are in [brackets]");
+  return 0;
+}
+
+}  // namespace
+
+int preview_cpo(const CPOConfig& c, size_t num_examples, bool json) {
+  return preview_reference_free(c, "cpo", num_examples, json);
+}
+
+int preview_orpo(const ORPOConfig& c, size_t num_examples, bool json) {
+  return preview_reference_free(c, "orpo", num_examples, json);
+}
+
+int preview_reward(const RewardConfig& c, size_t num_examples, bool json) {
+  auto [tok, tmpl] = load_text_inputs(c, "reward", c.chat_template_path);
+  const auto split = prepare_reward_split(c, tok, tmpl ? &*tmpl : nullptr, c.dataset_train_split, true);
+  const bool tty = !json && isatty(STDOUT_FILENO);
+  const auto eos = tok.eos_token_id();
+  const size_t shown = std::min(num_examples, split.examples.size());
+  for (size_t i = 0; i < shown; ++i) {
+    const RewardExample& e = split.examples[i];
+    std::vector<std::string> warnings;
+    for (const auto& [side, ids] : {std::pair{"chosen", &e.chosen_ids}, std::pair{"rejected", &e.rejected_ids}})
+      if (eos && !ids->empty() && ids->back() != *eos)
+        warnings.push_back(fmt::format("{}: the score is read at a token that is not EOS", side));
+    if (e.chosen_ids == e.rejected_ids) warnings.push_back("chosen and rejected are the same tokens");
+    nlohmann::ordered_json extra = {{"margin", e.margin ? nlohmann::ordered_json(*e.margin) : nlohmann::ordered_json()}};
+    // The loss reads each side's score at its last token.
+    show_pair(tok, e.source_row, fmt::format("row {}", e.source_row),
+              {{"chosen", e.chosen_ids, e.chosen_ids.empty() ? 0 : e.chosen_ids.size() - 1, e.chosen_ids.size()},
+               {"rejected", e.rejected_ids, e.rejected_ids.empty() ? 0 : e.rejected_ids.size() - 1,
+                e.rejected_ids.size()}},
+              warnings, extra, json, tty);
+  }
+  if (!json)
+    std::cout << fmt::format("{} of {} training pairs shown{}; {}\n", shown, split.examples.size(),
+                             split.dropped_long ? fmt::format(" ({} dropped: longer than max_length)", split.dropped_long)
+                                                : std::string(),
+                             tty ? "the token each score is read at is highlighted"
+                                 : "the token each score is read at is in [brackets]");
+  return 0;
+}
 
 int preview_sft(const SFTConfig& c, size_t num_examples, bool json) {
   auto [tok, tmpl] = load_text_inputs(c, "sft", c.chat_template_path);

@@ -43,4 +43,29 @@ check "[ $? = 0 ] && grep -q 'label true (desirable)' '$TMP/pv.txt' && grep -q '
 "$TRLX" preview kto --config configs/kto.yaml --num_examples 2 --json >"$TMP/pv.jsonl" 2>/dev/null
 check "[ \$(wc -l <'$TMP/pv.jsonl') = 2 ] && grep -q '\"label\":true' '$TMP/pv.jsonl'"
 
+# cpo and orpo: chosen and rejected with their completions (the loss tokens)
+# marked; reward: the token each score is read at. The JSON's marked tokens
+# are the completion's (cpo, orpo) or the last one (reward).
+for t in cpo orpo reward; do
+  "$TRLX" preview $t --config configs/$t.yaml --model_name_or_path examples/tiny-model --num_examples 2 >"$TMP/pv_$t.txt" 2>&1
+  check "[ $? = 0 ] && grep -q '^--- chosen: [0-9]* tokens, [0-9]* with loss' '$TMP/pv_$t.txt' && grep -q '^--- rejected' '$TMP/pv_$t.txt' && grep -q 'training pairs shown' '$TMP/pv_$t.txt'" ||
+    cat "$TMP/pv_$t.txt"
+  "$TRLX" preview $t --config configs/$t.yaml --model_name_or_path examples/tiny-model --num_examples 2 --json >"$TMP/pv_$t.jsonl" 2>/dev/null
+  check "python3 - '$TMP/pv_$t.jsonl' $t <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 2, rows
+for r in rows:
+    for side in ('chosen', 'rejected'):
+        toks = r[side]['tokens']
+        marked = [i for i, t in enumerate(toks) if t['loss']]
+        assert marked and marked[-1] == len(toks) - 1, (side, marked)
+        assert marked == list(range(marked[0], len(toks))), marked
+        if sys.argv[2] == 'reward':
+            assert len(marked) == 1
+        else:
+            assert marked[0] > 0 and len(marked) == r[side]['num_loss_tokens']
+PY"
+done
+
 finish
