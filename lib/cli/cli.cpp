@@ -84,6 +84,9 @@ void print_top_help() {
 struct FlagBinding {
   std::map<std::string, std::vector<std::string>> values;
   std::vector<std::pair<std::string, CLI::Option*>> options;
+  // --no_<field> for a boolean defaulting to true, as TRL's argument parser
+  // takes it (--no_remove_unused_columns): the field set to false.
+  std::vector<std::pair<std::string, CLI::Option*>> negations;
 };
 
 void bind_schema_flags(CLI::App& app, const config::Schema& schema, FlagBinding& binding) {
@@ -112,6 +115,12 @@ void bind_schema_flags(CLI::App& app, const config::Schema& schema, FlagBinding&
     else
       opt->inject_separator();
     binding.options.emplace_back(f.name, opt);
+    if (f.kind == config::Kind::Bool && f.default_value == config::Value(true)) {
+      CLI::Option* no = app.add_flag("--no_" + f.name);
+      no->description("Sets " + f.name + " to false");
+      no->group("");  // hidden
+      binding.negations.emplace_back(f.name, no);
+    }
   }
   for (const auto& a : schema.aliases()) {
     const config::FieldSpec* f = schema.find(a.new_name);
@@ -153,6 +162,8 @@ config::Sources collect_sources(const CLI::App& app, const std::string& config_p
     }
     src.flags.emplace_back(name, vals);
   }
+  for (const auto& [name, opt] : binding.negations)
+    if (opt->count() > 0) src.flags.emplace_back(name, std::vector<std::string>{"false"});
   for (const auto& extra : app.remaining()) unknown.push_back(extra);
   return src;
 }

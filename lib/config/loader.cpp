@@ -358,6 +358,15 @@ std::string ConfigLoader::unknown_key_message(const std::string& key, bool is_fl
   return msg;
 }
 
+namespace {
+
+bool json_object_text(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  return !j.is_discarded() && j.is_object();
+}
+
+}  // namespace
+
 void ConfigLoader::walk(const YAML::Node& map, const std::string& prefix, const std::string& file) {
   std::map<std::string, int> seen;  // key -> line, to catch duplicates
   for (auto it = map.begin(); it != map.end(); ++it) {
@@ -387,6 +396,10 @@ void ConfigLoader::walk(const YAML::Node& map, const std::string& prefix, const 
       set_from_yaml(*f, v, origin);
     } else if (schema_.has_section(full) && v.IsMap()) {
       walk(v, full, file);
+    } else if (schema_.has_section(full) && v.IsScalar() && json_object_text(v.Scalar())) {
+      // A section as a string of a JSON object, as TRL takes its `dict | str`
+      // fields (model_init_kwargs: '{"dtype": "bfloat16"}'): JSON is YAML.
+      walk(YAML::Load(v.Scalar()), full, file);
     } else if (schema_.has_section(full) && v.IsNull()) {
       // An empty section sets nothing.
     } else {
@@ -463,6 +476,11 @@ void ConfigLoader::apply_flag(const std::string& name, const std::vector<std::st
       origin.alias = "";
       warnings_.push_back(fmt::format("--{} is the old name of --{}; using it as --{}", name, a->new_name, a->new_name));
       log::warn("{}", warnings_.back());
+    } else if (values.size() == 1 && schema_.has_section(name) && json_object_text(values[0])) {
+      // --model_init_kwargs '{"dtype": "bfloat16"}': each key as its flag.
+      const auto j = nlohmann::json::parse(values[0]);
+      for (const auto& [k, v] : j.items()) apply_flag(name + "." + k, {v.is_string() ? v.get<std::string>() : v.dump()});
+      return;
     } else {
       errors_.push_back(unknown_key_message(name, true));
       return;
@@ -577,7 +595,28 @@ void ConfigLoader::check_constraints(const FieldSpec& f) {
     for (const auto& s : *l) check_choice(s);
 }
 
+void ConfigLoader::fold_same_fields() {
+  for (const auto& f : schema_.fields()) {
+    // Unset, or set to null (as print-config writes an unset one): nothing to fold.
+    if (f.folds_into.empty() || origins_[f.name].source == Origin::Source::Default ||
+        std::holds_alternative<std::monostate>(values_[f.name]))
+      continue;
+    if (!schema_.find(f.folds_into))
+      throw Error(fmt::format("internal: `{}` folds into `{}`, which {} lacks", f.name, f.folds_into, schema_.name()));
+    if (origins_[f.folds_into].source != Origin::Source::Default && values_[f.folds_into] != values_[f.name]) {
+      errors_.push_back(fmt::format("conflicting settings: {} and {}: these are one setting; give it once",
+                                    where(f.folds_into), where(f.name)));
+      continue;
+    }
+    values_[f.folds_into] = values_[f.name];
+    Origin o = origins_[f.name];
+    o.alias = f.name;
+    origins_[f.folds_into] = o;
+  }
+}
+
 void ConfigLoader::resolve(void* obj) {
+  fold_same_fields();
   for (const auto& f : schema_.fields()) check_constraints(f);
   if (errors_.empty()) {
     for (const auto& f : schema_.fields()) f.assign(obj, values_[f.name]);

@@ -67,6 +67,8 @@ class ConfigLoader {
   void set_value(const FieldSpec& f, Value v, Origin origin);
   std::string unknown_key_message(const std::string& key, bool is_flag) const;
   void check_constraints(const FieldSpec& f);
+  // Moves values given under another name (FieldSpec::folds_into) to their field.
+  void fold_same_fields();
 
   const Schema& schema_;
   std::map<std::string, Value, std::less<>> values_;

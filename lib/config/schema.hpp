@@ -59,6 +59,15 @@ struct FieldSpec {
   // named in `hub_revision_field`.
   enum class HubRef { None, Model, Dataset } hub = HubRef::None;
   std::string hub_revision_field;
+  // Another name of field `folds_into` (TRL's `model_init_kwargs.dtype` for
+  // `dtype`): a value given here becomes that field's, from where it was
+  // given; both given with different values is a conflict. Code reads the
+  // other field only.
+  std::string folds_into;
+  // A field whose accepted values all describe what trlx does anyway (TRL's
+  // model_init_kwargs.device_map: auto): a rule refuses the others, and no
+  // other code needs to read it.
+  bool describes_only = false;
   // Reads the bound member as a Value (null for an empty optional).
   std::function<Value(const void*)> read;
 
@@ -73,6 +82,8 @@ struct FieldSpec {
   FieldSpec& not_built(std::string reason) { not_built_reason = std::move(reason); return *this; }
   FieldSpec& items_may_be_mappings() { mapping_items = true; return *this; }
   FieldSpec& holds_mapping() { mapping = true; return *this; }
+  FieldSpec& same_as(std::string field) { folds_into = std::move(field); return *this; }
+  FieldSpec& only_describes() { describes_only = true; return *this; }
   FieldSpec& hub_model(std::string revision_field = "") {
     hub = HubRef::Model;
     hub_revision_field = std::move(revision_field);

@@ -3,6 +3,7 @@
 // schedule, precision, logging, checkpoints, memory savers, distribution.
 // Names and defaults are those TRL users know (TrainingArguments, ModelConfig,
 // ScriptArguments); tests compare the defaults with TRL's own.
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,13 @@ struct TrainingConfig {
   bool skip_bad_rows = false;
   // model and adapters
   std::string dtype;
+  std::optional<std::string> attn_implementation;
+  bool trust_remote_code = false;
+  // model_init_kwargs: TRL's keyword arguments of from_pretrained. dtype,
+  // attn_implementation, revision and trust_remote_code are other names of
+  // the fields above (FieldSpec::same_as); the rest are checked here.
+  std::optional<std::string> init_dtype, init_attn_implementation, init_revision, init_device_map;
+  std::optional<bool> init_trust_remote_code, init_use_cache, init_low_cpu_mem_usage;
   bool use_peft = false;
   int64_t lora_r = 0;
   int64_t lora_alpha = 0;
@@ -32,6 +40,12 @@ struct TrainingConfig {
   std::optional<std::vector<std::string>> lora_target_modules;
   std::optional<std::vector<std::string>> lora_modules_to_save;
   bool use_rslora = false;
+  bool use_dora = false;
+  bool load_in_8bit = false, load_in_4bit = false, use_bnb_nested_quant = false;
+  std::string bnb_4bit_quant_type;
+  std::optional<std::string> bnb_4bit_quant_storage;
+  std::string lora_task_type;
+  bool remove_unused_columns = true;
   // optimisation
   double learning_rate = 0;
   int64_t per_device_train_batch_size = 0;
@@ -52,6 +66,9 @@ struct TrainingConfig {
   std::optional<bool> bf16;
   bool fp16 = false;
   bool dataloader_drop_last = false;
+  int64_t dataloader_num_workers = 0;
+  bool dataloader_pin_memory = true;
+  std::optional<bool> tf32;
   std::string train_sampling_strategy = "random";
   bool average_tokens_across_devices = true;
   // sequence handling
@@ -62,8 +79,22 @@ struct TrainingConfig {
   std::optional<bool> use_reentrant;
   bool use_liger_kernel = false;
   int64_t logprob_chunk_size = 0;
+  std::optional<int64_t> torch_empty_cache_steps;
+  // not built (refused unless at TRL's default)
+  bool torch_compile = false;
+  std::optional<std::string> torch_compile_backend, torch_compile_mode;
+  std::optional<std::string> deepspeed, fsdp, fsdp_config;
+  std::optional<double> neftune_noise_alpha;
   // logging, evaluation, checkpoints
   std::optional<std::string> output_dir;
+  std::optional<bool> disable_tqdm;
+  std::optional<std::string> run_name;
+  std::string include_num_input_tokens_seen;
+  bool push_to_hub = false;
+  std::optional<std::string> hub_model_id, hub_token, hub_revision;
+  std::string hub_strategy;
+  std::optional<bool> hub_private_repo;
+  bool hub_always_push = false;
   double logging_steps = 0;
   bool logging_first_step = false;
   std::string logging_strategy;
@@ -74,6 +105,9 @@ struct TrainingConfig {
   std::string save_strategy;
   double save_steps = 0;
   std::optional<int64_t> save_total_limit;
+  std::optional<std::string> metric_for_best_model;
+  std::optional<bool> greater_is_better;
+  bool load_best_model_at_end = false;
   std::optional<std::string> resume_from_checkpoint;
   // distribution
   std::optional<std::string> accelerate_config;
@@ -95,6 +129,7 @@ struct TrainingDefaults {
   std::optional<int64_t> max_length = 1024;
   double logging_steps = 10;
   std::string train_sampling_strategy = "random";
+  bool remove_unused_columns = true;  // TRL's online trainers: false
 };
 
 template <class C>
@@ -126,6 +161,48 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
           "Skip dataset rows that fail to parse or lack a column (counted and logged) instead of stopping.");
   b.field(&T::dtype, "dtype", "float32", "Dtype the model weights are loaded in.")
       .one_of({"auto", "float32", "bfloat16", "float16"});
+  b.field(&T::attn_implementation, "attn_implementation", std::nullopt,
+          "Attention kernel asked of transformers: sdpa, flash_attention_2, flash_attention_3 or a "
+          "kernels-community/... hub kernel are all served by trlx's fused attention (the startup table says which "
+          "kernel runs); eager and flex_attention are refused, as their numbers differ.");
+  b.field(&T::trust_remote_code, "trust_remote_code", false,
+          "Run a model repository's own Python code.")
+      .not_built("trlx runs no Python: a model that needs its repository's code is an architecture trlx does not "
+                 "know (`trlx env` lists the ones it does)");
+
+  b.group("model_init_kwargs");
+  b.field(&T::init_dtype, "model_init_kwargs.dtype", std::nullopt, "Another name of dtype (TRL's model_init_kwargs).")
+      .one_of({"auto", "float32", "bfloat16", "float16"})
+      .same_as("dtype")
+      .bound_to("init_dtype");
+  b.alias("model_init_kwargs.torch_dtype", "model_init_kwargs.dtype");
+  b.field(&T::init_attn_implementation, "model_init_kwargs.attn_implementation", std::nullopt,
+          "Another name of attn_implementation.")
+      .same_as("attn_implementation")
+      .bound_to("init_attn_implementation");
+  b.field(&T::init_revision, "model_init_kwargs.revision", std::nullopt, "Another name of model_revision.")
+      .same_as("model_revision")
+      .bound_to("init_revision");
+  b.field(&T::init_trust_remote_code, "model_init_kwargs.trust_remote_code", std::nullopt,
+          "Another name of trust_remote_code.")
+      .same_as("trust_remote_code")
+      .bound_to("init_trust_remote_code");
+  b.field(&T::init_use_cache, "model_init_kwargs.use_cache", std::nullopt,
+          "The model's KV cache: as in TRL, training forwards never use one and generation always does, whatever "
+          "this says (the numbers are the same either way).")
+      .bound_to("init_use_cache")
+      .only_describes();
+  b.field(&T::init_low_cpu_mem_usage, "model_init_kwargs.low_cpu_mem_usage", std::nullopt,
+          "trlx always loads tensor by tensor from the safetensors files, never holding a second copy; false "
+          "(a full copy first) is refused.")
+      .bound_to("init_low_cpu_mem_usage")
+      .only_describes();
+  b.field(&T::init_device_map, "model_init_kwargs.device_map", std::nullopt,
+          "auto or null: the whole model on each process's device, as TRL loads it for DDP, DeepSpeed and FSDP "
+          "and as auto does on one GPU; spreading layers over devices (balanced, sequential, a mapping) is not "
+          "built.")
+      .bound_to("init_device_map")
+      .only_describes();
 
   b.group("LoRA");
   b.field(&T::use_peft, "use_peft", false, "Train LoRA adapters instead of all weights.");
@@ -137,6 +214,24 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::lora_modules_to_save, "lora_modules_to_save", std::nullopt,
           "Modules trained in full and saved with the adapter (e.g. lm_head).");
   b.field(&T::use_rslora, "use_rslora", false, "Rank-stabilised LoRA: scale = alpha / sqrt(r).");
+  b.field(&T::lora_task_type, "lora_task_type", "CAUSAL_LM",
+          "PEFT task type written to adapter_config.json: CAUSAL_LM (SEQ_CLS for reward and value models is "
+          "chosen by the trainer).")
+      .not_built("trlx writes the task type its trainer trains (CAUSAL_LM, or SEQ_CLS for a score head); leave "
+                 "it unset");
+  b.field(&T::use_dora, "use_dora", false, "Weight-decomposed LoRA (DoRA).")
+      .not_built("DoRA is not built in trlx yet; train plain LoRA (use_peft) or rsLoRA (use_rslora)");
+  b.field(&T::load_in_4bit, "load_in_4bit", false, "QLoRA: the frozen base in 4 bits (bitsandbytes).")
+      .not_built("4-bit bases (QLoRA) are not built in trlx yet; train LoRA on a bf16 base (use_peft, dtype: "
+                 "bfloat16)");
+  b.field(&T::load_in_8bit, "load_in_8bit", false, "The frozen base in 8 bits (bitsandbytes).")
+      .not_built("8-bit bases are not built in trlx; train LoRA on a bf16 base (use_peft, dtype: bfloat16)");
+  b.field(&T::bnb_4bit_quant_type, "bnb_4bit_quant_type", "nf4", "4-bit code: nf4 or fp4.")
+      .not_built("4-bit bases (QLoRA) are not built in trlx yet");
+  b.field(&T::use_bnb_nested_quant, "use_bnb_nested_quant", false, "Double-quantise the 4-bit block scales.")
+      .not_built("4-bit bases (QLoRA) are not built in trlx yet");
+  b.field(&T::bnb_4bit_quant_storage, "bnb_4bit_quant_storage", std::nullopt, "Storage dtype of 4-bit weights.")
+      .not_built("4-bit bases (QLoRA) are not built in trlx yet");
 
   b.group("optimisation");
   b.field(&T::learning_rate, "learning_rate", d.learning_rate, "Peak learning rate of AdamW.").min(0);
@@ -173,6 +268,18 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
           "fp16 mixed precision: float32 weights, fp16 autocast, and dynamic loss scaling (from 65536, halved and "
           "the update skipped when gradients overflow, doubled after 2000 clean updates).");
   b.field(&T::dataloader_drop_last, "dataloader_drop_last", false, "Drop the last incomplete batch of an epoch.");
+  b.field(&T::remove_unused_columns, "remove_unused_columns", d.remove_unused_columns,
+          "Accepted for TRL configs: each trainer reads the columns it trains on, and the online trainers hand "
+          "every other column of a row to the reward functions, whichever value this has.")
+      .only_describes();
+  b.field(&T::dataloader_num_workers, "dataloader_num_workers", 0,
+          "Accepted for TRL configs: trlx tokenizes the dataset before training (on dataset_num_proc threads) and "
+          "collates each batch from memory, so there is no loading to spread over worker processes.")
+      .min(0);
+  b.field(&T::dataloader_pin_memory, "dataloader_pin_memory", true,
+          "On a GPU, copy each batch from page-locked host memory, without blocking the host.");
+  b.field(&T::tf32, "tf32", std::nullopt,
+          "On Ampere and newer GPUs, float32 matrix products and convolutions in TF32 (null: PyTorch's default).");
   b.field(&T::train_sampling_strategy, "train_sampling_strategy", d.train_sampling_strategy,
           "Order of the training examples: random (reshuffled every epoch, from data_seed) or sequential "
           "(as stored). group_by_length and batch_rebalance are not built.")
@@ -195,11 +302,57 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::logprob_chunk_size, "logprob_chunk_size", 1024,
           "Tokens per chunk of the chunked log-prob path (with use_liger_kernel).").min(1);
 
+  b.field(&T::torch_empty_cache_steps, "torch_empty_cache_steps", std::nullopt,
+          "Every N steps, return the GPU memory PyTorch's caching allocator holds unused (slower, fewer "
+          "out-of-memory failures from fragmentation); nothing to return on CPU.")
+      .min(1);
+
+  b.group("not built");
+  b.field(&T::torch_compile, "torch_compile", false, "Compile the model with torch.compile.")
+      .not_built("trlx is compiled C++ with fused kernels; there is no torch.compile");
+  b.field(&T::torch_compile_backend, "torch_compile_backend", std::nullopt, "torch.compile backend.")
+      .not_built("there is no torch.compile in trlx");
+  b.field(&T::torch_compile_mode, "torch_compile_mode", std::nullopt, "torch.compile mode.")
+      .not_built("there is no torch.compile in trlx");
+  b.field(&T::deepspeed, "deepspeed", std::nullopt, "A DeepSpeed config file.")
+      .not_built("give the ZeRO stage through accelerate_config (zero1, zero2, zero3 or an accelerate file with "
+                 "deepspeed_config)");
+  b.field(&T::fsdp, "fsdp", std::nullopt, "FSDP options of transformers' Trainer.")
+      .not_built("give FSDP through accelerate_config (fsdp, or an accelerate file with fsdp_config)");
+  b.field(&T::fsdp_config, "fsdp_config", std::nullopt, "FSDP config of transformers' Trainer.")
+      .not_built("give FSDP through accelerate_config (fsdp, or an accelerate file with fsdp_config)");
+  b.field(&T::neftune_noise_alpha, "neftune_noise_alpha", std::nullopt, "NEFTune noise on the input embeddings.")
+      .not_built("NEFTune is not built in trlx yet");
+  b.field(&T::push_to_hub, "push_to_hub", false, "Upload the model to the Hugging Face Hub at each save.")
+      .not_built("trlx writes Hugging Face model directories; upload one with `huggingface-cli upload <repo> "
+                 "<output_dir>`");
+  b.field(&T::hub_model_id, "hub_model_id", std::nullopt, "Hub repository of push_to_hub.")
+      .not_built("push_to_hub is not built; upload with `huggingface-cli upload <repo> <output_dir>`");
+  b.field(&T::hub_strategy, "hub_strategy", "every_save", "When push_to_hub uploads.")
+      .not_built("push_to_hub is not built; upload with `huggingface-cli upload <repo> <output_dir>`");
+  b.field(&T::hub_token, "hub_token", std::nullopt, "Token of push_to_hub.")
+      .not_built("push_to_hub is not built; downloads read HF_TOKEN");
+  b.field(&T::hub_private_repo, "hub_private_repo", std::nullopt, "Create the push_to_hub repository private.")
+      .not_built("push_to_hub is not built; upload with `huggingface-cli upload <repo> <output_dir>`");
+  b.field(&T::hub_always_push, "hub_always_push", false, "push_to_hub without waiting for the previous upload.")
+      .not_built("push_to_hub is not built; upload with `huggingface-cli upload <repo> <output_dir>`");
+  b.field(&T::hub_revision, "hub_revision", std::nullopt, "Branch push_to_hub uploads to.")
+      .not_built("push_to_hub is not built; upload with `huggingface-cli upload <repo> <output_dir> --revision "
+                 "<branch>`");
+
   b.group("logging and checkpoints");
   b.field(&T::output_dir, "output_dir", std::nullopt, "Where checkpoints, metrics and the final model go (default trainer_output).");
   b.field(&T::logging_steps, "logging_steps", d.logging_steps, "Log every N steps (a fraction of all steps when below 1).").min(0, true);
   b.field(&T::logging_first_step, "logging_first_step", false, "Also log after the first step.");
   b.field(&T::logging_strategy, "logging_strategy", "steps", "When to log.").one_of({"no", "steps", "epoch"});
+  b.field(&T::run_name, "run_name", std::nullopt,
+          "A name for the run, shown in the startup table and written to trainer_state.json of each checkpoint.");
+  b.field(&T::disable_tqdm, "disable_tqdm", std::nullopt,
+          "No progress bar between logged steps on a terminal (null: shown unless log_level is warning or above).");
+  b.field(&T::include_num_input_tokens_seen, "include_num_input_tokens_seen", "no",
+          "Also log num_input_tokens_seen: the input tokens trained on so far over all processes, padding "
+          "included (all, or true) or not (non_padding).")
+      .one_of({"no", "all", "non_padding", "true", "false"});
   b.field(&T::log_level, "log_level", "passive", "Log level of rank 0 (passive = info).")
       .one_of({"passive", "debug", "info", "warning", "error", "critical"});
   b.field(&T::report_to, "report_to", std::vector<std::string>{"none"},
@@ -207,9 +360,20 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
       .one_of({"none", "tensorboard", "all"});
   b.field(&T::eval_strategy, "eval_strategy", "no", "When to evaluate.").one_of({"no", "steps", "epoch"});
   b.field(&T::eval_steps, "eval_steps", std::nullopt, "Evaluate every N steps (defaults to logging_steps).").min(0, true);
-  b.field(&T::save_strategy, "save_strategy", "steps", "When to save checkpoints.").one_of({"no", "steps", "epoch"});
+  b.field(&T::save_strategy, "save_strategy", "steps",
+          "When to save checkpoints: every save_steps, every epoch, or each time an evaluation sets a new best "
+          "metric_for_best_model (best).")
+      .one_of({"no", "steps", "epoch", "best"});
   b.field(&T::save_steps, "save_steps", 500.0, "Save every N steps (a fraction of all steps when below 1).").min(0, true);
   b.field(&T::save_total_limit, "save_total_limit", std::nullopt, "Keep at most this many checkpoints.").min(1);
+  b.field(&T::metric_for_best_model, "metric_for_best_model", std::nullopt,
+          "The evaluation metric that ranks checkpoints (save_strategy best, load_best_model_at_end): a logged "
+          "name with or without eval_ (null: loss).");
+  b.field(&T::greater_is_better, "greater_is_better", std::nullopt,
+          "Whether a larger metric_for_best_model is better (null: false for names ending in loss, else true).");
+  b.field(&T::load_best_model_at_end, "load_best_model_at_end", false,
+          "The final model is the best checkpoint's (by metric_for_best_model), which save_total_limit never "
+          "deletes.");
   b.field(&T::resume_from_checkpoint, "resume_from_checkpoint", std::nullopt,
           "Checkpoint directory to resume from, or \"latest\" for the newest in output_dir.");
 
@@ -247,8 +411,44 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
     if ((c.lr_scheduler_min_lr || c.lr_scheduler_min_lr_rate) && c.lr_scheduler_type != "cosine_with_min_lr")
       out.conflict({"lr_scheduler_type", c.lr_scheduler_min_lr ? "lr_scheduler_kwargs.min_lr" : "lr_scheduler_kwargs.min_lr_rate"},
                    "a minimum learning rate only applies to lr_scheduler_type: cosine_with_min_lr");
+    // As transformers' TrainingArguments checks them.
+    if ((c.save_strategy == "best" || c.load_best_model_at_end) && c.eval_strategy == "no")
+      out.invalid(c.save_strategy == "best" ? "save_strategy" : "load_best_model_at_end",
+                  "the best checkpoint is found by evaluating: set eval_strategy (steps or epoch) and a test split");
+    if (c.load_best_model_at_end && c.save_strategy != "best" && c.eval_strategy != "no") {
+      if (c.save_strategy != c.eval_strategy)
+        out.conflict({"save_strategy", "eval_strategy"},
+                     "load_best_model_at_end needs a checkpoint at each evaluation: the same strategy for both (or "
+                     "save_strategy: best)");
+      else if (c.save_strategy == "steps" && c.eval_steps && *c.eval_steps >= 1 && c.save_steps >= 1 &&
+               std::fmod(c.save_steps, *c.eval_steps) != 0)
+        out.conflict({"save_steps", "eval_steps"},
+                     "load_best_model_at_end needs save_steps to be a multiple of eval_steps");
+    }
     if (c.eval_strategy != "no" && !c.dataset_name)
       out.invalid("eval_strategy", "evaluation needs a dataset (dataset_name with a test split)");
+    if (c.attn_implementation) {
+      const std::string& a = *c.attn_implementation;
+      if (a == "eager")
+        out.invalid("attn_implementation",
+                    "eager attention rounds the attention scores and probabilities to the weights' dtype between "
+                    "its steps, so its numbers differ from fused attention's, and trlx has fused attention only: "
+                    "use sdpa (the numbers transformers gives with it)");
+      else if (a == "flex_attention" || a.rfind("paged", 0) == 0 || a.find("paged|") != std::string::npos)
+        out.invalid("attn_implementation", a + " is not built in trlx; use sdpa, flash_attention_2 or "
+                                                 "flash_attention_3 (all served by its fused attention)");
+      else if (a != "sdpa" && a != "flash_attention_2" && a != "flash_attention_3" &&
+               a.rfind("kernels-community/", 0) != 0)
+        out.invalid("attn_implementation",
+                    "expected sdpa, flash_attention_2, flash_attention_3 or a kernels-community/... hub kernel");
+    }
+    if (c.init_low_cpu_mem_usage == false)
+      out.invalid("model_init_kwargs.low_cpu_mem_usage",
+                  "trlx always loads tensor by tensor; remove it or set it to true");
+    if (c.init_device_map && *c.init_device_map != "auto")
+      out.invalid("model_init_kwargs.device_map",
+                  "trlx places the whole model on each process's device (device_map auto on one GPU, null under "
+                  "distributed runs, as TRL does); spreading layers over devices is not built");
     if (!c.use_peft && (c.lora_target_modules || c.lora_modules_to_save))
       out.warn("lora_* settings are ignored because use_peft is false");
   });

@@ -22,6 +22,14 @@ std::optional<int64_t> peak_device_bytes(const c10::Device& device) {
 #endif
 }
 
+void empty_device_cache(const c10::Device& device) {
+#if defined(USE_C10D_NCCL)
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)device;
+#endif
+}
+
 std::optional<int64_t> peak_resident_bytes() {
   std::ifstream in("/proc/self/status");
   std::string key;

@@ -10,6 +10,10 @@ namespace trlx::engine {
 
 std::optional<int64_t> peak_device_bytes(const c10::Device& device);
 
+// Returns the memory the caching allocator holds unused on `device` to the
+// driver (torch.cuda.empty_cache); nothing on CPU.
+void empty_device_cache(const c10::Device& device);
+
 // The most memory this process has held resident so far (Linux's VmHWM:
 // private memory plus the mapped file pages it read, such as a
 // checkpoint's); nothing where /proc does not say.

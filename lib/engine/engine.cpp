@@ -168,6 +168,7 @@ Engine::Impl::Impl(Engine& owner, const config::TrainingConfig& config, model::L
   device_ = torch::Device(torch::kCPU);
   if (!dist_.use_cpu && torch::cuda::is_available())
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % torch::cuda::device_count()));
+  pin_batches_ = config_.dataloader_pin_memory && device_.is_cuda();
   if (!comm_)
     comm_ = dist::make_communicator(env, device_, std::chrono::seconds(config_.ddp_timeout),
                                     config_.debug_force_distributed);
@@ -179,6 +180,12 @@ Engine::Impl::Impl(Engine& owner, const config::TrainingConfig& config, model::L
   // One seed for everything: weights drawn by the trainer or for adapters,
   // dropout, sampling.
   torch::manual_seed(static_cast<uint64_t>(config_.seed));
+  // tf32: float32 matrix products (and convolutions) in TF32 on Ampere and
+  // newer GPUs, as transformers sets it; null keeps PyTorch's setting.
+  if (config_.tf32) {
+    at::globalContext().setAllowTF32CuBLAS(*config_.tf32);
+    at::globalContext().setAllowTF32CuDNN(*config_.tf32);
+  }
   if (plan_.lora && !lora_) lora_ = model::apply_lora(*policy_, lora_config(config_));
   // TRL's disable_dropout: adapters attached above or loaded with the policy.
   if (config_.disable_dropout) model::disable_dropout(*policy_);

@@ -143,6 +143,17 @@ struct Engine::Impl {
   MetricSums evaluate(Trainer& trainer);
   void save_checkpoint(int64_t epoch, size_t batch_in_epoch);
   void resume(const std::filesystem::path& dir, int64_t* epoch, size_t* batch_in_epoch);
+  // The trained weights of checkpoint `dir` (the policy or its adapter, and
+  // the value model) into the running models, under any strategy.
+  void load_checkpoint_weights(const std::filesystem::path& dir);
+  // metric_for_best_model as logged (eval_...), when checkpoints are ranked.
+  std::optional<std::string> best_metric_name() const;
+  // After an evaluation: whether `metrics` set a new best (and its step).
+  bool note_best_metric(const std::map<std::string, double>& metrics);
+  // load_best_model_at_end, once training ends: the best checkpoint's weights.
+  void load_best_model();
+  // best_checkpoint_ from best_global_step_, once that checkpoint is saved.
+  void note_best_checkpoint();
   // InputError, saying what to do, when the checkpoint whose trainer_state.json
   // is `state` cannot resume this run (another trainer, another optimizer layout).
   // Checks the checkpoint's files against its manifest (those this rank
@@ -215,6 +226,13 @@ struct Engine::Impl {
   int64_t eval_generation_rounds_ = 0;
   size_t batches_per_epoch_ = 0;
   double tokens_seen_ = 0;
+  double input_tokens_seen_ = 0;
+  // The best evaluation so far of metric_for_best_model, the step it was
+  // reached at (0: none) and that step's checkpoint, once saved.
+  std::optional<double> best_metric_;
+  int64_t best_global_step_ = 0;
+  std::optional<std::filesystem::path> best_checkpoint_;  // every token id fed in, padding too (include_num_input_tokens_seen)
+  bool pin_batches_ = false;      // dataloader_pin_memory on a GPU
   std::vector<std::string> log_history_;  // JSON lines, for trainer_state.json
   // Rank 0: metrics.jsonl rows not written yet (a full disk), oldest first;
   // each log tries them again, and the run fails at its end if any is left.

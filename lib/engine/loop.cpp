@@ -218,7 +218,9 @@ void Engine::Impl::move_collated(TensorMap& batch) {
   }
   for (auto& [k, v] : batch) {
     if (!v.defined()) continue;
-    v = v.to(device_);
+    // dataloader_pin_memory: from page-locked memory, without blocking the
+    // host (the host allocator keeps the pinned copy until the copy is done).
+    v = pin_batches_ && v.device().is_cpu() ? v.pin_memory().to(device_, /*non_blocking=*/true) : v.to(device_);
     if (trails.count(k)) trailing_masks_.push_back(v);
     if (auto it = reaches.find(k); it != reaches.end()) branch_reaches_.emplace_back(v, it->second.to(device_));
     if (auto it = segments.find(k); it != segments.end())
@@ -289,7 +291,7 @@ std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const s
   const int64_t updates = updates_per_step_;
   // The step's loss stays on the device until the step ends (one read).
   torch::Tensor loss_total;
-  double tokens = 0, norm_sum = 0;
+  double tokens = 0, norm_sum = 0, padded_tokens = 0;
   g_updates_in_step = 0;
   for (int64_t u = 0; u < updates; ++u) {
     g_updates_in_step = u;
@@ -303,6 +305,9 @@ std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const s
     for (const auto& b : batches) {
       local_items += b.items;
       tokens += b.tokens;
+      // include_num_input_tokens_seen: all: every token id fed in, padding too.
+      for (const auto& [k, v] : b.batch)
+        if (v.defined() && ends_with(k, "input_ids")) padded_tokens += static_cast<double>(v.numel());
     }
     std::vector<double> counts = {local_items};
     strategy_->sum_across_ranks(counts);
@@ -371,10 +376,12 @@ std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const s
   // Rank sums: the loss (already a share of the global mean when gradients
   // are summed), tokens, and whether any rank was asked to stop.
   std::vector<double> sums = {loss_total.defined() ? loss_total.item<double>() : 0.0, tokens,
-                              stop::requested() ? 1.0 : 0.0};
+                              stop::requested() ? 1.0 : 0.0, padded_tokens};
   strategy_->sum_across_ranks(sums);
   g_stop_agreed = sums[2] > 0;
   tokens_seen_ += sums[1];
+  input_tokens_seen_ += sums[3];
+  if (config_.torch_empty_cache_steps && (step_ % *config_.torch_empty_cache_steps) == 0) empty_device_cache(device_);
   phases.mark("step-end sums over ranks (loss, tokens)", device_);
   // A step of several updates reports their mean loss and gradient norm.
   const double loss = (config_.average_tokens_across_devices ? sums[0] : sums[0] / world_size()) / updates;
@@ -456,6 +463,10 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
   } else if (rank() == 0) {
     fs::remove(output_dir_ / "metrics.jsonl");
   }
+  if ((config_.save_strategy == "best" || config_.load_best_model_at_end) && trainer.num_examples("test") == 0)
+    fail_input("{}: the best checkpoint is found by evaluating, and there is no test split to evaluate on (set "
+               "dataset_test_split, or give the dataset a test split)",
+               config_.save_strategy == "best" ? "save_strategy: best" : "load_best_model_at_end");
   open_tensorboard();
   print_startup(trainer);
   auto prev_term = std::signal(SIGTERM, on_signal);
@@ -471,6 +482,10 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
   const int64_t save_every = every(config_.save_steps, schedule_.total_steps);
   const int64_t eval_every = every(config_.eval_steps.value_or(config_.logging_steps), schedule_.total_steps);
   const bool tty = isatty(STDERR_FILENO);
+  // disable_tqdm (null: as transformers, no bar at log_level warning or above).
+  const bool bar = tty && !config_.disable_tqdm.value_or(config_.log_level == "warning" ||
+                                                         config_.log_level == "error" ||
+                                                         config_.log_level == "critical");
   MetricSums window;
   double window_loss = 0;
   int64_t window_steps = 0;
@@ -556,6 +571,11 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
       m["learning_rate"] = step_lr_;  // the rate the step just used, as TRL logs it
       m["epoch"] = epoch_f;
       m["num_tokens"] = tokens_seen_;
+      // transformers' include_num_input_tokens_seen: all (or true) counts
+      // padding, non_padding what num_tokens counts.
+      const std::string& seen = config_.include_num_input_tokens_seen;
+      if (seen == "all" || seen == "true") m["num_input_tokens_seen"] = input_tokens_seen_;
+      else if (seen == "non_padding") m["num_input_tokens_seen"] = tokens_seen_;
       for (const auto& [k, v] : window.means()) m[k] = v;
       log_metrics(m);
       std::string line;
@@ -570,7 +590,7 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
       window = {};
       window_loss = 0;
       window_steps = 0;
-    } else if (tty && log::rank() == 0) {
+    } else if (bar && log::rank() == 0) {
       const int width = 30;
       const int filled = static_cast<int>(width * static_cast<double>(step_) / static_cast<double>(schedule_.total_steps));
       std::cerr << fmt::format("\r\033[K[{}{}] {}/{}  {:.2f} it/s  ETA {}  loss {:.4g}", std::string(static_cast<size_t>(filled), '#'),
@@ -578,6 +598,7 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
                                duration(eta), loss)
                 << std::flush;
     }
+    bool new_best = false;
     // As transformers, the steps strategy also evaluates at the last step.
     if (trainer.num_examples("test") > 0 &&
         ((config_.eval_strategy == "steps" && (step_ % eval_every == 0 || step_ == schedule_.total_steps)) ||
@@ -586,12 +607,14 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
       std::map<std::string, double> m;
       for (const auto& [k, v] : e.means()) m["eval_" + k] = v;
       log_metrics(m);
+      new_best = note_best_metric(m);
       log::info("step {}: eval_loss={:.4g}{}", step_, m["eval_loss"],
                 m.count("eval_reward") ? fmt::format("  eval_reward={:.4g}", m["eval_reward"]) : "");
     }
-    // As transformers, the steps strategy also saves at the last step.
+    // As transformers, the steps strategy also saves at the last step; best
+    // saves at each evaluation that sets a new best.
     if ((config_.save_strategy == "steps" && (step_ % save_every == 0 || step_ == schedule_.total_steps)) ||
-        (config_.save_strategy == "epoch" && epoch_end)) {
+        (config_.save_strategy == "epoch" && epoch_end) || (config_.save_strategy == "best" && new_best)) {
       save_checkpoint(epoch, batch_in_epoch);
       saved_at_step = true;
     }
@@ -641,6 +664,7 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
                             step_of(unwritten_metrics_.front()), step_of(unwritten_metrics_.back())));
   }
   if (!summary.interrupted) {
+    load_best_model();
     save_model(output_dir_, true);
     comm_->barrier();
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();

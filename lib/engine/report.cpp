@@ -239,7 +239,7 @@ void Engine::Impl::print_startup(Trainer& trainer) {
   const double rank_adam = (static_cast<double>(trainable) * 8 + masters) / (split_state ? w : 1.0);
   const double mem = rank_weights + rank_grads + rank_adam;
   std::vector<std::pair<std::string, std::string>> rows = {
-      {"trainer", trainer_name_},
+      {"trainer", config_.run_name ? fmt::format("{} (run {})", trainer_name_, *config_.run_name) : trainer_name_},
       // A hub name is a cache snapshot path by now; the revision it came from
       // (model_revision) is shown when it is not the default branch.
       {"model", config_.model_revision == "main"
@@ -260,6 +260,12 @@ void Engine::Impl::print_startup(Trainer& trainer) {
       {"device", fmt::format("{} x {}", world, device_.is_cuda() ? "cuda" : "cpu")},
       {"distributed", fmt::format("{} ({} communicator{})", strategy_->name(), comm_->backend(),
                                   dist_.source.empty() ? "" : ", " + dist_.source)},
+      // attn_implementation: every fused choice is served by trlx's own
+      // attention (eager and the rest are refused when the config is read).
+      {"attention", fmt::format("{} -> {}", config_.attn_implementation.value_or("sdpa"),
+                                device_.is_cuda() ? "flash kernels where the shape allows, SDPA otherwise (per "
+                                                    "case: trlx env)"
+                                                  : "SDPA on CPU")},
       {"memory savers", memory_savers()},
       {"memory estimate",
        fmt::format("{:.1f} MB{} (weights {:.1f} + grads {:.1f} + Adam state {:.1f}, no activations)", mem / 1e6,
@@ -273,6 +279,10 @@ void Engine::Impl::print_startup(Trainer& trainer) {
   std::string table = "\n";
   for (const auto& [k, v] : rows) table += fmt::format("  {:<18}{}\n", k, v);
   log::info("training setup:{}", table);
+  if (config_.dataloader_num_workers > 0)
+    log::info("dataloader_num_workers {}: trlx tokenized the dataset before training and collates each batch from "
+              "memory; no worker processes are needed or started",
+              config_.dataloader_num_workers);
 }
 
 }  // namespace trlx::engine

@@ -343,7 +343,10 @@ void Engine::Impl::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
                                     {"batch_in_epoch", batch_in_epoch},
                                     {"max_steps", schedule_.total_steps},
                                     {"num_tokens", tokens_seen_},
+                                    {"num_input_tokens_seen", input_tokens_seen_},
                                     {"trainer", trainer_name_},
+                                    {"run_name", config_.run_name ? nlohmann::ordered_json(*config_.run_name)
+                                                                  : nlohmann::ordered_json()},
                                     {"strategy", strategy_->name()},
                                     {"world_size", world_size()},
                                     {"log_history", nlohmann::ordered_json::array()}};
@@ -357,6 +360,14 @@ void Engine::Impl::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
       if (!own.is_null()) state["trainer_state"] = own;
     }
     for (const auto& l : log_history_) state["log_history"].push_back(nlohmann::ordered_json::parse(l));
+    // As transformers' TrainerState: the best evaluation and its checkpoint
+    // (this one, when this step set it).
+    note_best_checkpoint();
+    state["best_metric"] = best_metric_ ? nlohmann::ordered_json(*best_metric_) : nlohmann::ordered_json();
+    state["best_global_step"] =
+        best_global_step_ > 0 ? nlohmann::ordered_json(best_global_step_) : nlohmann::ordered_json();
+    state["best_model_checkpoint"] =
+        best_checkpoint_ ? nlohmann::ordered_json(best_checkpoint_->string()) : nlohmann::ordered_json();
     io::write_file_atomic(tmp / "trainer_state.json", state.dump(2) + "\n");
     // Last: every file's size and CRC-32 (every rank's files are in by now),
     // which resume checks before it reads anything.
@@ -368,13 +379,70 @@ void Engine::Impl::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     io::swap_in_directory(tmp, final_dir);
   }
   log::info("saved {}", final_dir.string());
-  if (config_.save_total_limit) {
-    auto ckpts = list_checkpoints(output_dir_);
-    while (static_cast<int64_t>(ckpts.size()) > *config_.save_total_limit) {
-      fs::remove_all(ckpts.front().second);
-      ckpts.erase(ckpts.begin());
+  note_best_checkpoint();  // on every rank
+  if (config_.save_total_limit && rank() == 0) {
+    // Oldest first; the newest (to resume from) and the best are kept, as
+    // transformers rotates them.
+    const auto ckpts = list_checkpoints(output_dir_);
+    const size_t keep = static_cast<size_t>(*config_.save_total_limit);
+    size_t left = ckpts.size();
+    for (size_t i = 0; i + 1 < ckpts.size() && left > keep; ++i) {
+      if (best_checkpoint_ && ckpts[i].second.filename() == best_checkpoint_->filename()) continue;
+      fs::remove_all(ckpts[i].second);
+      --left;
     }
   }
+}
+
+void Engine::Impl::note_best_checkpoint() {
+  if (best_global_step_ == 0) return;
+  const fs::path best = output_dir_ / fmt::format("checkpoint-{}", best_global_step_);
+  if (best_global_step_ == step_ || fs::exists(best)) best_checkpoint_ = best;
+}
+
+std::optional<std::string> Engine::Impl::best_metric_name() const {
+  std::optional<std::string> m = config_.metric_for_best_model;
+  if (!m && (config_.load_best_model_at_end || config_.save_strategy == "best")) m = "loss";
+  if (m && m->rfind("eval_", 0) != 0) m = "eval_" + *m;
+  return m;
+}
+
+bool Engine::Impl::note_best_metric(const std::map<std::string, double>& metrics) {
+  const auto name = best_metric_name();
+  if (!name) return false;
+  const auto it = metrics.find(*name);
+  if (it == metrics.end()) {
+    std::vector<std::string> have;
+    for (const auto& [k, v] : metrics) have.push_back(k);
+    fail_input("metric_for_best_model: {} is not among the evaluation metrics ({}); name one of them", *name,
+               fmt::join(have, ", "));
+  }
+  // As transformers: larger is better unless the name as given ends in loss.
+  const std::string given = config_.metric_for_best_model.value_or("loss");
+  const bool greater =
+      config_.greater_is_better.value_or(given.size() < 4 || given.compare(given.size() - 4, 4, "loss") != 0);
+  const double v = it->second;
+  if (std::isnan(v) || (best_metric_ && !(greater ? v > *best_metric_ : v < *best_metric_))) return false;
+  best_metric_ = v;
+  if (config_.save_strategy != "no") best_global_step_ = step_;
+  return true;
+}
+
+void Engine::Impl::load_best_model() {
+  if (!config_.load_best_model_at_end) return;
+  if (!best_checkpoint_ || !fs::exists(*best_checkpoint_ / "trainer_state.json")) {
+    log::warn("load_best_model_at_end: no checkpoint of a best evaluation was saved; the final model is the last "
+              "step's");
+    return;
+  }
+  log::info("loading the best model from {} ({} {:.6g})", best_checkpoint_->string(), *best_metric_name(),
+            best_metric_.value_or(0.0));
+  load_checkpoint_weights(*best_checkpoint_);
+  // As transformers with save_total_limit 1: only the best checkpoint stays.
+  if (config_.save_total_limit == 1 && rank() == 0)
+    for (const auto& [step, dir] : list_checkpoints(output_dir_))
+      if (dir.filename() != best_checkpoint_->filename()) fs::remove_all(dir);
+  comm_->barrier();
 }
 
 void Engine::Impl::load_full_weights(model::LanguageModelImpl& m, const fs::path& dir) {
@@ -386,37 +454,7 @@ void Engine::Impl::load_full_weights(model::LanguageModelImpl& m, const fs::path
   });
 }
 
-void Engine::Impl::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch) {
-  const fs::path state_file = dir / "trainer_state.json";
-  std::ifstream in(state_file);
-  if (!in) fail_input("resume_from_checkpoint: {} is not a checkpoint (no trainer_state.json)", dir.string());
-  nlohmann::json state;
-  try {
-    state = nlohmann::json::parse(in);
-    step_ = state.at("global_step").get<int64_t>();
-    *epoch = state.at("epoch").get<int64_t>();
-    *batch_in_epoch = state.at("batch_in_epoch").get<size_t>();
-    tokens_seen_ = state.value("num_tokens", 0.0);
-    for (const auto& l : state.value("log_history", nlohmann::json::array())) log_history_.push_back(l.dump());
-    // A checkpoint saved without fp16 has no loss scale: it starts afresh.
-    if (loss_scale_ && state.contains("loss_scale")) loss_scale_->load(state.at("loss_scale"), state_file.string());
-  } catch (const nlohmann::json::exception& e) {
-    fail_input("resume_from_checkpoint: {} is corrupt: {}", state_file.string(), e.what());
-  }
-  check_resumable(dir, state);
-  if (value_ && !fs::exists(dir / kValueModelDir / "config.json"))
-    fail_input("resume_from_checkpoint: {} holds no value model ({} is missing); it was not saved by a run that "
-               "trains one",
-               dir.string(), (dir / kValueModelDir / "config.json").string());
-  for (const std::string& f : {optimizer_file(), std::string("rng_state.pt")})
-    if (!fs::exists(dir / f))
-      fail_input("resume_from_checkpoint: {} is missing {}{}", dir.string(), f,
-                 strategy_->shards_optimizer_state()
-                     ? fmt::format(" (optimizer state is saved per rank; resume with the same number of processes, {}, "
-                                   "and the same strategy)",
-                                   world_size())
-                     : "");
-  verify_checkpoint(dir);
+void Engine::Impl::load_checkpoint_weights(const fs::path& dir) {
   if (lora_) {
     // The checkpoint holds the adapter: attach it to a fresh base and take
     // the trained tensors from there.
@@ -438,6 +476,52 @@ void Engine::Impl::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_
     load_full_weights(*value_, dir / kValueModelDir);
   }
   strategy_->on_weights_loaded();  // ZeRO: master shards from the loaded weights
+}
+
+void Engine::Impl::resume(const fs::path& dir, int64_t* epoch, size_t* batch_in_epoch) {
+  const fs::path state_file = dir / "trainer_state.json";
+  std::ifstream in(state_file);
+  if (!in) fail_input("resume_from_checkpoint: {} is not a checkpoint (no trainer_state.json)", dir.string());
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(in);
+    step_ = state.at("global_step").get<int64_t>();
+    *epoch = state.at("epoch").get<int64_t>();
+    *batch_in_epoch = state.at("batch_in_epoch").get<size_t>();
+    tokens_seen_ = state.value("num_tokens", 0.0);
+    input_tokens_seen_ = state.value("num_input_tokens_seen", 0.0);
+    if (state.contains("best_metric") && state["best_metric"].is_number())
+      best_metric_ = state["best_metric"].get<double>();
+    if (state.contains("best_global_step") && state["best_global_step"].is_number_integer())
+      best_global_step_ = state["best_global_step"].get<int64_t>();
+    if (state.contains("best_model_checkpoint") && state["best_model_checkpoint"].is_string()) {
+      const fs::path best = state["best_model_checkpoint"].get<std::string>();
+      if (fs::exists(best)) best_checkpoint_ = best;
+      else
+        log::warn("the best checkpoint {} recorded in {} is gone; the best so far is forgotten", best.string(),
+                  state_file.string());
+    }
+    for (const auto& l : state.value("log_history", nlohmann::json::array())) log_history_.push_back(l.dump());
+    // A checkpoint saved without fp16 has no loss scale: it starts afresh.
+    if (loss_scale_ && state.contains("loss_scale")) loss_scale_->load(state.at("loss_scale"), state_file.string());
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("resume_from_checkpoint: {} is corrupt: {}", state_file.string(), e.what());
+  }
+  check_resumable(dir, state);
+  if (value_ && !fs::exists(dir / kValueModelDir / "config.json"))
+    fail_input("resume_from_checkpoint: {} holds no value model ({} is missing); it was not saved by a run that "
+               "trains one",
+               dir.string(), (dir / kValueModelDir / "config.json").string());
+  for (const std::string& f : {optimizer_file(), std::string("rng_state.pt")})
+    if (!fs::exists(dir / f))
+      fail_input("resume_from_checkpoint: {} is missing {}{}", dir.string(), f,
+                 strategy_->shards_optimizer_state()
+                     ? fmt::format(" (optimizer state is saved per rank; resume with the same number of processes, {}, "
+                                   "and the same strategy)",
+                                   world_size())
+                     : "");
+  verify_checkpoint(dir);
+  load_checkpoint_weights(dir);
   if (fs::exists(dir / "reference" / "config.json")) {
     if (!reference_) {
       log::warn("{} holds a reference model moved by sync_ref_model, but this run has no separate reference; "

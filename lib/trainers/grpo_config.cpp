@@ -15,8 +15,10 @@ const config::Schema& grpo_schema() {
     add_training_fields(b, {.learning_rate = 1e-6,
                             .gradient_checkpointing = true,
                             .disable_dropout = false,
-                            .max_length = std::nullopt});
+                            .max_length = std::nullopt,
+                            .remove_unused_columns = false});
     add_online_fields(b, {.num_generations = 8, .beta = 0.0});
+    add_vllm_fields(b, true, true, 0.3);
     using C = GRPOConfig;
     b.group("grpo");
     b.field(&C::loss_type, "loss_type", "dapo",

@@ -405,6 +405,16 @@ model::GenerationOptions sampling_options(const OnlineConfig& c, const std::vect
   o.top_p = c.top_p;
   o.min_p = c.min_p;
   o.repetition_penalty = c.repetition_penalty;
+  // generation_kwargs win, as TRL applies them last (checked with the config).
+  const auto overrides = c.generation_kwargs ? nlohmann::json::parse(*c.generation_kwargs) : nlohmann::json::object();
+  for (const auto& [k, v] : overrides.items()) {
+    if (k == "temperature") o.temperature = v.get<double>();
+    else if (k == "top_p") o.top_p = v.get<double>();
+    else if (k == "top_k") o.top_k = v.is_null() ? 0 : v.get<int64_t>();
+    else if (k == "min_p") o.min_p = v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
+    else if (k == "repetition_penalty") o.repetition_penalty = v.get<double>();
+    else if (k == "do_sample") o.do_sample = v.get<bool>();
+  }
   o.eos_token_ids = stop_ids;
   o.pad_token_id = pad;
   return o;

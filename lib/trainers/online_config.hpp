@@ -3,6 +3,7 @@
 // completions are generated and scored, how often, and the trust region
 // around the policy that generated them. One table, so that the trainers cannot drift apart.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "config/loader.hpp"
 #include "config/training.hpp"
@@ -35,6 +36,17 @@ struct OnlineConfig : config::TrainingConfig {
   double repetition_penalty = 0;
   bool shuffle_dataset = true;
   bool use_vllm = false;
+  // TRL's generation_kwargs (JSON object text): sampler settings that
+  // override the fields above for sampling only (generation_kwargs_problem).
+  std::optional<std::string> generation_kwargs;
+  // vLLM's settings, refused with use_vllm (add_vllm_fields).
+  std::string vllm_mode, vllm_model_impl, vllm_server_host, vllm_importance_sampling_mode;
+  std::optional<std::string> vllm_server_base_url, vllm_structured_outputs_regex;
+  int64_t vllm_server_port = 0, vllm_group_port = 0, vllm_tensor_parallel_size = 0;
+  double vllm_server_timeout = 0, vllm_gpu_memory_utilization = 0, vllm_importance_sampling_clip_max = 0;
+  bool vllm_enable_sleep_mode = false, vllm_importance_sampling_correction = false;
+  std::optional<int64_t> vllm_max_model_length;
+  std::optional<double> vllm_importance_sampling_cap, vllm_importance_sampling_clip_min;
   bool ds3_gather_for_generation = true;
   double ds3_gather_for_generation_budget_mb = 0;
   // The update.
@@ -90,6 +102,87 @@ void add_generation_placement_fields(config::SchemaBuilder<C>& b) {
       .min(0);
 }
 
+// TRL passes generation_kwargs to transformers' GenerationConfig after its
+// own sampling settings, so that they win, for sampling only (the log-probs
+// keep `temperature`). trlx takes the keys its sampler has, with their
+// meaning; the first other key or bad value is the problem returned ("" for
+// none).
+inline std::string generation_kwargs_problem(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return "expects a mapping of generation settings";
+  for (const auto& [k, v] : j.items()) {
+    const bool number = v.is_number();
+    if (k == "temperature" || k == "repetition_penalty") {
+      if (!number || !(v.get<double>() > 0)) return fmt::format("`{}` expects a number > 0, found {}", k, v.dump());
+    } else if (k == "top_p") {
+      if (!number || !(v.get<double>() > 0 && v.get<double>() <= 1))
+        return fmt::format("`top_p` expects a number in (0, 1], found {}", v.dump());
+    } else if (k == "min_p") {
+      if (!v.is_null() && (!number || !(v.get<double>() >= 0 && v.get<double>() <= 1)))
+        return fmt::format("`min_p` expects a number in [0, 1] or null, found {}", v.dump());
+    } else if (k == "top_k") {
+      if (!v.is_null() && (!v.is_number_integer() || v.get<int64_t>() < 0))
+        return fmt::format("`top_k` expects an integer >= 0 or null, found {}", v.dump());
+    } else if (k == "do_sample") {
+      if (!v.is_boolean()) return fmt::format("`do_sample` expects true or false, found {}", v.dump());
+    } else if (k == "max_new_tokens" || k == "max_length" || k == "min_new_tokens" || k == "min_length") {
+      return fmt::format("`{}`: the completion length is max_completion_length; set that instead", k);
+    } else if (k == "num_beams" || k == "num_beam_groups" || k == "num_return_sequences") {
+      return fmt::format("`{}`: completions are sampled one by one, num_generations per prompt; beam search is not "
+                         "built",
+                         k);
+    } else {
+      return fmt::format("`{}` is not built in trlx's sampler, which takes temperature, top_p, top_k, min_p, "
+                         "repetition_penalty and do_sample",
+                         k);
+    }
+  }
+  return "";
+}
+
+// vLLM's settings, at TRL's defaults: each refused at any other value, as
+// use_vllm is (`max_model_length`: grpo and rloo; `importance_sampling`: grpo;
+// TRL's default GPU memory share differs per trainer).
+template <class C>
+void add_vllm_fields(config::SchemaBuilder<C>& b, bool max_model_length, bool importance_sampling,
+                     double gpu_memory_utilization) {
+  using O = OnlineConfig;
+  const std::string why = "there is no vLLM in trlx (use_vllm is not built); drop the vllm_* settings";
+  b.field(&O::vllm_mode, "vllm_mode", "colocate", "vLLM: server or colocate.").not_built(why);
+  b.field(&O::vllm_model_impl, "vllm_model_impl", "vllm", "vLLM model implementation.").not_built(why);
+  b.field(&O::vllm_server_base_url, "vllm_server_base_url", std::nullopt, "vLLM server URL.").not_built(why);
+  b.field(&O::vllm_server_host, "vllm_server_host", "0.0.0.0", "vLLM server host.").not_built(why);
+  b.field(&O::vllm_server_port, "vllm_server_port", 8000, "vLLM server port.").not_built(why);
+  b.field(&O::vllm_server_timeout, "vllm_server_timeout", 240.0, "Wait for the vLLM server.").not_built(why);
+  b.field(&O::vllm_group_port, "vllm_group_port", 51216, "vLLM weight-update port.").not_built(why);
+  b.field(&O::vllm_gpu_memory_utilization, "vllm_gpu_memory_utilization", gpu_memory_utilization,
+          "vLLM's share of GPU memory.")
+      .not_built(why);
+  b.field(&O::vllm_tensor_parallel_size, "vllm_tensor_parallel_size", 1, "vLLM tensor parallelism.").not_built(why);
+  b.field(&O::vllm_enable_sleep_mode, "vllm_enable_sleep_mode", false, "vLLM sleep mode.").not_built(why);
+  b.field(&O::vllm_structured_outputs_regex, "vllm_structured_outputs_regex", std::nullopt,
+          "vLLM structured outputs.")
+      .not_built(why);
+  if (max_model_length)
+    b.field(&O::vllm_max_model_length, "vllm_max_model_length", std::nullopt, "vLLM context length.").not_built(why);
+  if (importance_sampling) {
+    b.field(&O::vllm_importance_sampling_correction, "vllm_importance_sampling_correction", true,
+            "Correct for vLLM's sampling distribution.")
+        .not_built(why);
+    b.field(&O::vllm_importance_sampling_mode, "vllm_importance_sampling_mode", "sequence_mask",
+            "How the vLLM correction is applied.")
+        .not_built(why);
+    b.field(&O::vllm_importance_sampling_cap, "vllm_importance_sampling_cap", std::nullopt, "Cap of the correction.")
+        .not_built(why);
+    b.field(&O::vllm_importance_sampling_clip_min, "vllm_importance_sampling_clip_min", std::nullopt,
+            "Lower clip of the correction.")
+        .not_built(why);
+    b.field(&O::vllm_importance_sampling_clip_max, "vllm_importance_sampling_clip_max", 3.0,
+            "Upper clip of the correction.")
+        .not_built(why);
+  }
+}
+
 // The fields of every online trainer: what scores completions, how they are
 // sampled, and the reference (beta > 0). `temperature` is the trainer's
 // default.
@@ -109,6 +202,10 @@ void add_sampling_fields(config::SchemaBuilder<C>& b, double temperature) {
   b.field(&O::top_k, "top_k", 0, "Sample among the k most likely tokens; 0 disables.").min(0);
   b.field(&O::min_p, "min_p", std::nullopt, "Drop tokens below min_p times the top probability.").min(0).max(1);
   b.field(&O::repetition_penalty, "repetition_penalty", 1.0, "Penalty on tokens already present.").min(0, true);
+  b.field(&O::generation_kwargs, "generation_kwargs", std::nullopt,
+          "Sampler settings that override temperature, top_p, top_k, min_p and repetition_penalty (and do_sample) "
+          "for sampling only, as TRL passes them to the generator; other keys are refused by name.")
+      .holds_mapping();
   b.field(&O::use_vllm, "use_vllm", false, "Generate with vLLM.")
       .not_built("trlx generates with its own batched generator (KV cache, continuous batching); there is no vLLM");
   add_generation_placement_fields(b);
@@ -118,6 +215,10 @@ void add_sampling_fields(config::SchemaBuilder<C>& b, double temperature) {
           "off under use_peft. A hub name works too.")
       .hub_model();
   b.rule([](const C& c, config::Conflicts& out) {
+    if (c.generation_kwargs) {
+      const std::string problem = generation_kwargs_problem(*c.generation_kwargs);
+      if (!problem.empty()) out.invalid("generation_kwargs", problem);
+    }
     const size_t functions = c.reward_funcs.size() + (c.reward_model_path ? 1 : 0);
     if (c.reward_weights && c.reward_weights->size() != functions)
       out.conflict({"reward_funcs", "reward_weights"},
@@ -132,6 +233,13 @@ template <class C>
 void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
   using O = OnlineConfig;
   add_sampling_fields(b, 1.0);
+  // TRL's grpo and rloo scripts take a reward model under this name, scored
+  // before reward_funcs; it is online-dpo's reward_model_path.
+  b.field(&O::reward_model_path, "reward_model_name_or_path", std::nullopt,
+          "A reward model directory (or hub name) scored before the reward_funcs entries, as TRL's grpo and rloo "
+          "scripts take it.")
+      .bound_to("reward_model_path")
+      .hub_model();
   b.group("generation");
   b.field(&O::num_generations, "num_generations", d.num_generations, "Completions sampled per prompt.").min(2);
   b.field(&O::num_generations_eval, "num_generations_eval", std::nullopt,

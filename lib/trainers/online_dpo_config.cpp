@@ -12,8 +12,10 @@ const config::Schema& online_dpo_schema() {
     add_training_fields(b, {.learning_rate = 5e-7,
                             .gradient_checkpointing = true,
                             .disable_dropout = true,
-                            .max_length = 512});
+                            .max_length = 512,
+                            .remove_unused_columns = false});
     add_sampling_fields(b, 0.9);
+    add_vllm_fields(b, false, false, 0.55);
     using C = OnlineDPOConfig;
     b.group("rewards");
     b.field(&C::reward_model_path, "reward_model_path", std::nullopt,

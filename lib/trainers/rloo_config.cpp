@@ -10,8 +10,10 @@ const config::Schema& rloo_schema() {
     add_training_fields(b, {.learning_rate = 1e-6,
                             .gradient_checkpointing = true,
                             .disable_dropout = false,
-                            .max_length = std::nullopt});
+                            .max_length = std::nullopt,
+                            .remove_unused_columns = false});
     add_online_fields(b, {.num_generations = 2, .beta = 0.05});
+    add_vllm_fields(b, true, false, 0.3);
     using C = RLOOConfig;
     b.group("rloo");
     b.field(&C::normalize_advantages, "normalize_advantages", false, "Normalise advantages to zero mean, unit variance.");

@@ -199,6 +199,29 @@ values loss "$TMP/st/metrics.jsonl" >"$TMP/loss_stopped"
 values loss "$TMP/st_ref/metrics.jsonl" >"$TMP/loss_unstopped"
 check "[ \$(wc -l <'$TMP/loss_stopped') = 4 ] && [ \"\$(largest_difference '$TMP/loss_stopped' '$TMP/loss_unstopped')\" = 0 ]"
 
+# generation_kwargs override the sampler's settings, as TRL applies them last:
+# top_k 1 samples the most likely token, so a prompt's two completions are
+# the same and every group has zero spread; without it they differ.
+cat >"$TMP/idsum.py" <<'PY'
+import json, sys
+for line in sys.stdin:
+    ids = json.loads(line)["completion_ids"]
+    print(json.dumps({"rewards": [sum(c) % 97 for c in ids]}), flush=True)
+PY
+idsum='{"command": "python3 '"$TMP"'/idsum.py", "name": "idsum"}'
+for gk in '{"top_k": 1}' '{}'; do
+  "$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 2 --save_strategy no --output_dir "$TMP/gk" \
+    --generation_kwargs "$gk" --reward_funcs "$idsum" >"$TMP/o" 2>&1
+  check "[ $? = 0 ]" || cat "$TMP/o"
+  values frac_reward_zero_std "$TMP/gk/metrics.jsonl" | sort -u >"$TMP/zero_std_$([ "$gk" = '{}' ] && echo plain || echo top1)"
+done
+check "[ \"\$(cat '$TMP/zero_std_top1')\" = 1.0 ] && [ \"\$(cat '$TMP/zero_std_plain')\" != 1.0 ]" ||
+  cat "$TMP/zero_std_top1" "$TMP/zero_std_plain"
+bad_run "num_beams.: completions are sampled one by one" "${text[@]}" --reward_funcs "$program" \
+  --generation_kwargs '{"num_beams": 4}'
+bad_run "max_new_tokens.: the completion length is max_completion_length" "${text[@]}" --reward_funcs "$program" \
+  --generation_kwargs '{"max_new_tokens": 4}'
+
 # The shipped configs validate.
 for c in grpo rloo; do
   "$TRLX" validate --config configs/$c.yaml >"$TMP/o" 2>&1

@@ -137,6 +137,29 @@ check "[ \$(wc -l <'$TMP/pv.jsonl') = 3 ]"
 check "grep -q '\"truncated\":true' '$TMP/pv.jsonl' && grep -q 'truncated to max_length 12' '$TMP/pv.jsonl'"
 check "grep -q '\"loss\":true' '$TMP/pv.jsonl' && grep -q '\"loss\":false' '$TMP/pv.jsonl'"
 "$TRLX" preview rloo --config configs/rloo.yaml >"$TMP/pv2.txt" 2>&1
-check "[ $? = 1 ] && grep -q 'not built for the rloo trainer; it shows sft, dpo, kto' '$TMP/pv2.txt'"
+check "[ $? = 1 ] && grep -q 'not built for the rloo trainer; it shows sft, dpo, kto, reward, cpo, orpo' '$TMP/pv2.txt'"
+
+# save_strategy best with load_best_model_at_end, as transformers: a
+# checkpoint at each evaluation that sets a new best, the final model the
+# best one's, save_total_limit keeping only it at the end. greater_is_better
+# on the loss makes the first evaluation the best (the loss falls).
+"$TRLX" sft --config configs/sft.yaml --max_steps 6 --eval_strategy steps --eval_steps 2 --logging_steps 2 \
+  --save_strategy best --load_best_model_at_end true --metric_for_best_model loss --greater_is_better true \
+  --save_total_limit 1 --output_dir "$TMP/best" >"$TMP/best.log" 2>&1
+check "[ $? = 0 ] && grep -q 'loading the best model from .*checkpoint-2' '$TMP/best.log'" || tail -5 "$TMP/best.log"
+check "[ \"\$(ls -d '$TMP'/best/checkpoint-* | xargs -n1 basename)\" = checkpoint-2 ]"
+check "python3 - '$TMP/best' <<'PY'
+import json, sys
+d = sys.argv[1]
+s = json.load(open(d + '/checkpoint-2/trainer_state.json'))
+assert s['best_global_step'] == 2 and s['best_model_checkpoint'].endswith('checkpoint-2'), s
+losses = [json.loads(l)['eval_loss'] for l in open(d + '/metrics.jsonl') if 'eval_loss' in l]
+assert len(losses) == 3 and losses[0] == max(losses) and abs(s['best_metric'] - losses[0]) < 1e-9, losses
+PY"
+check "cmp -s '$TMP/best/model.safetensors' '$TMP/best/checkpoint-2/model.safetensors'"
+# Without an evaluation there is no best.
+"$TRLX" sft --config configs/sft.yaml --max_steps 2 --eval_strategy no --save_strategy best \
+  --output_dir "$TMP/nobest" >"$TMP/o" 2>&1
+check "[ $? = 2 ] && grep -q 'found by evaluating' '$TMP/o'" || cat "$TMP/o"
 
 finish

@@ -6,6 +6,7 @@
 #include "support.hpp"
 #include "core/strings.hpp"
 #include "trainers/dpo_config.hpp"
+#include "trainers/grpo_config.hpp"
 #include "trainers/rloo_config.hpp"
 #include "trainers/sft_config.hpp"
 
@@ -227,4 +228,74 @@ TEST_CASE("closest_match finds typos and leaves unrelated words alone", "[string
   CHECK(closest_match("Beta", c) == "beta");
   CHECK(closest_match("zzzzzzzz", c).empty());
   CHECK(edit_distance("abc", "acb") == 1);
+}
+
+TEST_CASE("model_init_kwargs: other names of dtype, attn_implementation and revision, the rest checked", "[config]") {
+  // The mapping, a string of JSON (TRL's `dict | str`), and a JSON flag.
+  for (const auto& yaml : {std::string("model_init_kwargs:\n  dtype: bfloat16\n  attn_implementation: flash_attention_2\n"
+                                       "  revision: v2\n  use_cache: false\n  device_map: auto\n"),
+                           std::string("model_init_kwargs: '{\"dtype\": \"bfloat16\", \"attn_implementation\": "
+                                       "\"flash_attention_2\", \"revision\": \"v2\"}'\n")}) {
+    auto c = load_dpo(yaml);
+    CHECK(c.config.dtype == "bfloat16");
+    CHECK(c.config.attn_implementation == std::optional<std::string>("flash_attention_2"));
+    CHECK(c.config.model_revision == "v2");
+    CHECK_THAT(c.loader->origin("dtype").describe(), Contains("as `model_init_kwargs.dtype`"));
+  }
+  auto f = load_dpo("", Flags{{{"model_init_kwargs", {"{\"torch_dtype\": \"float16\", \"use_cache\": true}"}}}});
+  CHECK(f.config.dtype == "float16");  // torch_dtype: the older name of dtype
+  CHECK(load_dpo("").config.dtype == "float32");
+  CHECK(load_dpo("dtype: bfloat16\nmodel_init_kwargs: {dtype: bfloat16}\n").config.dtype == "bfloat16");
+
+  auto msg = test::input_error_of([] { load_dpo("dtype: float32\nmodel_init_kwargs:\n  dtype: bfloat16\n"); });
+  CHECK_THAT(msg, Contains("`dtype: float32` (dpo.yaml:1:1)"));
+  CHECK_THAT(msg, Contains("`model_init_kwargs.dtype: bfloat16` (dpo.yaml:3:3)"));
+  CHECK_THAT(msg, Contains("these are one setting"));
+  msg = test::input_error_of([] { load_dpo("model_init_kwargs:\n  quantization_config: {}\n"); });
+  CHECK_THAT(msg, Contains("dpo.yaml:2:3: unknown key `model_init_kwargs.quantization_config`"));
+  msg = test::input_error_of([] { load_dpo("model_init_kwargs: {trust_remote_code: true}\n"); });
+  CHECK_THAT(msg, Contains("trust_remote_code: true"));
+  CHECK_THAT(msg, Contains("trlx runs no Python"));
+  msg = test::input_error_of([] { load_dpo("attn_implementation: eager\n"); });
+  CHECK_THAT(msg, Contains("eager attention rounds"));
+  CHECK_THAT(msg, Contains("use sdpa"));
+  msg = test::input_error_of([] { load_dpo("attn_implementation: flex_attention\n"); });
+  CHECK_THAT(msg, Contains("flex_attention is not built"));
+  CHECK(load_dpo("attn_implementation: kernels-community/flash-attn3\n").config.attn_implementation.has_value());
+  msg = test::input_error_of([] { load_dpo("model_init_kwargs: {device_map: balanced}\n"); });
+  CHECK_THAT(msg, Contains("spreading layers over devices is not built"));
+  msg = test::input_error_of([] { load_dpo("model_init_kwargs: {low_cpu_mem_usage: false}\n"); });
+  CHECK_THAT(msg, Contains("tensor by tensor"));
+}
+
+TEST_CASE("TRL settings trlx does not build are refused by name, with what to do", "[config]") {
+  for (const auto& [yaml, want] : std::vector<std::pair<std::string, std::string>>{
+           {"push_to_hub: true\n", "huggingface-cli upload"},
+           {"hub_model_id: me/model\n", "push_to_hub is not built"},
+           {"torch_compile: true\n", "no torch.compile"},
+           {"deepspeed: ds.json\n", "accelerate_config"},
+           {"fsdp: full_shard\n", "accelerate_config"},
+           {"neftune_noise_alpha: 5\n", "NEFTune"}}) {
+    const auto msg = test::input_error_of([&] { load_dpo(yaml); });
+    INFO(yaml);
+    CHECK_THAT(msg, Contains("not built in trlx"));
+    CHECK_THAT(msg, Contains(want));
+  }
+  // vLLM's settings, at their defaults, load; any other value is refused.
+  config::ConfigLoader grpo(trainers::grpo_schema());
+  grpo.load_yaml_text("vllm_mode: colocate\nvllm_gpu_memory_utilization: 0.3\n", "grpo.yaml");
+  trainers::GRPOConfig g;
+  grpo.resolve(&g);
+  config::ConfigLoader grpo2(trainers::grpo_schema());
+  grpo2.load_yaml_text("vllm_mode: server\n", "grpo.yaml");
+  const auto msg = test::input_error_of([&] { grpo2.resolve(&g); });
+  CHECK_THAT(msg, Contains("there is no vLLM in trlx"));
+  // Accepted and built.
+  auto c = load_dpo("dataloader_num_workers: 4\ndataloader_pin_memory: false\ntf32: true\ntorch_empty_cache_steps: 10\n"
+                    "disable_tqdm: true\ninclude_num_input_tokens_seen: non_padding\n");
+  CHECK(c.config.dataloader_num_workers == 4);
+  CHECK_FALSE(c.config.dataloader_pin_memory);
+  CHECK(c.config.tf32 == std::optional<bool>(true));
+  CHECK(c.config.torch_empty_cache_steps == std::optional<int64_t>(10));
+  CHECK(c.config.include_num_input_tokens_seen == "non_padding");
 }

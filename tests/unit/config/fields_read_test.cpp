@@ -177,7 +177,7 @@ std::string base_of(const std::string& config_struct, const std::vector<Source>&
 std::vector<std::string> unread_fields(const config::Schema& schema, const std::set<std::string>& reads) {
   std::vector<std::string> out;
   for (const auto& f : schema.fields()) {
-    if (f.not_built_reason) continue;
+    if (f.not_built_reason || !f.folds_into.empty() || f.describes_only) continue;
     const std::string name = f.read_through.empty() ? f.member : f.read_through + "()";
     if (!reads.count(name)) out.push_back(f.name + " (member " + name + ")");
   }
