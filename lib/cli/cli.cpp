@@ -290,6 +290,7 @@ std::optional<ResolvedRun> resolve_run(const trainers::TrainerEntry& trainer, co
   for (const auto& [name, values] : src.flags) out.loader->apply_flag(name, values);
   report_unknown(unknown, *out.loader, cmd);
   out.resolved = trainer.resolve(*out.loader);
+  config::set_run_config_json(out.loader->to_json());  // what logger programs receive
 
   const auto& tc = out.resolved->config();
   log::set_level(tc.log_level);

@@ -575,6 +575,7 @@ void ConfigLoader::check_constraints(const FieldSpec& f) {
   };
   auto check_choice = [&](const std::string& s) {
     if (f.choices.empty()) return;
+    if (f.mapping_items && !s.empty() && s.front() == '{') return;  // a mapping item (a program entry)
     for (const auto& c : f.choices)
       if (c == s) return;
     std::string msg = fmt::format("{}: `{}` must be one of {}, found `{}`", at, f.name, join(f.choices, ", "), s);
@@ -663,5 +664,33 @@ std::string ConfigLoader::to_yaml() const {
   }
   return out;
 }
+
+std::string ConfigLoader::to_json() const {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& f : schema_.fields()) {
+    nlohmann::ordered_json* at = &out;
+    std::string name = f.name;
+    for (size_t dot; (dot = name.find('.')) != std::string::npos; name = name.substr(dot + 1))
+      at = &(*at)[name.substr(0, dot)];
+    std::visit(
+        [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, std::monostate>) (*at)[name] = nullptr;
+          else (*at)[name] = v;
+        },
+        value(f.name));
+  }
+  return out.dump();
+}
+
+namespace {
+std::string& run_config_text() {
+  static std::string text = "{}";
+  return text;
+}
+}  // namespace
+
+void set_run_config_json(std::string json) { run_config_text() = std::move(json); }
+const std::string& run_config_json() { return run_config_text(); }
 
 }  // namespace trlx::config

@@ -60,6 +60,8 @@ class ConfigLoader {
   const std::vector<std::string>& warnings() const { return warnings_; }
   // The resolved config as YAML, each value commented with its origin.
   std::string to_yaml() const;
+  // The resolved values as a JSON object, dotted names nested (for loggers).
+  std::string to_json() const;
 
  private:
   void walk(const YAML::Node& map, const std::string& prefix, const std::string& file);
@@ -79,6 +81,11 @@ class ConfigLoader {
 // Parses a text value for a field of kind `kind`. Returns nullopt and fills
 // `expected` when the text does not fit.
 std::optional<Value> parse_text(Kind kind, const std::string& text, std::string* expected);
+
+// The resolved config of the run this process makes (ConfigLoader::to_json),
+// set by the command line once it is resolved; "{}" until then.
+void set_run_config_json(std::string json);
+const std::string& run_config_json();
 
 // Convenience: a typed, resolved config and the loader that knows its origins.
 template <class C>

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "config/loader.hpp"
 #include "config/schema.hpp"
 #include "config/trainer_names.hpp"
@@ -356,8 +358,11 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::log_level, "log_level", "passive", "Log level of rank 0 (passive = info).")
       .one_of({"passive", "debug", "info", "warning", "error", "critical"});
   b.field(&T::report_to, "report_to", std::vector<std::string>{"none"},
-          "Extra metric sinks besides stdout and metrics.jsonl.")
-      .one_of({"none", "tensorboard", "all"});
+          "Extra metric sinks besides stdout and metrics.jsonl: tensorboard (all), and logger programs "
+          "({command: \"python3 examples/loggers/wandb_logger.py\"}, docs/loggers.md) that receive the run as JSON "
+          "lines, which is how wandb and trackio are reached.")
+      .one_of({"none", "tensorboard", "all", "wandb", "trackio"})
+      .items_may_be_mappings();
   b.field(&T::eval_strategy, "eval_strategy", "no", "When to evaluate.").one_of({"no", "steps", "epoch"});
   b.field(&T::eval_steps, "eval_steps", std::nullopt, "Evaluate every N steps (defaults to logging_steps).").min(0, true);
   b.field(&T::save_strategy, "save_strategy", "steps",
@@ -427,6 +432,13 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
     }
     if (c.eval_strategy != "no" && !c.dataset_name)
       out.invalid("eval_strategy", "evaluation needs a dataset (dataset_name with a test split)");
+    for (const auto& r : c.report_to)
+      if (r == "wandb" || r == "trackio")
+        out.invalid("report_to",
+                    fmt::format("{0} is reached through a logger program: report_to: [{{command: \"python3 "
+                                "examples/loggers/{0}_logger.py\"}}] (it needs `pip install {0}`{1}; "
+                                "docs/loggers.md)",
+                                r, r == "wandb" ? ", and WANDB_MODE=offline works without a network" : ""));
     if (c.attn_implementation) {
       const std::string& a = *c.attn_implementation;
       if (a == "eager")

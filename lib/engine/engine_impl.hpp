@@ -25,6 +25,7 @@
 #include "engine/metrics.hpp"
 #include "engine/schedule.hpp"
 #include "io/safetensors.hpp"
+#include "rewards/program.hpp"
 #include "io/tensorboard.hpp"
 #include "losses/logprobs.hpp"
 #include "model/decoder.hpp"
@@ -239,6 +240,12 @@ struct Engine::Impl {
   std::vector<std::string> unwritten_metrics_;
   bool flush_metrics();
   std::unique_ptr<io::EventWriter> tensorboard_;  // rank 0, report_to: tensorboard
+  // Rank 0, report_to: [{command: ...}]: programs that receive the run as
+  // JSON lines; one that fails is dropped with a warning and the run goes on.
+  std::vector<std::unique_ptr<rewards::LoggerProgram>> loggers_;
+  void start_loggers(const std::string& trainer);
+  void send_to_loggers(const nlohmann::ordered_json& event);
+  void close_loggers(bool interrupted);
   // Moves a collated batch to the device, noting first what only the host
   // copy tells without a device read: which attention masks' padding trails,
   // and the branch reach of packed positions (model::branch_reach).

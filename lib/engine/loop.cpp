@@ -468,6 +468,7 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
                "dataset_test_split, or give the dataset a test split)",
                config_.save_strategy == "best" ? "save_strategy: best" : "load_best_model_at_end");
   open_tensorboard();
+  start_loggers(trainer.name());
   print_startup(trainer);
   auto prev_term = std::signal(SIGTERM, on_signal);
   auto prev_int = std::signal(SIGINT, on_signal);
@@ -650,6 +651,7 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
     }
     log_metrics(end);
   }
+  close_loggers(summary.interrupted);
   // Metrics are never lost with a clean exit: rows a full disk held back
   // and still could not take fail the run, on every rank, before its model
   // save (which that disk would refuse too).

@@ -18,6 +18,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "config/loader.hpp"
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "dist/comm/host_values.hpp"
 
@@ -128,6 +130,11 @@ void Engine::Impl::log_metrics(const std::map<std::string, double>& m) {
   if (rank() != 0) return;
   unwritten_metrics_.push_back(j.dump());
   flush_metrics();
+  if (!loggers_.empty()) {
+    nlohmann::ordered_json metrics = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : m) metrics[k] = v;
+    send_to_loggers({{"event", "log"}, {"step", step_}, {"metrics", metrics}});
+  }
   if (tensorboard_) {
     // transformers' TensorBoardCallback tags: eval_x -> eval/x, test_x -> test/x, x -> train/x.
     for (const auto& [k, v] : m) {
@@ -171,6 +178,49 @@ bool Engine::Impl::flush_metrics() {
               "the run fails at its end if they cannot be",
               file.string(), err ? std::strerror(err) : "write failed");
   return false;
+}
+
+void Engine::Impl::start_loggers(const std::string& trainer) {
+  if (rank() != 0) return;
+  for (const auto& entry : config_.report_to) {
+    if (entry.empty() || entry.front() != '{') continue;
+    const auto spec = nlohmann::json::parse(entry, nullptr, false);
+    if (spec.is_discarded() || !spec.is_object())
+      fail_input("report_to: {} is not a program entry ({{command: \"python3 my_logger.py\"}})", entry);
+    loggers_.push_back(rewards::start_logger_program(rewards::program_entry(spec, "report_to", entry)));
+    log::info("logger program '{}' receives the run (report_to)", loggers_.back()->name());
+  }
+  if (loggers_.empty()) return;
+  send_to_loggers({{"event", "start"},
+                   {"trainer", trainer},
+                   {"run_name", config_.run_name ? nlohmann::ordered_json(*config_.run_name) : nlohmann::ordered_json()},
+                   {"output_dir", output_dir_.string()},
+                   {"world_size", world_size()},
+                   {"step", step_},
+                   {"config", nlohmann::ordered_json::parse(config::run_config_json())}});
+}
+
+void Engine::Impl::send_to_loggers(const nlohmann::ordered_json& event) {
+  const std::string line = event.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  for (auto it = loggers_.begin(); it != loggers_.end();) {
+    try {
+      (*it)->send(line);
+      ++it;
+    } catch (const Error& e) {
+      log::warn("{}\nThe run goes on without this logger; metrics.jsonl holds every row.", e.what());
+      it = loggers_.erase(it);
+    }
+  }
+}
+
+void Engine::Impl::close_loggers(bool interrupted) {
+  if (loggers_.empty()) return;
+  send_to_loggers({{"event", "end"}, {"step", step_}, {"interrupted", interrupted}});
+  for (auto& l : loggers_) {
+    const std::string how = l->finish();
+    log::info("logger program '{}' {}", l->name(), how);
+  }
+  loggers_.clear();
 }
 
 void Engine::Impl::open_tensorboard() {

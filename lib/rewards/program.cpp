@@ -529,6 +529,54 @@ struct ProgramProcess {
     }
   }
 
+  // Writes `line` (its newline included) and waits for no answer (a
+  // logger's); what the program prints meanwhile is read, stdout dropped and
+  // stderr kept for messages.
+  void send_only(const std::string& line) {
+    if (failure) throw Error("stopped after an earlier failure: " + *failure);
+    ++requests;
+    const auto deadline = after(options.timeout_seconds);
+    size_t written = 0;
+    while (written < line.size()) {
+      if (check_exited()) {
+        drain();
+        fail_exited(fmt::format("before taking line {}", requests));
+      }
+      if (seconds_left(deadline) <= 0)
+        fail_now(fmt::format("did not take line {} within {}s (timeout_seconds), so trlx killed it; a logger must "
+                             "keep reading its stdin",
+                             requests, options.timeout_seconds));
+      const bool writable = pump(deadline, true);
+      out_buf.clear();
+      if (!writable) continue;
+      const size_t chunk = std::min<size_t>(line.size() - written, 1 << 16);
+      const ssize_t n = write_no_sigpipe(in_fd, line.data() + written, chunk);
+      if (n > 0) {
+        written += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EPIPE) {
+        if (wait_exit(kDyingGraceSeconds)) fail_exited(fmt::format("while taking line {}", requests));
+        fail_now(fmt::format("closed its stdin while taking line {}.", requests));
+      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        fail_now(fmt::format("could not be sent line {}: {}.", requests, std::strerror(errno)));
+      }
+    }
+    if (!out_eof || !err_eof) pump(Clock::now(), false);
+    out_buf.clear();
+  }
+
+  // Closes stdin and gives the program `seconds` to exit; its exit, described.
+  std::string finish(double seconds) {
+    if (pid <= 0) return "stopped";
+    if (in_fd >= 0) ::close(in_fd), in_fd = -1;
+    if (!exited && !wait_exit(seconds)) kill_now();
+    ::killpg(pid, SIGKILL);
+    drain();
+    const std::string how = exit_description();
+    close_fds();
+    pid = -1;
+    return how;
+  }
+
   // The first line the program prints on its own (a tool program's
   // announcement), within `seconds`; failures as exchange()'s, InputError
   // since nothing was asked yet.
@@ -708,6 +756,52 @@ std::vector<std::optional<int>> JudgeProgram::judge(const std::vector<std::pair<
                                      process_->request_label(pairs.size()), i, shorten(p.dump())));
   }
   return out;
+}
+
+LoggerProgram::LoggerProgram(std::unique_ptr<ProgramProcess> process) : process_(std::move(process)) {}
+LoggerProgram::~LoggerProgram() = default;
+const std::string& LoggerProgram::name() const { return process_->options.name; }
+void LoggerProgram::send(const std::string& line) { process_->send_only(line + "\n"); }
+std::string LoggerProgram::finish() { return process_->finish(process_->options.timeout_seconds); }
+
+std::unique_ptr<LoggerProgram> start_logger_program(const ProgramOptions& options) {
+  return std::unique_ptr<LoggerProgram>(
+      new LoggerProgram(start_program(options, "logger program", "line", "logging", "python3 my_logger.py")));
+}
+
+ProgramOptions program_entry(const nlohmann::json& spec, const std::string& field, const std::string& entry) {
+  // Only a reward's or a judge's answer is something a stopping run can do
+  // without (stop_grace_seconds).
+  const bool graceful = field == "reward_funcs" || field == "judge";
+  ProgramOptions o;
+  for (const auto& [k, v] : spec.items()) {
+    const bool number = v.is_number(), text = v.is_string();
+    if (k == "command" && text) o.command = v.get<std::string>();
+    else if (k == "name" && text) o.name = v.get<std::string>();
+    else if (k == "timeout_seconds" && number && v.get<double>() > 0) o.timeout_seconds = v.get<double>();
+    else if (k == "working_dir" && text) o.working_dir = v.get<std::string>();
+    else if (k == "stop_grace_seconds" && !graceful)
+      fail_input("{}: stop_grace_seconds is for reward and judge programs, whose answer a stopping run can do "
+                 "without; {} (in {})",
+                 field,
+                 field == "tools" ? "a tool's answer is part of the completion being generated, and the run waits "
+                                    "for it up to timeout_seconds"
+                                  : "this program answers nothing",
+                 entry);
+    else if (k == "stop_grace_seconds" && number && v.get<double>() >= 0) o.stop_grace_seconds = v.get<double>();
+    else if (k == "command" || k == "name" || k == "timeout_seconds" || k == "working_dir" || k == "stop_grace_seconds")
+      fail_input("{}: `{}` of a program entry expects {} (in {})", field, k,
+                 k == "timeout_seconds"      ? "a number of seconds > 0"
+                 : k == "stop_grace_seconds" ? "a number of seconds >= 0"
+                                             : "a string",
+                 entry);
+    else
+      fail_input("{}: a program entry takes {}; `{}` is not one of them (in {})", field,
+                 graceful ? "command, name, timeout_seconds, working_dir and stop_grace_seconds"
+                          : "command, name, timeout_seconds and working_dir",
+                 k, entry);
+  }
+  return o;
 }
 
 std::unique_ptr<JudgeProgram> start_judge_program(const ProgramOptions& options) {

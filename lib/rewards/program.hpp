@@ -82,6 +82,35 @@ class RewardProgram : public RewardFunction {
 // to std::unique_ptr<RewardFunction>.
 std::unique_ptr<RewardProgram> start_reward_program(const ProgramOptions& options);
 
+// A program entry of config field `field` ({command, name, timeout_seconds,
+// working_dir, and for reward_funcs and judge stop_grace_seconds} as parsed
+// JSON; `entry` its text, for messages). InputError naming the key otherwise.
+ProgramOptions program_entry(const nlohmann::json& spec, const std::string& field, const std::string& entry);
+
+// A logger: a program on rank 0 that receives the run as JSON lines on stdin
+// and answers nothing (report_to: [{command: ...}]); docs/loggers.md has the
+// protocol. trlx closes its stdin when the run ends.
+class LoggerProgram {
+ public:
+  ~LoggerProgram();
+  const std::string& name() const;
+  // Writes one line (its newline added). trlx::Error naming the program and
+  // the tail of its stderr when it has exited or has not taken the line
+  // within timeout_seconds; once failed, it stays failed.
+  void send(const std::string& line);
+  // Closes its stdin and gives it timeout_seconds to finish (to upload, say)
+  // before it is killed. Its exit status, described.
+  std::string finish();
+
+ private:
+  friend std::unique_ptr<LoggerProgram> start_logger_program(const ProgramOptions& options);
+  explicit LoggerProgram(std::unique_ptr<ProgramProcess> process);
+  std::unique_ptr<ProgramProcess> process_;
+};
+
+// Starts a logger now (InputError, exit 2, when it cannot start).
+std::unique_ptr<LoggerProgram> start_logger_program(const ProgramOptions& options);
+
 // A judge: a program asked which of two completions of a prompt is better
 // (online DPO's ranking, instead of scores). Same process rules as a reward
 // program (started once, kept running, one line in and one out, the same

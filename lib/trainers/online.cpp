@@ -106,35 +106,6 @@ PromptSplit prepare_prompts(const OnlineConfig& c, const std::string& trainer, c
   return out;
 }
 
-rewards::ProgramOptions program_entry(const nlohmann::json& spec, const std::string& field, const std::string& entry) {
-  rewards::ProgramOptions o;
-  for (const auto& [k, v] : spec.items()) {
-    const bool number = v.is_number(), text = v.is_string();
-    if (k == "command" && text) o.command = v.get<std::string>();
-    else if (k == "name" && text) o.name = v.get<std::string>();
-    else if (k == "timeout_seconds" && number && v.get<double>() > 0) o.timeout_seconds = v.get<double>();
-    else if (k == "working_dir" && text) o.working_dir = v.get<std::string>();
-    else if (k == "stop_grace_seconds" && field == "tools")
-      fail_input("tools: stop_grace_seconds is for reward and judge programs, whose answer a stopping run can do "
-                 "without; a tool's answer is part of the completion being generated, and the run waits for it up "
-                 "to timeout_seconds (in {})",
-                 entry);
-    else if (k == "stop_grace_seconds" && number && v.get<double>() >= 0) o.stop_grace_seconds = v.get<double>();
-    else if (k == "command" || k == "name" || k == "timeout_seconds" || k == "working_dir" || k == "stop_grace_seconds")
-      fail_input("{}: `{}` of a program entry expects {} (in {})", field, k,
-                 k == "timeout_seconds"      ? "a number of seconds > 0"
-                 : k == "stop_grace_seconds" ? "a number of seconds >= 0"
-                                             : "a string",
-                 entry);
-    else
-      fail_input("{}: a program entry takes {}; `{}` is not one of them (in {})", field,
-                 field == "tools" ? "command, name, timeout_seconds and working_dir"
-                                  : "command, name, timeout_seconds, working_dir and stop_grace_seconds",
-                 k, entry);
-  }
-  return o;
-}
-
 std::unique_ptr<rewards::JudgeProgram> make_judge(const OnlineConfig& c) {
   if (c.judge.empty()) return nullptr;
   const auto& entry = c.judge.front();
@@ -143,7 +114,7 @@ std::unique_ptr<rewards::JudgeProgram> make_judge(const OnlineConfig& c) {
     const auto spec = nlohmann::json::parse(entry);
     if (!spec.contains("command"))
       fail_input("judge: {} has no command; give {{command: \"python3 my_judge.py\"}}", entry);
-    o = program_entry(spec, "judge", entry);
+    o = rewards::program_entry(spec, "judge", entry);
   } else {
     o.command = entry;
   }
@@ -171,7 +142,7 @@ std::vector<std::unique_ptr<rewards::RewardFunction>> make_reward_functions(cons
     if (!entry.empty() && entry.front() == '{') {
       const auto spec = nlohmann::json::parse(entry);
       if (spec.contains("command")) {
-        const auto o = program_entry(spec, "reward_funcs", entry);
+        const auto o = rewards::program_entry(spec, "reward_funcs", entry);
         out.push_back(rewards::start_reward_program(o));
       } else if (spec.contains("name")) {
         auto params = spec;

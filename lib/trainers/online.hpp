@@ -99,10 +99,6 @@ struct OnlineRun {
 OnlineRun set_up_online_run(const OnlineConfig& config, const std::string& trainer, const OnlineSetup& setup,
                             model::LanguageModel value_model = model::LanguageModel{nullptr});
 
-// A program entry of `field` ({command, name, timeout_seconds, working_dir}
-// as parsed JSON; `entry` its text, for messages).
-rewards::ProgramOptions program_entry(const nlohmann::json& spec, const std::string& field, const std::string& entry);
-
 // The judge program config.judge names, started now; null without one.
 std::unique_ptr<rewards::JudgeProgram> make_judge(const OnlineConfig& config);
 

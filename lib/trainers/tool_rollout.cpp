@@ -35,7 +35,7 @@ std::shared_ptr<ToolBox> start_tools(const OnlineConfig& c, const std::string& t
         fail_input("tools: {} has no command; give {{command: \"python3 examples/tools/python_tools.py "
                    "my_tools.py\"}}",
                    entry);
-      o = program_entry(spec, "tools", entry);
+      o = rewards::program_entry(spec, "tools", entry);
     } else {
       o.command = entry;
     }

@@ -162,4 +162,71 @@ check "cmp -s '$TMP/best/model.safetensors' '$TMP/best/checkpoint-2/model.safete
   --output_dir "$TMP/nobest" >"$TMP/o" 2>&1
 check "[ $? = 2 ] && grep -q 'found by evaluating' '$TMP/o'" || cat "$TMP/o"
 
+# Logger programs (report_to entries) receive the run as JSON lines: the
+# start with the resolved config, every metrics row as metrics.jsonl has it,
+# the end. One that dies is reported once and the run goes on, every row in
+# metrics.jsonl.
+cat >"$TMP/logger.py" <<'PY'
+import sys
+with open(sys.argv[1], "w") as out:
+    for n, line in enumerate(sys.stdin):
+        out.write(line)
+        out.flush()
+        if len(sys.argv) > 2 and n + 1 == int(sys.argv[2]):
+            sys.stderr.write("logger: giving up\n")
+            sys.exit(3)
+PY
+"$TRLX" sft --config configs/sft.yaml --max_steps 6 --logging_steps 2 --eval_strategy steps --eval_steps 3 \
+  --save_strategy no --run_name demo --output_dir "$TMP/lg" \
+  --report_to '{"command": "python3 '"$TMP"'/logger.py '"$TMP"'/lines.jsonl", "name": "file"}' >"$TMP/lg.log" 2>&1
+check "[ $? = 0 ] && grep -q \"logger program 'file' exited with status 0\" '$TMP/lg.log'" || tail -5 "$TMP/lg.log"
+check "python3 - '$TMP/lines.jsonl' '$TMP/lg/metrics.jsonl' <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+rows = [json.loads(l) for l in open(sys.argv[2])]
+assert lines[0]['event'] == 'start' and lines[0]['trainer'] == 'sft' and lines[0]['run_name'] == 'demo', lines[0]
+assert lines[0]['config']['max_steps'] == 6 and lines[0]['config']['learning_rate'] == 1e-3, lines[0]['config']
+assert lines[-1] == {'event': 'end', 'step': 6, 'interrupted': False}, lines[-1]
+logged = [dict(l['metrics'], step=l['step']) for l in lines[1:-1]]
+assert all(l['event'] == 'log' for l in lines[1:-1])
+assert logged == rows, (logged, rows)
+PY"
+"$TRLX" sft --config configs/sft.yaml --max_steps 6 --logging_steps 1 --eval_strategy no --save_strategy no \
+  --output_dir "$TMP/lg2" --report_to '{"command": "python3 '"$TMP"'/logger.py '"$TMP"'/lines2.jsonl 2"}' \
+  >"$TMP/lg2.log" 2>&1
+check "[ $? = 0 ] && [ \$(grep -c 'goes on without this logger' '$TMP/lg2.log') = 1 ] && grep -q 'logger: giving up' '$TMP/lg2.log'" ||
+  tail -5 "$TMP/lg2.log"
+check "[ \$(grep -c '\"loss\"' '$TMP/lg2/metrics.jsonl') = 6 ]"
+# report_to: wandb alone says how to reach it.
+"$TRLX" sft --config configs/sft.yaml --report_to wandb --output_dir "$TMP/wb" >"$TMP/o" 2>&1
+check "[ $? = 2 ] && grep -q 'examples/loggers/wandb_logger.py' '$TMP/o'" || cat "$TMP/o"
+
+# The shipped tracker loggers, where their packages are installed (a
+# development machine): trackio's own storage reads the run back; wandb
+# writes an offline run.
+if python3 -c 'import trackio' 2>/dev/null; then
+  TRACKIO_DIR="$TMP/trackio" TRACKIO_PROJECT=trlx-test "$TRLX" sft --config configs/sft.yaml --max_steps 4 \
+    --logging_steps 2 --eval_strategy no --save_strategy no --run_name tk --output_dir "$TMP/tk" \
+    --report_to '{"command": "python3 examples/loggers/trackio_logger.py", "timeout_seconds": 120}' >"$TMP/tk.log" 2>&1
+  check "[ $? = 0 ]" || tail -5 "$TMP/tk.log"
+  check "TRACKIO_DIR='$TMP/trackio' python3 - '$TMP/tk/metrics.jsonl' <<'PY'
+import json, sys, trackio
+rows = [json.loads(l) for l in open(sys.argv[1]) if '\"loss\"' in l]
+logs = [l for l in trackio.SQLiteStorage.get_logs('trlx-test', 'tk') if 'train/loss' in l]
+assert [(l['step'], l['train/loss']) for l in logs] == [(r['step'], r['loss']) for r in rows], (logs, rows)
+PY"
+else
+  echo "SKIPPED: trackio logger (pip install trackio to run it)"
+fi
+if python3 -c 'import wandb' 2>/dev/null; then
+  ( cd "$TMP" && WANDB_MODE=offline WANDB_SILENT=true "$TRLX" sft --config "$SRC/configs/sft.yaml" \
+      --model_name_or_path "$SRC/examples/tiny-model" --dataset_name "$SRC/examples/data/sft" --max_steps 2 \
+      --logging_steps 1 --eval_strategy no --save_strategy no --output_dir "$TMP/wb" \
+      --report_to '{"command": "python3 '"$SRC"'/examples/loggers/wandb_logger.py", "timeout_seconds": 120}' ) \
+    >"$TMP/wb.log" 2>&1
+  check "[ $? = 0 ] && ls -d '$TMP'/wandb/offline-run-*/run-*.wandb >/dev/null 2>&1" || tail -5 "$TMP/wb.log"
+else
+  echo "SKIPPED: wandb logger (pip install wandb to run it)"
+fi
+
 finish
