@@ -278,6 +278,7 @@ void Engine::Impl::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
   } barrier{*comm_};
   const fs::path final_dir = output_dir_ / fmt::format("checkpoint-{}", step_);
   const fs::path tmp = output_dir_ / fmt::format(".checkpoint-{}.tmp", step_);
+  note_best_checkpoint();  // on every rank: load_best_model is a collective
   // A failed save (a full disk) leaves no partial checkpoint behind to fill
   // the disk again; the checkpoints already there are untouched.
   struct RemoveOnError {
@@ -379,7 +380,6 @@ void Engine::Impl::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
     io::swap_in_directory(tmp, final_dir);
   }
   log::info("saved {}", final_dir.string());
-  note_best_checkpoint();  // on every rank
   if (config_.save_total_limit && rank() == 0) {
     // Oldest first; the newest (to resume from) and the best are kept, as
     // transformers rotates them.
@@ -430,7 +430,12 @@ bool Engine::Impl::note_best_metric(const std::map<std::string, double>& metrics
 
 void Engine::Impl::load_best_model() {
   if (!config_.load_best_model_at_end) return;
-  if (!best_checkpoint_ || !fs::exists(*best_checkpoint_ / "trainer_state.json")) {
+  // Rank 0 (which wrote it) decides, for every rank: the load is collective.
+  std::vector<double> found = {rank() == 0 && best_checkpoint_ && fs::exists(*best_checkpoint_ / "trainer_state.json")
+                                   ? 1.0
+                                   : 0.0};
+  strategy_->max_across_ranks(found);
+  if (found[0] == 0 || !best_checkpoint_) {
     log::warn("load_best_model_at_end: no checkpoint of a best evaluation was saved; the final model is the last "
               "step's");
     return;

@@ -157,6 +157,14 @@ losses = [json.loads(l)['eval_loss'] for l in open(d + '/metrics.jsonl') if 'eva
 assert len(losses) == 3 and losses[0] == max(losses) and abs(s['best_metric'] - losses[0]) < 1e-9, losses
 PY"
 check "cmp -s '$TMP/best/model.safetensors' '$TMP/best/checkpoint-2/model.safetensors'"
+# The same on 2 ranks under ZeRO-3: every rank saves, finds and loads the
+# best checkpoint (collectives), and the final model is checkpoint-2's.
+timeout 300 "$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft --config configs/sft.yaml --max_steps 6 \
+  --eval_strategy steps --eval_steps 2 --logging_steps 2 --save_strategy best --load_best_model_at_end true \
+  --greater_is_better true --save_total_limit 1 --accelerate_config zero3 --output_dir "$TMP/best3" \
+  >"$TMP/best3.log" 2>&1
+check "[ $? = 0 ] && grep -q 'loading the best model from .*checkpoint-2' '$TMP/best3.log'" || tail -5 "$TMP/best3.log"
+check "cmp -s '$TMP/best3/model.safetensors' '$TMP/best3/checkpoint-2/model.safetensors'"
 # Without an evaluation there is no best.
 "$TRLX" sft --config configs/sft.yaml --max_steps 2 --eval_strategy no --save_strategy best \
   --output_dir "$TMP/nobest" >"$TMP/o" 2>&1
