@@ -203,12 +203,9 @@ int run_generate(std::vector<std::string> args) {
   if (ignore_eos) o.eos_token_ids.clear();
   o.pad_token_id = tok.pad_token_id().value_or(o.eos_token_ids.empty() ? 0 : static_cast<int32_t>(o.eos_token_ids[0]));
   if (!stops.empty()) {
-    o.stop = [&](const std::vector<int64_t>& c) {
-      const std::string t = tok.decode(std::vector<int32_t>(c.begin(), c.end()), true);
-      for (const auto& s : stops)
-        if (t.find(s) != std::string::npos) return true;
-      return false;
-    };
+    o.stop = model::stop_on_strings(stops, [&tok](const std::vector<int64_t>& c) {
+      return tok.decode(std::vector<int32_t>(c.begin(), c.end()), true);
+    });
   }
   if (o.max_context == 0) o.max_context = m->config().max_position_embeddings;
   const auto start = std::chrono::steady_clock::now();

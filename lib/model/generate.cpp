@@ -24,13 +24,55 @@
 
 namespace trlx::model {
 
-torch::Tensor process_logits(torch::Tensor logits, const torch::Tensor& seen, const GenerationOptions& o) {
+bool bans_by_sequence(const GenerationOptions& o) { return o.no_repeat_ngram_size > 0 || !o.bad_words_ids.empty(); }
+
+std::vector<int64_t> banned_after(const std::vector<int64_t>& sequence, const GenerationOptions& o) {
+  std::vector<int64_t> out;
+  const auto len = static_cast<int64_t>(sequence.size());
+  // An n-gram ending in the next token is banned when its first n-1 tokens
+  // (the sequence's last n-1) occurred before, followed by that token.
+  const int64_t n = o.no_repeat_ngram_size;
+  if (n > 0 && len + 1 >= n) {
+    const auto tail = sequence.end() - (n - 1);
+    for (int64_t start = 0; start + n <= len; ++start) {
+      const auto at = sequence.begin() + start;
+      if (std::equal(at, at + (n - 1), tail)) out.push_back(*(at + (n - 1)));
+    }
+  }
+  for (const auto& words : o.bad_words_ids) {
+    const auto prefix = static_cast<int64_t>(words.size()) - 1;
+    if (prefix < 0 || prefix > len) continue;
+    if (words.size() == 1 &&
+        std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), words[0]) != o.eos_token_ids.end())
+      continue;  // an eos id alone is never banned
+    if (std::equal(words.begin(), words.end() - 1, sequence.end() - prefix)) out.push_back(words.back());
+  }
+  return out;
+}
+
+torch::Tensor process_logits(torch::Tensor logits, const torch::Tensor& seen, const GenerationOptions& o,
+                             const std::vector<std::vector<int64_t>>& banned) {
   const double neg_inf = -std::numeric_limits<double>::infinity();
   if (o.repetition_penalty != 1.0 && seen.defined() && seen.numel() > 0) {
     auto score = logits.gather(1, seen);
     score = torch::where(score < 0, score * o.repetition_penalty, score / o.repetition_penalty);
     logits = logits.scatter(1, seen, score);
   }
+  // no_repeat_ngram_size and bad_words_ids, then suppress_tokens: each sets
+  // its tokens to -inf, before the sampling warpers (transformers' order).
+  std::vector<int64_t> rows, cols;
+  for (size_t r = 0; r < banned.size(); ++r)
+    for (int64_t t : banned[r]) {
+      rows.push_back(static_cast<int64_t>(r));
+      cols.push_back(t);
+    }
+  if (!rows.empty()) {
+    const auto device = logits.device();
+    logits = logits.index_put({torch::tensor(rows).to(device), torch::tensor(cols).to(device)},
+                              torch::full({}, neg_inf, logits.options()));
+  }
+  if (!o.suppress_tokens.empty())
+    logits = logits.index_fill(1, torch::tensor(o.suppress_tokens).to(logits.device()), neg_inf);
   if (!o.do_sample) return logits;
   if (o.temperature != 1.0) logits = logits / o.temperature;
   if (o.top_k > 0) {
@@ -55,6 +97,24 @@ torch::Tensor process_logits(torch::Tensor logits, const torch::Tensor& seen, co
     logits = logits.masked_fill(sorted_remove.scatter(-1, order, sorted_remove), neg_inf);
   }
   return logits;
+}
+
+std::function<bool(const std::vector<int64_t>&)> stop_on_strings(
+    std::vector<std::string> stops, std::function<std::string(const std::vector<int64_t>&)> decode) {
+  size_t longest = 0;
+  for (const auto& s : stops) longest = std::max(longest, s.size());
+  // Every token is at least one byte of text, so a stop string that ends in
+  // the newest token lies within the last `longest` + 1 tokens; an earlier
+  // one was found at an earlier step.
+  const size_t window = longest + 1;
+  return [stops = std::move(stops), decode = std::move(decode), window](const std::vector<int64_t>& completion) {
+    const size_t from = completion.size() > window ? completion.size() - window : 0;
+    const std::string text = decode(std::vector<int64_t>(completion.begin() + static_cast<std::ptrdiff_t>(from),
+                                                         completion.end()));
+    for (const auto& s : stops)
+      if (!s.empty() && text.find(s) != std::string::npos) return true;
+    return false;
+  };
 }
 
 const char* finish_reason_name(FinishReason r) {
@@ -85,6 +145,13 @@ void validate_generation_options(const GenerationOptions& o, int64_t vocab_size)
         fail_input("{}: token id {} is outside the model's vocabulary (0..{})", field, id, vocab_size - 1);
   };
   check_ids(o.eos_token_ids, "eos_token_id");
+  check_ids(o.suppress_tokens, "suppress_tokens");
+  if (o.no_repeat_ngram_size < 0)
+    fail_input("no_repeat_ngram_size must be 0 (off) or more, got {}", o.no_repeat_ngram_size);
+  for (const auto& words : o.bad_words_ids) {
+    if (words.empty()) fail_input("bad_words_ids: each entry is a non-empty list of token ids; one is empty");
+    check_ids(words, "bad_words_ids");
+  }
   check_ids(o.stop_token_ids, "stop_token_ids");
   check_ids({o.pad_token_id}, "pad_token_id");
 }
@@ -353,7 +420,22 @@ Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int6
     int64_t live = 0;
     for (const auto& sl : slots) live += sl.row >= 0 ? 1 : 0;
     if (live > 0) {
-      auto next = sampler.next(process_logits(logits, seen, o), o.do_sample);
+      // The sequence rules read each live row's prompt and completion so far.
+      std::vector<std::vector<int64_t>> banned;
+      if (bans_by_sequence(o)) {
+        banned.resize(static_cast<size_t>(num_slots));
+        std::vector<int64_t> sequence;
+        for (int64_t s = 0; s < num_slots; ++s) {
+          const auto& sl = slots[static_cast<size_t>(s)];
+          if (sl.row < 0) continue;
+          const auto& prompt = prompts[static_cast<size_t>(sl.row / n)];
+          const auto& sofar = out.completions[static_cast<size_t>(sl.row)];
+          sequence.assign(prompt.begin(), prompt.end());
+          sequence.insert(sequence.end(), sofar.begin(), sofar.end());
+          banned[static_cast<size_t>(s)] = banned_after(sequence, o);
+        }
+      }
+      auto next = sampler.next(process_logits(logits, seen, o, banned), o.do_sample);
       auto host = next.to(torch::kCPU);
       const auto* nx = host.data_ptr<int64_t>();
       std::vector<int64_t> at(static_cast<size_t>(num_slots), 0);

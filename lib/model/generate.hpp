@@ -27,6 +27,15 @@ struct GenerationOptions {
   double top_p = 1.0;                // 1: off
   std::optional<double> min_p;       // off when unset
   double repetition_penalty = 1.0;   // 1: off
+  // transformers' no_repeat_ngram_size: no n-gram of the prompt and
+  // completion may occur twice (0: off).
+  int64_t no_repeat_ngram_size = 0;
+  // transformers' bad_words_ids: token sequences that may not be generated
+  // (the last token of each is banned after the others; a one-token
+  // sequence that is an eos id is dropped, as transformers drops it).
+  std::vector<std::vector<int64_t>> bad_words_ids;
+  // transformers' suppress_tokens: never sampled.
+  std::vector<int64_t> suppress_tokens;
   std::vector<int64_t> eos_token_ids;
   std::vector<int64_t> stop_token_ids;  // end a row like eos, reported as "stop"
   int64_t pad_token_id = 0;
@@ -75,14 +84,31 @@ struct Generation {
   bool finished(size_t row) const { return finish.at(row) != FinishReason::Length; }
 };
 
-// Applies repetition penalty, temperature, top-k, top-p and min-p to logits
-// [B, V] in that order (the reference's order), for the tokens in `seen`
-// [B, S] (undefined: none).
-torch::Tensor process_logits(torch::Tensor logits, const torch::Tensor& seen, const GenerationOptions& o);
+// The tokens no_repeat_ngram_size and bad_words_ids forbid next after
+// `sequence` (the prompt and the completion so far).
+std::vector<int64_t> banned_after(const std::vector<int64_t>& sequence, const GenerationOptions& o);
+
+// Whether banned_after can forbid anything under `o`.
+bool bans_by_sequence(const GenerationOptions& o);
+
+// Applies, in transformers' order, the repetition penalty (for the tokens in
+// `seen` [B, S], undefined: none), the bans (`banned`, per row, from
+// banned_after; empty: none), suppress_tokens, then with sampling
+// temperature, top-k, top-p and min-p, to logits [B, V].
+torch::Tensor process_logits(torch::Tensor logits, const torch::Tensor& seen, const GenerationOptions& o,
+                             const std::vector<std::vector<int64_t>>& banned = {});
+
+// A stop rule (GenerationOptions::stop) that ends a completion when any of
+// `stops` appears in its text, checked on the last tokens only (as many as
+// the longest stop string has bytes, and one more), so each check costs the
+// same however long the completion is. `decode` turns ids into text.
+std::function<bool(const std::vector<int64_t>&)> stop_on_strings(
+    std::vector<std::string> stops, std::function<std::string(const std::vector<int64_t>&)> decode);
 
 // Checks the options against a model of `vocab_size` tokens: InputError
 // naming the field (max_new_tokens, top_p, top_k, temperature, min_p,
-// repetition_penalty, a stop or eos token id, num_return_sequences).
+// repetition_penalty, a stop or eos token id, num_return_sequences,
+// no_repeat_ngram_size, bad_words_ids, suppress_tokens).
 void validate_generation_options(const GenerationOptions& o, int64_t vocab_size);
 
 // Runs without gradients; the caller chooses the model's mode (eval for

@@ -205,6 +205,14 @@ OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer, c
         add_eos(x.get<int64_t>());
       }
   }
+  // generation_kwargs' eos_token_id ends completions instead (transformers'
+  // meaning: it replaces the generation config's; the completion mask
+  // follows it, where TRL keeps masking at the model's eos ids).
+  if (c.generation_kwargs) {
+    const auto kwargs = nlohmann::json::parse(*c.generation_kwargs);
+    if (const auto e = kwargs.find("eos_token_id"); e != kwargs.end() && !e->is_null())
+      r.eos_ids = e->is_array() ? e->get<std::vector<int64_t>>() : std::vector<int64_t>{e->get<int64_t>()};
+  }
   // Tool programs start before anything heavy, so that one that cannot
   // start stops the run at once; their schemas render into every prompt.
   r.tools = start_tools(c, trainer, r.text);
@@ -366,9 +374,12 @@ torch::Tensor pad_right(const std::vector<std::vector<int64_t>>& seqs, int64_t w
   return out;
 }
 
-// The config's sampling (temperature, top-k/p, min-p, repetition penalty),
-// ending at `stop_ids`; the caller sets how many tokens.
-model::GenerationOptions sampling_options(const OnlineConfig& c, const std::vector<int64_t>& stop_ids, int64_t pad) {
+// The config's sampling (temperature, top-k/p, min-p, repetition penalty,
+// and the rules of generation_kwargs), ending at `stop_ids` (which hold
+// generation_kwargs' eos_token_id when it is given: set_up_online_run) or at
+// a stop string; the caller sets how many tokens.
+model::GenerationOptions sampling_options(const OnlineConfig& c, const std::vector<int64_t>& stop_ids, int64_t pad,
+                                          const text::Tokenizer& tokenizer) {
   model::GenerationOptions o;
   o.do_sample = true;
   o.temperature = c.temperature;
@@ -385,6 +396,15 @@ model::GenerationOptions sampling_options(const OnlineConfig& c, const std::vect
     else if (k == "min_p") o.min_p = v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
     else if (k == "repetition_penalty") o.repetition_penalty = v.get<double>();
     else if (k == "do_sample") o.do_sample = v.get<bool>();
+    else if (k == "no_repeat_ngram_size") o.no_repeat_ngram_size = v.is_null() ? 0 : v.get<int64_t>();
+    else if (k == "suppress_tokens" && !v.is_null()) o.suppress_tokens = v.get<std::vector<int64_t>>();
+    else if (k == "bad_words_ids" && !v.is_null()) o.bad_words_ids = v.get<std::vector<std::vector<int64_t>>>();
+    else if (k == "stop_strings" && !v.is_null()) {
+      auto stops = v.is_string() ? std::vector<std::string>{v.get<std::string>()} : v.get<std::vector<std::string>>();
+      o.stop = model::stop_on_strings(std::move(stops), [&tokenizer](const std::vector<int64_t>& ids) {
+        return tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()), true);
+      });
+    }
   }
   o.eos_token_ids = stop_ids;
   o.pad_token_id = pad;
@@ -412,7 +432,7 @@ std::vector<std::vector<int64_t>> OnlineTrainer::generate_completions(engine::En
   } else if (fixed_ && !evaluating_) {
     completions = fixed_(slots);
   } else {
-    model::GenerationOptions o = sampling_options(config_, stop_ids, pad_id_);
+    model::GenerationOptions o = sampling_options(config_, stop_ids, pad_id_, tokenizer_);
     o.max_new_tokens = config_.max_completion_length;
     std::vector<std::vector<int64_t>> prompts;
     // Rows sharing a prompt are sampled together (one shared prefill).
@@ -438,7 +458,7 @@ std::vector<std::vector<int64_t>> OnlineTrainer::generate_turn(engine::Engine& e
   } else if (evaluating_ && fixed_eval_) {
     throw Error(fmt::format("{}: replayed evaluation completions call tools; replaying later turns is not built", name_));
   } else {
-    model::GenerationOptions o = sampling_options(config_, eos_ids_, pad_id_);
+    model::GenerationOptions o = sampling_options(config_, eos_ids_, pad_id_, tokenizer_);
     // Each row stops at its remaining budget; the cache is sized for the
     // largest of them (the ids past a row's budget would be cut anyway).
     o.max_new_tokens_per_prompt = room;

@@ -49,6 +49,11 @@ struct OnlineConfig : config::TrainingConfig {
   std::optional<double> vllm_importance_sampling_cap, vllm_importance_sampling_clip_min;
   bool ds3_gather_for_generation = true;
   double ds3_gather_for_generation_budget_mb = 0;
+  // transformers' generation engines, not built (trlx has its own).
+  std::optional<std::string> cache_implementation, transformers_continuous_batching_config;
+  bool use_transformers_continuous_batching = false, use_transformers_paged = false;
+  bool log_multimodal = true, cast_lm_head_to_fp32 = false;
+  std::optional<std::string> log_completions_hub_repo;
   // The update.
   double beta = 0;
   double epsilon = 0;
@@ -110,6 +115,13 @@ void add_generation_placement_fields(config::SchemaBuilder<C>& b) {
 inline std::string generation_kwargs_problem(const std::string& text) {
   const auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return "expects a mapping of generation settings";
+  auto id = [](const nlohmann::json& v) { return v.is_number_integer() && v.get<int64_t>() >= 0; };
+  auto ids = [&](const nlohmann::json& v) {
+    if (!v.is_array()) return false;
+    for (const auto& x : v)
+      if (!id(x)) return false;
+    return true;
+  };
   for (const auto& [k, v] : j.items()) {
     const bool number = v.is_number();
     if (k == "temperature" || k == "repetition_penalty") {
@@ -125,6 +137,26 @@ inline std::string generation_kwargs_problem(const std::string& text) {
         return fmt::format("`top_k` expects an integer >= 0 or null, found {}", v.dump());
     } else if (k == "do_sample") {
       if (!v.is_boolean()) return fmt::format("`do_sample` expects true or false, found {}", v.dump());
+    } else if (k == "no_repeat_ngram_size") {
+      if (!v.is_null() && (!v.is_number_integer() || v.get<int64_t>() < 0))
+        return fmt::format("`no_repeat_ngram_size` expects an integer >= 0 or null, found {}", v.dump());
+    } else if (k == "suppress_tokens" || k == "eos_token_id") {
+      const bool one = k == "eos_token_id" && id(v);
+      if (!(v.is_null() || one || ids(v)))
+        return fmt::format("`{}` expects {}a list of token ids, found {}", k, k == "eos_token_id" ? "a token id or " : "",
+                           v.dump());
+    } else if (k == "bad_words_ids") {
+      bool good = v.is_null() || (v.is_array() && !v.empty());
+      if (v.is_array())
+        for (const auto& words : v) good = good && ids(words) && !words.empty();
+      if (!good)
+        return fmt::format("`bad_words_ids` expects a non-empty list of non-empty lists of token ids, found {}",
+                           v.dump());
+    } else if (k == "stop_strings") {
+      bool good = v.is_null() || (v.is_string() && !v.get<std::string>().empty()) || v.is_array();
+      if (v.is_array())
+        for (const auto& x : v) good = good && x.is_string() && !x.get<std::string>().empty();
+      if (!good) return fmt::format("`stop_strings` expects a text or a list of texts (none empty), found {}", v.dump());
     } else if (k == "max_new_tokens" || k == "max_length" || k == "min_new_tokens" || k == "min_length") {
       return fmt::format("`{}`: the completion length is max_completion_length; set that instead", k);
     } else if (k == "num_beams" || k == "num_beam_groups" || k == "num_return_sequences") {
@@ -133,7 +165,8 @@ inline std::string generation_kwargs_problem(const std::string& text) {
                          k);
     } else {
       return fmt::format("`{}` is not built in trlx's sampler, which takes temperature, top_p, top_k, min_p, "
-                         "repetition_penalty and do_sample",
+                         "repetition_penalty, do_sample, no_repeat_ngram_size, bad_words_ids, suppress_tokens, "
+                         "eos_token_id and stop_strings",
                          k);
     }
   }
@@ -203,11 +236,16 @@ void add_sampling_fields(config::SchemaBuilder<C>& b, double temperature) {
   b.field(&O::min_p, "min_p", std::nullopt, "Drop tokens below min_p times the top probability.").min(0).max(1);
   b.field(&O::repetition_penalty, "repetition_penalty", 1.0, "Penalty on tokens already present.").min(0, true);
   b.field(&O::generation_kwargs, "generation_kwargs", std::nullopt,
-          "Sampler settings that override temperature, top_p, top_k, min_p and repetition_penalty (and do_sample) "
-          "for sampling only, as TRL passes them to the generator; other keys are refused by name.")
+          "Generation settings applied last, as TRL passes them to the generator: temperature, top_p, top_k, min_p, "
+          "repetition_penalty and do_sample (for sampling only; the log-probs keep `temperature`), "
+          "no_repeat_ngram_size, bad_words_ids, suppress_tokens, eos_token_id (ends completions instead of the "
+          "model's eos ids) and stop_strings, with transformers' meaning; other keys are refused by name.")
       .holds_mapping();
   b.field(&O::use_vllm, "use_vllm", false, "Generate with vLLM.")
       .not_built("trlx generates with its own batched generator (KV cache, continuous batching); there is no vLLM");
+  b.field(&O::cache_implementation, "cache_implementation", std::nullopt, "transformers' KV cache kind for generation.")
+      .not_built("trlx's generator keeps its own KV cache (one per round, each prompt's prefill shared by its "
+                 "samples)");
   add_generation_placement_fields(b);
   b.group("update");
   b.field(&O::ref_model, "ref_model", std::nullopt,
@@ -287,6 +325,20 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
           "With log_completions: how many of the round's completions to print, picked at random (null: all; 0: "
           "none).")
       .min(0);
+  b.field(&O::use_transformers_continuous_batching, "use_transformers_continuous_batching", false,
+          "transformers' continuous batching engine: trlx's generator always batches continuously (a finished row's "
+          "slot takes the next prompt), whatever this says.")
+      .only_describes();
+  b.field(&O::use_transformers_paged, "use_transformers_paged", false,
+          "Older name of use_transformers_continuous_batching: trlx's generator always batches continuously.")
+      .only_describes();
+  b.field(&O::transformers_continuous_batching_config, "transformers_continuous_batching_config", std::nullopt,
+          "Settings of transformers' continuous batching engine.")
+      .holds_mapping()
+      .not_built("trlx's generator is not transformers'; it sizes its batch from the generation round");
+  b.field(&O::log_multimodal, "log_multimodal", true,
+          "Log images and videos with completions: trlx trains text models, so there is none to log either way.")
+      .only_describes();
   b.field(&O::log_unique_prompts, "log_unique_prompts", false,
           "Keep one completion per prompt in the wandb/trackio completions table.")
       .not_built("it filters only the wandb/trackio table, which trlx does not log; the completions files hold "

@@ -217,6 +217,33 @@ for gk in '{"top_k": 1}' '{}'; do
 done
 check "[ \"\$(cat '$TMP/zero_std_top1')\" = 1.0 ] && [ \"\$(cat '$TMP/zero_std_plain')\" != 1.0 ]" ||
   cat "$TMP/zero_std_top1" "$TMP/zero_std_plain"
+# The rules of generation_kwargs shape the completions the reward program
+# sees: eos_token_id replaces the model's eos ids and suppress_tokens bans
+# the rest of the vocabulary, so every completion is one token below 150;
+# stop_strings end completions (with no eos) once their text appears.
+cat >"$TMP/record.py" <<PY
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    with open("$TMP/recorded.jsonl", "a") as f:
+        for ids, text in zip(r["completion_ids"], r["completions"]):
+            f.write(json.dumps({"ids": ids, "text": text}) + "\\n")
+    print(json.dumps({"rewards": [0.0] * len(r["completions"])}), flush=True)
+PY
+record='{"command": "python3 '"$TMP"'/record.py", "name": "record"}'
+rm -f "$TMP/recorded.jsonl"
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 2 --save_strategy no --output_dir "$TMP/gk" --reward_funcs "$record" \
+  --generation_kwargs "{\"eos_token_id\": [$(seq -s, 0 149)], \"suppress_tokens\": [$(seq -s, 150 303)]}" >"$TMP/o" 2>&1
+check "[ $? = 0 ]" || cat "$TMP/o"
+check "python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1])]; assert len(rows) >= 4 and all(len(r[\"ids\"]) <= 1 and all(i < 150 for i in r[\"ids\"]) for r in rows), rows' '$TMP/recorded.jsonl'"
+rm -f "$TMP/recorded.jsonl"
+"$TRLX" grpo "${common[@]}" "${text[@]}" --max_steps 2 --save_strategy no --output_dir "$TMP/gk" --reward_funcs "$record" \
+  --generation_kwargs '{"stop_strings": ["e", "a"], "eos_token_id": []}' >"$TMP/o" 2>&1
+check "[ $? = 0 ]" || cat "$TMP/o"
+# Each stopped completion holds a stop text, and some stopped.
+check "python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1])]; short=[r for r in rows if len(r[\"ids\"]) < 8]; assert len(rows) >= 4 and short and all(\"e\" in r[\"text\"] or \"a\" in r[\"text\"] for r in short), rows' '$TMP/recorded.jsonl'"
+bad_run "bad_words_ids. expects a non-empty list of non-empty lists" "${text[@]}" --reward_funcs "$program" \
+  --generation_kwargs '{"bad_words_ids": [[5], []]}'
 bad_run "num_beams.: completions are sampled one by one" "${text[@]}" --reward_funcs "$program" \
   --generation_kwargs '{"num_beams": 4}'
 bad_run "max_new_tokens.: the completion length is max_completion_length" "${text[@]}" --reward_funcs "$program" \

@@ -42,6 +42,9 @@ TEST_CASE("each processed sampling distribution equals transformers' for the sam
     o.top_p = s.value("top_p", 1.0);
     if (s.contains("min_p")) o.min_p = s["min_p"].get<double>();
     o.repetition_penalty = s.value("repetition_penalty", 1.0);
+    o.no_repeat_ngram_size = s.value("no_repeat_ngram_size", 0);
+    if (s.contains("bad_words_ids")) o.bad_words_ids = s["bad_words_ids"].get<std::vector<std::vector<int64_t>>>();
+    if (s.contains("suppress_tokens")) o.suppress_tokens = s["suppress_tokens"].get<std::vector<int64_t>>();
     auto logits = tensors.get(name + ".logits", true);
     auto scores = tensors.get(name + ".scores", true);
     auto sequences = tensors.get(name + ".sequences", true);
@@ -49,14 +52,21 @@ TEST_CASE("each processed sampling distribution equals transformers' for the sam
     for (int64_t step = 0; step < s["steps"].get<int64_t>(); ++step) {
       INFO("step " << step);
       auto seen = sequences.narrow(1, 0, prompt + step);
-      auto mine = model::process_logits(logits[step].clone(), seen, o);
+      std::vector<std::vector<int64_t>> banned;
+      if (model::bans_by_sequence(o))
+        for (int64_t r = 0; r < seen.size(0); ++r) {
+          auto row = seen[r].contiguous();
+          banned.push_back(model::banned_after({row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel()}, o));
+        }
+      auto mine = model::process_logits(logits[step].clone(), seen, o, banned);
       auto ref = scores[step];
       // The same tokens removed, and the same distribution over the rest.
-      CHECK(torch::equal(torch::isfinite(mine), torch::isfinite(ref)));
+      const auto kept = torch::isfinite(ref);
+      CHECK(torch::equal(torch::isfinite(mine), kept));
       if (o.do_sample) {
         CHECK((mine.softmax(-1) - ref.softmax(-1)).abs().max().item<double>() < 1e-6);
       } else {
-        CHECK((mine - ref).abs().max().item<double>() < 1e-6);
+        CHECK((mine.masked_select(kept) - ref.masked_select(kept)).abs().max().item<double>() < 1e-6);
       }
     }
   }
@@ -107,6 +117,53 @@ TEST_CASE("greedy continuations equal transformers' generate under every batch l
     o.max_batch = 4;  // rounded up to 6 slots: two prompts at a time
     CHECK(model::generate(*model, prompts, o).completions == g.completions);
   }
+}
+
+TEST_CASE("no_repeat_ngram_size, bad_words_ids and suppress_tokens in generate() equal transformers' greedy",
+          "[generate][golden]") {
+  const auto j = read_json(fixtures() / "greedy.json")["rules"];
+  auto model = model::load_language_model(models() / j["model"].get<std::string>(), model::HeadKind::CausalLM);
+  model->eval();
+  const auto prompts = rows_of(j["prompts"]);
+  const auto expected = rows_of(j["completions"]);
+  model::GenerationOptions o;
+  o.max_new_tokens = 20;
+  o.eos_token_ids = {j["eos_token_id"].get<int64_t>()};
+  o.no_repeat_ngram_size = j["options"]["no_repeat_ngram_size"];
+  o.bad_words_ids = j["options"]["bad_words_ids"].get<std::vector<std::vector<int64_t>>>();
+  o.suppress_tokens = j["options"]["suppress_tokens"].get<std::vector<int64_t>>();
+  for (int64_t slots : {0, 1, 3})
+    for (bool fixed : {false, true}) {
+      // Each slot's rules read its own row's tokens, whichever slot it took.
+      INFO(slots << " slot(s), fixed_shapes " << fixed);
+      o.max_batch = slots;
+      o.fixed_shapes = fixed;
+      CHECK(model::generate(*model, prompts, o).completions == expected);
+    }
+  // Without the rules the continuations differ (the fixture exercises them).
+  o.no_repeat_ngram_size = 0;
+  o.bad_words_ids.clear();
+  o.suppress_tokens.clear();
+  CHECK(model::generate(*model, prompts, o).completions != expected);
+}
+
+TEST_CASE("a stop string ends a completion once its text appears, however long the completion", "[generate]") {
+  // Token ids stand for their decimal text plus a space.
+  auto decode = [](const std::vector<int64_t>& ids) {
+    std::string s;
+    for (auto id : ids) s += std::to_string(id) + " ";
+    return s;
+  };
+  auto stop = model::stop_on_strings({"17 4", "99"}, decode);
+  CHECK_FALSE(stop({1, 2, 3}));
+  CHECK(stop({1, 2, 17, 4}));
+  CHECK(stop({1, 2, 17, 45}));  // the last token overhangs the stop text, as transformers allows
+  CHECK(stop({5, 99}));
+  std::vector<int64_t> long_one(5000, 3);
+  CHECK_FALSE(stop(long_one));
+  long_one.push_back(17);
+  long_one.push_back(40);
+  CHECK(stop(long_one));
 }
 
 TEST_CASE("sampling is seeded: the same seed and layout give the same completions", "[generate]") {
@@ -177,6 +234,10 @@ TEST_CASE("bad generation settings are refused naming the field", "[generate][er
   CHECK_THAT(error_with([](auto& o) { o.stop_token_ids = {96}; }), Contains("stop_token_ids"));
   CHECK_THAT(error_with([](auto& o) { o.eos_token_ids = {-1}; }), Contains("eos_token_id"));
   CHECK_THAT(error_with([](auto& o) { o.num_return_sequences = 0; }), Contains("num_return_sequences"));
+  CHECK_THAT(error_with([](auto& o) { o.suppress_tokens = {3, 96}; }), Contains("suppress_tokens"));
+  CHECK_THAT(error_with([](auto& o) { o.bad_words_ids = {{3}, {}}; }), Contains("bad_words_ids"));
+  CHECK_THAT(error_with([](auto& o) { o.bad_words_ids = {{3, 500}}; }), Contains("bad_words_ids"));
+  CHECK_THAT(error_with([](auto& o) { o.no_repeat_ngram_size = -1; }), Contains("no_repeat_ngram_size"));
   // A prompt whose completion would run past the context.
   CHECK_THAT(error_with([](auto& o) {
                o.max_context = 64;
