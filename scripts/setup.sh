@@ -22,7 +22,7 @@ APT_PACKAGES=(
   python3 python3-pip python3-venv
   libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev catch2 libonig-dev
   openmpi-bin libopenmpi-dev
-  libcurl4-openssl-dev zlib1g-dev
+  libcurl4-openssl-dev zlib1g-dev libsqlite3-dev
 )
 
 if [ "${TRLX_SKIP_APT:-0}" != 1 ]; then

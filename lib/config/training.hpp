@@ -79,6 +79,10 @@ struct TrainingConfig {
   // memory savers
   bool gradient_checkpointing = false;
   std::optional<bool> use_reentrant;
+  // transformers 5's names of the two above (FieldSpec::same_as), and the
+  // kwargs of its activation_checkpointing_enable that are not built.
+  std::optional<bool> ac_enabled, ac_use_reentrant, ac_offload;
+  std::optional<int64_t> ac_every_n_layers;
   bool use_liger_kernel = false;
   int64_t logprob_chunk_size = 0;
   std::optional<int64_t> torch_empty_cache_steps;
@@ -118,6 +122,39 @@ struct TrainingConfig {
   std::optional<bool> ddp_find_unused_parameters;
   int64_t debug_check_grad_sync_steps = 0;
   bool debug_force_distributed = false;
+  // trackio: the project its run is logged under (report_to: trackio).
+  std::string project;
+  std::optional<std::string> trackio_space_id, trackio_bucket_id, trackio_static_space_id;
+  // transformers' Trainer fields that change nothing in trlx (accepted with
+  // what trlx does instead) or are refused unless at their default.
+  bool do_train = false, do_eval = false, do_predict = false, tr_use_cache = false;
+  bool dataloader_persistent_workers = false;
+  std::optional<int64_t> dataloader_prefetch_factor;
+  bool save_on_each_node = false, save_only_model = false, use_cpu = false, full_determinism = false;
+  bool ignore_data_skip = false, bf16_full_eval = false, fp16_full_eval = false, batch_eval_metrics = false;
+  bool eval_do_concat_batches = true, eval_use_gather_object = false, restore_callback_states_from_checkpoint = false;
+  bool auto_find_batch_size = false, skip_memory_metrics = true, enable_jit_checkpoint = false;
+  double label_smoothing_factor = 0, eval_delay = 0;
+  std::optional<int64_t> eval_accumulation_steps;
+  std::optional<std::vector<std::string>> label_names;
+  std::vector<std::string> include_for_metrics;
+  std::optional<std::string> optim_args, ddp_backend, accelerator_config, dataset_config;
+  bool dataset_streaming = false;
+  std::optional<std::vector<std::string>> lora_target_parameters;
+  bool ignore_bias_buffers = false;
+  // TRL fields of some trainers, refused unless at TRL's default (the
+  // add_*_field functions below).
+  bool activation_offloading = false;
+  std::optional<std::string> pad_to_multiple_of;
+  std::optional<double> router_aux_loss_coef;
+  bool generate_during_eval = false;
+  std::optional<bool> is_encoder_decoder;
+  std::optional<int64_t> pair_max_completion_length;
+  std::optional<std::vector<std::string>> optim_target_modules;
+  std::string length_column_name, debug;
+  std::optional<bool> ddp_broadcast_buffers, ddp_static_graph;
+  int64_t local_rank = 0;
+  bool prediction_loss_only = false;
 
   // Derived: bf16 resolves to true unless fp16 is set, as in TRL.
   bool use_bf16() const { return bf16.value_or(!fp16); }
@@ -132,7 +169,148 @@ struct TrainingDefaults {
   double logging_steps = 10;
   std::string train_sampling_strategy = "random";
   bool remove_unused_columns = true;  // TRL's online trainers: false
+  // The PEFT task type the trainer's adapters are: SEQ_CLS for a score head.
+  std::string lora_task_type = "CAUSAL_LM";
 };
+
+// transformers' Trainer fields with nothing to do in trlx: accepted where
+// every value means what trlx does anyway, otherwise refused unless at
+// transformers' default, each with what to do instead.
+template <class C>
+void add_trainer_only_fields(SchemaBuilder<C>& b) {
+  using T = TrainingConfig;
+  b.field(&T::do_train, "do_train", false,
+          "Read by transformers' example scripts, not by its Trainer; trlx trains on every run, whatever this says.")
+      .only_describes();
+  b.field(&T::do_eval, "do_eval", false,
+          "Read by transformers' example scripts, not by its Trainer; trlx evaluates as eval_strategy says.")
+      .only_describes();
+  b.field(&T::do_predict, "do_predict", false,
+          "Read by transformers' example scripts, not by its Trainer; trlx has no predict step.")
+      .only_describes();
+  b.field(&T::tr_use_cache, "use_cache", false,
+          "The model's KV cache in training: as in TRL, training forwards never use one and generation always does, "
+          "whatever this says (the numbers are the same either way).")
+      .bound_to("tr_use_cache")
+      .only_describes();
+  b.field(&T::dataloader_persistent_workers, "dataloader_persistent_workers", false,
+          "Accepted for TRL configs: trlx collates batches from memory, with no loader workers to keep.")
+      .only_describes();
+  b.field(&T::dataloader_prefetch_factor, "dataloader_prefetch_factor", std::nullopt,
+          "Accepted for TRL configs: trlx collates batches from memory, with no loader workers to prefetch.")
+      .min(1)
+      .only_describes();
+  const std::string no_metrics =
+      "trlx has no compute_metrics: evaluation logs the trainer's own losses and metrics (eval_*)";
+  b.field(&T::prediction_loss_only, "prediction_loss_only", false, "Evaluate the loss only.")
+      .not_built(no_metrics);
+  b.field(&T::label_names, "label_names", std::nullopt, "Input keys that hold labels.")
+      .not_built("each trainer knows its label columns");
+  b.field(&T::include_for_metrics, "include_for_metrics", std::vector<std::string>{},
+          "Extra inputs handed to compute_metrics.")
+      .not_built(no_metrics);
+  b.field(&T::batch_eval_metrics, "batch_eval_metrics", false, "compute_metrics per batch.").not_built(no_metrics);
+  b.field(&T::eval_do_concat_batches, "eval_do_concat_batches", true, "Concatenate predictions for compute_metrics.")
+      .not_built(no_metrics);
+  b.field(&T::eval_use_gather_object, "eval_use_gather_object", false, "Gather compute_metrics objects.")
+      .not_built(no_metrics);
+  b.field(&T::eval_accumulation_steps, "eval_accumulation_steps", std::nullopt,
+          "Move predictions to the CPU every N evaluation steps.")
+      .not_built("trlx keeps no predictions in evaluation, only running sums");
+  b.field(&T::eval_delay, "eval_delay", 0.0, "Epochs or steps before the first evaluation.")
+      .not_built("evaluation runs every eval_steps from the start");
+  b.field(&T::bf16_full_eval, "bf16_full_eval", false, "Evaluate with bf16 weights.")
+      .not_built("evaluation runs in training's precision");
+  b.field(&T::fp16_full_eval, "fp16_full_eval", false, "Evaluate with fp16 weights.")
+      .not_built("evaluation runs in training's precision");
+  b.field(&T::label_smoothing_factor, "label_smoothing_factor", 0.0, "Label smoothing of the cross-entropy.")
+      .not_built("label smoothing is not built in trlx");
+  b.field(&T::save_on_each_node, "save_on_each_node", false, "Every node writes its own checkpoints.")
+      .not_built("checkpoints are written once to output_dir, which every node must see (a shared file system)");
+  b.field(&T::save_only_model, "save_only_model", false, "Checkpoints without optimizer, scheduler and RNG state.")
+      .not_built("checkpoints keep the optimizer and scheduler state so that resume is exact; the final model "
+                 "directory holds the model alone");
+  b.field(&T::restore_callback_states_from_checkpoint, "restore_callback_states_from_checkpoint", false,
+          "Restore callbacks' state on resume.")
+      .not_built("trlx has no callbacks");
+  b.field(&T::ignore_data_skip, "ignore_data_skip", false, "On resume, start the data from the beginning.")
+      .not_built("resume always restores the data position");
+  b.field(&T::use_cpu, "use_cpu", false, "Train on the CPU although a GPU is present.")
+      .not_built("hide the GPUs to train on the CPU: CUDA_VISIBLE_DEVICES= trlx ...");
+  b.field(&T::full_determinism, "full_determinism", false, "Deterministic kernels everywhere.")
+      .not_built("trlx's CPU runs are deterministic; deterministic GPU kernels are not forced");
+  b.field(&T::auto_find_batch_size, "auto_find_batch_size", false, "Halve the batch after out-of-memory errors.")
+      .not_built("the startup table estimates a config's memory; set per_device_train_batch_size from it");
+  b.field(&T::skip_memory_metrics, "skip_memory_metrics", true, "Leave memory metrics out of the logs.")
+      .not_built("trlx logs the run's peak GPU memory at the end (peak_gpu_memory_mb), and the startup table "
+                 "estimates it");
+  b.field(&T::enable_jit_checkpoint, "enable_jit_checkpoint", false, "Checkpoint when the job is told to stop.")
+      .not_built("trlx always saves the last finished step on SIGTERM or SIGINT (stop_grace_seconds)");
+  b.field(&T::optim_args, "optim_args", std::nullopt, "Extra optimizer arguments.")
+      .not_built("AdamW's settings are adam_beta1, adam_beta2, adam_epsilon and weight_decay");
+  b.field(&T::optim_target_modules, "optim_target_modules", std::nullopt, "Modules of GaLore-like optimizers.")
+      .not_built("trlx implements AdamW only");
+  b.field(&T::length_column_name, "length_column_name", "length", "Column of precomputed lengths (group_by_length).")
+      .not_built("group_by_length is not built in trlx");
+  b.field(&T::debug, "debug", "", "transformers' debug options.").not_built("transformers' debug options do not apply");
+  b.field(&T::local_rank, "local_rank", -1, "Local rank given by an old launcher on the command line.")
+      .not_built("trlx reads LOCAL_RANK from the launcher's environment (torchrun, mpirun, srun)");
+  const std::string launcher = "trlx picks NCCL on GPUs and its own CPU communicator otherwise; set distribution "
+                               "through accelerate_config";
+  b.field(&T::ddp_backend, "ddp_backend", std::nullopt, "torch.distributed backend.").not_built(launcher);
+  b.field(&T::ddp_broadcast_buffers, "ddp_broadcast_buffers", std::nullopt, "DDP's broadcast_buffers.")
+      .not_built("trlx's models have no buffers to broadcast");
+  b.field(&T::ddp_static_graph, "ddp_static_graph", std::nullopt, "DDP's static_graph.")
+      .not_built("trlx's gradient reduction needs no graph hint");
+  b.field(&T::accelerator_config, "accelerator_config", std::nullopt, "accelerate's Accelerator settings.")
+      .not_built("set distribution through accelerate_config");
+  b.field(&T::ignore_bias_buffers, "ignore_bias_buffers", false,
+          "TRL's fix for DDP broadcasting a model's bias and mask buffers: trlx's models have no such buffers and "
+          "its DDP broadcasts none, so both values train the same.")
+      .only_describes();
+  b.field(&T::dataset_config, "dataset_config", std::nullopt, "A hub dataset's configuration (subset) name.")
+      .not_built("dataset configurations are not built: give that configuration's files (a file or a directory) "
+                 "in dataset_name");
+  b.field(&T::dataset_streaming, "dataset_streaming", false, "Stream the dataset instead of loading it.")
+      .not_built("trlx tokenizes the whole dataset before training; streaming is not built");
+  b.field(&T::lora_target_parameters, "lora_target_parameters", std::nullopt,
+          "Parameters (not modules) that get LoRA adapters, such as fused expert weights.")
+      .not_built("adapters go on the modules of lora_target_modules");
+}
+
+// TRL's fields of some trainers only, not built in trlx.
+template <class C>
+void add_activation_offloading_field(SchemaBuilder<C>& b) {
+  b.field(&TrainingConfig::activation_offloading, "activation_offloading", false,
+          "Offload the activations kept for backward to host memory.")
+      .not_built("activation offloading is not built in trlx; gradient_checkpointing keeps one layer's input each");
+}
+template <class C>
+void add_pad_to_multiple_of_field(SchemaBuilder<C>& b) {
+  b.field(&TrainingConfig::pad_to_multiple_of, "pad_to_multiple_of", "auto",
+          "Pad batches to a multiple of this length (auto: 128 on AWS Neuron, else none).")
+      .not_built("trlx pads each batch to its longest row (auto's meaning off Neuron); other multiples are not built");
+}
+template <class C>
+void add_router_aux_loss_coef_field(SchemaBuilder<C>& b) {
+  b.field(&TrainingConfig::router_aux_loss_coef, "router_aux_loss_coef", std::nullopt,
+          "Weight of a mixture-of-experts model's load-balancing loss.")
+      .not_built("mixture-of-experts models are not built in trlx yet");
+}
+
+// CPO's and ORPO's fields for encoder-decoder models and W&B tables.
+template <class C>
+void add_pair_extra_fields(SchemaBuilder<C>& b) {
+  using T = TrainingConfig;
+  b.field(&T::generate_during_eval, "generate_during_eval", false, "Log generated completions to W&B in evaluation.")
+      .not_built("completions in evaluation are not built for this trainer");
+  b.field(&T::is_encoder_decoder, "is_encoder_decoder", std::nullopt, "Whether the model is an encoder-decoder.")
+      .not_built("trlx trains decoder-only models; it reads this from the model");
+  b.field(&T::pair_max_completion_length, "max_completion_length", std::nullopt,
+          "Longest completion (encoder-decoder models).")
+      .bound_to("pair_max_completion_length")
+      .not_built("max_length limits prompt and completion together, as for decoder-only models in TRL");
+}
 
 template <class C>
 void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
@@ -217,10 +395,14 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
           "Modules trained in full and saved with the adapter (e.g. lm_head).");
   b.field(&T::use_rslora, "use_rslora", false, "Rank-stabilised LoRA: scale = alpha / sqrt(r).");
   b.field(&T::lora_task_type, "lora_task_type", "CAUSAL_LM",
-          "PEFT task type written to adapter_config.json: CAUSAL_LM (SEQ_CLS for reward and value models is "
-          "chosen by the trainer).")
-      .not_built("trlx writes the task type its trainer trains (CAUSAL_LM, or SEQ_CLS for a score head); leave "
-                 "it unset");
+          "PEFT task type of the adapters: the trainer's (SEQ_CLS for reward models, whose score head trains and "
+          "is saved with them; CAUSAL_LM for the rest). The default, CAUSAL_LM, is taken as the trainer's.")
+      .one_of({"CAUSAL_LM", "SEQ_CLS"})
+      .only_describes();
+  b.rule([task = d.lora_task_type](const C& c, Conflicts& out) {
+    if (c.lora_task_type != "CAUSAL_LM" && c.lora_task_type != task)
+      out.invalid("lora_task_type", fmt::format("this trainer's adapters are {}; leave lora_task_type unset", task));
+  });
   b.field(&T::use_dora, "use_dora", false, "Weight-decomposed LoRA (DoRA).")
       .not_built("DoRA is not built in trlx yet; train plain LoRA (use_peft) or rsLoRA (use_rslora)");
   b.field(&T::load_in_4bit, "load_in_4bit", false, "QLoRA: the frozen base in 4 bits (bitsandbytes).")
@@ -299,6 +481,22 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::use_reentrant, "gradient_checkpointing_kwargs.use_reentrant", std::nullopt,
           "Checkpointing mode: true recomputes through a separate backward per layer, false inside the main "
           "backward; null lets trlx choose.");
+  b.field(&T::ac_enabled, "activation_checkpointing", std::nullopt,
+          "transformers 5's name of gradient_checkpointing.")
+      .same_as("gradient_checkpointing")
+      .bound_to("ac_enabled");
+  b.field(&T::ac_use_reentrant, "activation_checkpointing_kwargs.use_reentrant", std::nullopt,
+          "transformers 5's name of gradient_checkpointing_kwargs.use_reentrant.")
+      .same_as("gradient_checkpointing_kwargs.use_reentrant")
+      .bound_to("ac_use_reentrant");
+  b.field(&T::ac_every_n_layers, "activation_checkpointing_kwargs.every_n_layers", std::nullopt,
+          "Checkpoint only every n-th decoder layer.")
+      .bound_to("ac_every_n_layers")
+      .not_built("trlx checkpoints every decoder layer; the startup table's memory estimate says what that saves");
+  b.field(&T::ac_offload, "activation_checkpointing_kwargs.offload", std::nullopt,
+          "Keep the saved activations in host memory.")
+      .bound_to("ac_offload")
+      .not_built("activation offloading is not built in trlx");
   b.field(&T::use_liger_kernel, "use_liger_kernel", false,
           "Chunked log-prob/cross-entropy that never builds the [tokens x vocab] logits.");
   b.field(&T::logprob_chunk_size, "logprob_chunk_size", 1024,
@@ -325,22 +523,22 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
       .not_built("give FSDP through accelerate_config (fsdp, or an accelerate file with fsdp_config)");
   b.field(&T::neftune_noise_alpha, "neftune_noise_alpha", std::nullopt, "NEFTune noise on the input embeddings.")
       .not_built("NEFTune is not built in trlx yet");
+  const std::string upload = "trlx writes Hugging Face model directories; upload one with `huggingface-cli upload <repo> "
+                             "<output_dir>`";
+  const std::string no_push = "push_to_hub is not built; upload with `huggingface-cli upload <repo> <output_dir>`";
   b.field(&T::push_to_hub, "push_to_hub", false, "Upload the model to the Hugging Face Hub at each save.")
-      .not_built("trlx writes Hugging Face model directories; upload one with `huggingface-cli upload <repo> "
-                 "<output_dir>`");
-  b.field(&T::hub_model_id, "hub_model_id", std::nullopt, "Hub repository of push_to_hub.")
-      .not_built("push_to_hub is not built; upload with `huggingface-cli upload <repo> <output_dir>`");
-  b.field(&T::hub_strategy, "hub_strategy", "every_save", "When push_to_hub uploads.")
-      .not_built("push_to_hub is not built; upload with `huggingface-cli upload <repo> <output_dir>`");
+      .not_built(upload);
+  b.field(&T::hub_model_id, "hub_model_id", std::nullopt, "Hub repository of push_to_hub.").not_built(no_push);
+  b.field(&T::hub_strategy, "hub_strategy", "every_save", "When push_to_hub uploads.").not_built(no_push);
   b.field(&T::hub_token, "hub_token", std::nullopt, "Token of push_to_hub.")
       .not_built("push_to_hub is not built; downloads read HF_TOKEN");
   b.field(&T::hub_private_repo, "hub_private_repo", std::nullopt, "Create the push_to_hub repository private.")
-      .not_built("push_to_hub is not built; upload with `huggingface-cli upload <repo> <output_dir>`");
+      .not_built(no_push);
   b.field(&T::hub_always_push, "hub_always_push", false, "push_to_hub without waiting for the previous upload.")
-      .not_built("push_to_hub is not built; upload with `huggingface-cli upload <repo> <output_dir>`");
+      .not_built(no_push);
   b.field(&T::hub_revision, "hub_revision", std::nullopt, "Branch push_to_hub uploads to.")
-      .not_built("push_to_hub is not built; upload with `huggingface-cli upload <repo> <output_dir> --revision "
-                 "<branch>`");
+      .not_built(no_push + " --revision <branch>");
+  add_trainer_only_fields(b);
 
   b.group("logging and checkpoints");
   b.field(&T::output_dir, "output_dir", std::nullopt, "Where checkpoints, metrics and the final model go (default trainer_output).");
@@ -358,11 +556,22 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::log_level, "log_level", "passive", "Log level of rank 0 (passive = info).")
       .one_of({"passive", "debug", "info", "warning", "error", "critical"});
   b.field(&T::report_to, "report_to", std::vector<std::string>{"none"},
-          "Extra metric sinks besides stdout and metrics.jsonl: tensorboard (all), and logger programs "
-          "({command: \"python3 examples/loggers/wandb_logger.py\"}, docs/loggers.md) that receive the run as JSON "
-          "lines, which is how wandb and trackio are reached.")
+          "Extra metric sinks besides stdout and metrics.jsonl: tensorboard (all), trackio (its local database, "
+          "which `trackio show` opens), and logger programs ({command: \"python3 examples/loggers/wandb_logger.py\"}, "
+          "docs/loggers.md) that receive the run as JSON lines, which is how wandb is reached.")
       .one_of({"none", "tensorboard", "all", "wandb", "trackio"})
       .items_may_be_mappings();
+  b.field(&T::project, "project", "huggingface",
+          "report_to trackio: the project the run is logged under (run_name names the run).");
+  const std::string local_trackio =
+      "trlx writes trackio's local database (TRACKIO_DIR, else HF_HOME/trackio); sync or deploy it with trackio "
+      "itself";
+  b.field(&T::trackio_space_id, "trackio_space_id", std::nullopt, "trackio: a Hugging Face Space to log to.")
+      .not_built(local_trackio);
+  b.field(&T::trackio_bucket_id, "trackio_bucket_id", std::nullopt, "trackio: a storage bucket to log to.")
+      .not_built(local_trackio);
+  b.field(&T::trackio_static_space_id, "trackio_static_space_id", std::nullopt, "trackio: a static Space.")
+      .not_built(local_trackio);
   b.field(&T::eval_strategy, "eval_strategy", "no", "When to evaluate.").one_of({"no", "steps", "epoch"});
   b.field(&T::eval_steps, "eval_steps", std::nullopt, "Evaluate every N steps (defaults to logging_steps).").min(0, true);
   b.field(&T::save_strategy, "save_strategy", "steps",
@@ -433,12 +642,10 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
     if (c.eval_strategy != "no" && !c.dataset_name)
       out.invalid("eval_strategy", "evaluation needs a dataset (dataset_name with a test split)");
     for (const auto& r : c.report_to)
-      if (r == "wandb" || r == "trackio")
-        out.invalid("report_to",
-                    fmt::format("{0} is reached through a logger program: report_to: [{{command: \"python3 "
-                                "examples/loggers/{0}_logger.py\"}}] (it needs `pip install {0}`{1}; "
-                                "docs/loggers.md)",
-                                r, r == "wandb" ? ", and WANDB_MODE=offline works without a network" : ""));
+      if (r == "wandb")
+        out.invalid("report_to", "wandb is reached through a logger program: report_to: [{command: \"python3 "
+                                 "examples/loggers/wandb_logger.py\"}] (it needs `pip install wandb`, and "
+                                 "WANDB_MODE=offline works without a network; docs/loggers.md)");
     if (c.attn_implementation) {
       const std::string& a = *c.attn_implementation;
       if (a == "eager")

@@ -27,6 +27,7 @@
 #include "io/safetensors.hpp"
 #include "rewards/program.hpp"
 #include "io/tensorboard.hpp"
+#include "io/trackio.hpp"
 #include "losses/logprobs.hpp"
 #include "model/decoder.hpp"
 #include "model/generate.hpp"
@@ -168,6 +169,8 @@ struct Engine::Impl {
   // The checkpoint resume_from_checkpoint names ("latest": the newest in output_dir), if any.
   std::optional<std::filesystem::path> checkpoint_to_resume() const;
   void open_tensorboard();
+  // report_to: trackio, on rank 0: the run in trackio's local database.
+  void open_trackio();
   void log_metrics(const std::map<std::string, double>& m);
   void print_startup(Trainer& trainer);
   std::string memory_savers() const;
@@ -227,12 +230,12 @@ struct Engine::Impl {
   int64_t eval_generation_rounds_ = 0;
   size_t batches_per_epoch_ = 0;
   double tokens_seen_ = 0;
-  double input_tokens_seen_ = 0;
+  double input_tokens_seen_ = 0;  // every token id fed in, padding too (include_num_input_tokens_seen)
   // The best evaluation so far of metric_for_best_model, the step it was
   // reached at (0: none) and that step's checkpoint, once saved.
   std::optional<double> best_metric_;
   int64_t best_global_step_ = 0;
-  std::optional<std::filesystem::path> best_checkpoint_;  // every token id fed in, padding too (include_num_input_tokens_seen)
+  std::optional<std::filesystem::path> best_checkpoint_;
   bool pin_batches_ = false;      // dataloader_pin_memory on a GPU
   std::vector<std::string> log_history_;  // JSON lines, for trainer_state.json
   // Rank 0: metrics.jsonl rows not written yet (a full disk), oldest first;
@@ -240,6 +243,7 @@ struct Engine::Impl {
   std::vector<std::string> unwritten_metrics_;
   bool flush_metrics();
   std::unique_ptr<io::EventWriter> tensorboard_;  // rank 0, report_to: tensorboard
+  std::unique_ptr<io::TrackioRun> trackio_;       // rank 0, report_to: trackio
   // Rank 0, report_to: [{command: ...}]: programs that receive the run as
   // JSON lines; one that fails is dropped with a warning and the run goes on.
   std::vector<std::unique_ptr<rewards::LoggerProgram>> loggers_;

@@ -468,6 +468,7 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
                "dataset_test_split, or give the dataset a test split)",
                config_.save_strategy == "best" ? "save_strategy: best" : "load_best_model_at_end");
   open_tensorboard();
+  open_trackio();
   start_loggers(trainer.name());
   print_startup(trainer);
   auto prev_term = std::signal(SIGTERM, on_signal);

@@ -144,6 +144,14 @@ void Engine::Impl::log_metrics(const std::map<std::string, double>& m) {
     }
     tensorboard_->flush();
   }
+  if (trackio_) {
+    try {
+      trackio_->log(m, step_);
+    } catch (const Error& e) {
+      log::warn("{}\nThe run goes on without trackio; metrics.jsonl holds every row.", e.what());
+      trackio_.reset();
+    }
+  }
 }
 
 bool Engine::Impl::flush_metrics() {
@@ -333,6 +341,17 @@ void Engine::Impl::print_startup(Trainer& trainer) {
     log::info("dataloader_num_workers {}: trlx tokenized the dataset before training and collates each batch from "
               "memory; no worker processes are needed or started",
               config_.dataloader_num_workers);
+}
+
+void Engine::Impl::open_trackio() {
+  const bool wanted = std::find(config_.report_to.begin(), config_.report_to.end(), "trackio") != config_.report_to.end();
+  if (!wanted || rank() != 0) return;
+  // transformers names the run by run_name; without one, the output
+  // directory's name does.
+  const std::string run = config_.run_name ? *config_.run_name : fs::absolute(output_dir_).lexically_normal().filename().string();
+  trackio_ = std::make_unique<io::TrackioRun>(config_.project, run, config::run_config_json());
+  log::info("trackio: project '{}', run '{}' from step {} in {} (`trackio show --project {}` opens it)", config_.project,
+            run, trackio_->next_step(), trackio_->path().string(), config_.project);
 }
 
 }  // namespace trlx::engine

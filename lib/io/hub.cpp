@@ -126,12 +126,6 @@ bool env_true(const char* name) {
   return v == "1" || v == "ON" || v == "YES" || v == "TRUE";
 }
 
-fs::path hf_home() {
-  if (auto h = env("HF_HOME"); !h.empty()) return h;
-  if (auto x = env("XDG_CACHE_HOME"); !x.empty()) return fs::path(x) / "huggingface";
-  return fs::path(env("HOME").empty() ? "/root" : env("HOME")) / ".cache" / "huggingface";
-}
-
 std::string trim(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   size_t i = 0;
@@ -586,6 +580,12 @@ RepoInfo repo_info(const RepoRef& ref, const HubOptions& o, const std::string& c
 }
 
 }  // namespace
+
+fs::path hf_home() {
+  if (auto h = env("HF_HOME"); !h.empty()) return h;
+  if (auto x = env("XDG_CACHE_HOME"); !x.empty()) return fs::path(x) / "huggingface";
+  return fs::path(env("HOME").empty() ? "/root" : env("HOME")) / ".cache" / "huggingface";
+}
 
 // ---- public -----------------------------------------------------------------------
 

@@ -22,6 +22,9 @@
 
 namespace trlx::io::hub {
 
+// HF_HOME, else XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface.
+std::filesystem::path hf_home();
+
 enum class RepoType { Model, Dataset };
 
 struct RepoRef {

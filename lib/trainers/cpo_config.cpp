@@ -10,6 +10,7 @@ const config::Schema& cpo_schema() {
     config::Schema s("cpo", "Contrastive preference optimisation (reference-free) on prompt/chosen/rejected data");
     config::SchemaBuilder<CPOConfig> b(s);
     add_training_fields(b, {.learning_rate = 1e-6, .gradient_checkpointing = true, .disable_dropout = true});
+    add_pair_extra_fields(b);
     using C = CPOConfig;
     b.group("cpo");
     b.field(&C::beta, "beta", 0.1, "Temperature of the preference term.").min(0);

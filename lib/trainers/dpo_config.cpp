@@ -20,8 +20,13 @@ const config::Schema& dpo_schema() {
     config::Schema s("dpo", "Direct preference optimisation on prompt/chosen/rejected data");
     config::SchemaBuilder<DPOConfig> b(s);
     add_training_fields(b, {.learning_rate = 1e-6, .gradient_checkpointing = true, .disable_dropout = true});
+    add_activation_offloading_field(b);
+    add_pad_to_multiple_of_field(b);
+    add_router_aux_loss_coef_field(b);
     using C = DPOConfig;
     b.group("dpo");
+    b.field(&C::padding_free, "padding_free", false, "Concatenate each batch into one row instead of padding.")
+        .not_built("padding_free is built for sft only; dpo pads each batch to its longest row (same numbers)");
     b.field(&C::truncation_mode, "truncation_mode", "keep_start",
             "Which end of a prompt+completion longer than max_length is kept; keep_start drops pairs whose prompt alone fills it.")
         .one_of({"keep_start", "keep_end"});

@@ -5,6 +5,7 @@ namespace trlx::trainers {
 
 struct DPOConfig : config::TrainingConfig {
   std::string truncation_mode;
+  bool padding_free = false;
   std::optional<std::string> pad_token;
   double beta = 0;
   std::vector<std::string> loss_type;

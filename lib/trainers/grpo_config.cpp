@@ -17,9 +17,18 @@ const config::Schema& grpo_schema() {
                             .disable_dropout = false,
                             .max_length = std::nullopt,
                             .remove_unused_columns = false});
+    add_pad_to_multiple_of_field(b);
+    add_router_aux_loss_coef_field(b);
     add_online_fields(b, {.num_generations = 8, .beta = 0.0});
     add_vllm_fields(b, true, true, 0.3);
     using C = GRPOConfig;
+    b.field(&C::cast_lm_head_to_fp32, "cast_lm_head_to_fp32", false,
+            "Compute the head (policy and reference) in float32.")
+        .not_built("the head runs in the weights' dtype and its logits are taken to float32 for the log-probs");
+    b.field(&C::log_completions_hub_repo, "log_completions_hub_repo", std::nullopt,
+            "Hub dataset repository the logged completions go to.")
+        .not_built("log_completions writes output_dir/completions/*.parquet; upload them with `huggingface-cli "
+                   "upload <repo> <output_dir>/completions --repo-type dataset`");
     b.group("grpo");
     b.field(&C::loss_type, "loss_type", "dapo",
             "How token losses are aggregated: grpo (per-sequence mean), bnpo (per-batch token mean), dr_grpo "

@@ -14,6 +14,9 @@ const config::Schema& kto_schema() {
                             .gradient_checkpointing = true,
                             .disable_dropout = true,
                             .train_sampling_strategy = "sequential"});
+    add_activation_offloading_field(b);
+    add_pad_to_multiple_of_field(b);
+    add_router_aux_loss_coef_field(b);
     using C = KTOConfig;
     b.group("kto");
     b.field(&C::beta, "beta", 0.1, "Strength of the implicit KL penalty towards the reference model.").min(0);

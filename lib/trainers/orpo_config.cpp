@@ -8,6 +8,7 @@ const config::Schema& orpo_schema() {
     config::Schema s("orpo", "Odds-ratio preference optimisation (reference-free) on prompt/chosen/rejected data");
     config::SchemaBuilder<ORPOConfig> b(s);
     add_training_fields(b, {.learning_rate = 1e-6, .gradient_checkpointing = true, .disable_dropout = true});
+    add_pair_extra_fields(b);
     using C = ORPOConfig;
     b.group("orpo");
     b.field(&C::beta, "beta", 0.1, "Weight of the odds-ratio term (lambda in the paper).").min(0);

@@ -7,7 +7,12 @@ const config::Schema& reward_schema() {
   static const config::Schema schema = [] {
     config::Schema s("reward", "Reward model (Bradley-Terry) on chosen/rejected pairs, with an optional margin");
     config::SchemaBuilder<RewardConfig> b(s);
-    add_training_fields(b, {.learning_rate = 1e-4, .gradient_checkpointing = true, .disable_dropout = true});
+    add_training_fields(b, {.learning_rate = 1e-4,
+                            .gradient_checkpointing = true,
+                            .disable_dropout = true,
+                            .lora_task_type = "SEQ_CLS"});
+    add_activation_offloading_field(b);
+    add_pad_to_multiple_of_field(b);
     using C = RewardConfig;
     b.group("reward");
     b.field(&C::center_rewards_coefficient, "center_rewards_coefficient", std::nullopt,

@@ -12,6 +12,8 @@ const config::Schema& rloo_schema() {
                             .disable_dropout = false,
                             .max_length = std::nullopt,
                             .remove_unused_columns = false});
+    add_pad_to_multiple_of_field(b);
+    add_router_aux_loss_coef_field(b);
     add_online_fields(b, {.num_generations = 2, .beta = 0.05});
     add_vllm_fields(b, true, false, 0.3);
     using C = RLOOConfig;

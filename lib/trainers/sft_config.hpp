@@ -14,6 +14,9 @@ struct SFTConfig : config::TrainingConfig {
   std::optional<std::string> eos_token, pad_token;
   std::optional<std::string> chat_template_path;
   bool shuffle_dataset = false;
+  std::optional<bool> eval_packing;
+  std::string truncation_mode;
+  std::optional<std::string> dataset_kwargs;
 };
 
 const config::Schema& sft_schema();

@@ -209,22 +209,52 @@ check "[ \$(grep -c '\"loss\"' '$TMP/lg2/metrics.jsonl') = 6 ]"
 "$TRLX" sft --config configs/sft.yaml --report_to wandb --output_dir "$TMP/wb" >"$TMP/o" 2>&1
 check "[ $? = 2 ] && grep -q 'examples/loggers/wandb_logger.py' '$TMP/o'" || cat "$TMP/o"
 
-# The shipped tracker loggers, where their packages are installed (a
-# development machine): trackio's own storage reads the run back; wandb
-# writes an offline run.
+# report_to: trackio writes trackio's local database itself. Where trackio is
+# installed (a development machine) its own storage reads the run back: one
+# row per logged step at trackio's step counter, keys renamed as
+# transformers' TrackioCallback renames them; trackio writes a run of its
+# own into the database trlx created; a second run of the same name goes on
+# from the last step; and trackio upgrades the database to its schema.
 if python3 -c 'import trackio' 2>/dev/null; then
-  TRACKIO_DIR="$TMP/trackio" TRACKIO_PROJECT=trlx-test "$TRLX" sft --config configs/sft.yaml --max_steps 4 \
-    --logging_steps 2 --eval_strategy no --save_strategy no --run_name tk --output_dir "$TMP/tk" \
-    --report_to '{"command": "python3 examples/loggers/trackio_logger.py", "timeout_seconds": 120}' >"$TMP/tk.log" 2>&1
-  check "[ $? = 0 ]" || tail -5 "$TMP/tk.log"
-  check "TRACKIO_DIR='$TMP/trackio' python3 - '$TMP/tk/metrics.jsonl' <<'PY'
+  for run in 1 2; do
+    if [ $run = 2 ]; then  # trackio itself writes into the database trlx created
+      TRACKIO_DIR="$TMP/trackio" python3 -c "
+import trackio
+trackio.init(project='trlx-test', name='from-python')
+trackio.log({'x': 1.0})
+trackio.finish()" >"$TMP/tk_py.log" 2>&1
+      check "[ $? = 0 ]" || tail -5 "$TMP/tk_py.log"
+    fi
+    TRACKIO_DIR="$TMP/trackio" "$TRLX" sft --config configs/sft.yaml --max_steps 4 --logging_steps 2 \
+      --eval_strategy no --save_strategy no --run_name tk --project trlx-test --output_dir "$TMP/tk$run" \
+      --report_to trackio >"$TMP/tk.log" 2>&1
+    rc=$?
+    from=0
+    [ $run = 2 ] && from=$(wc -l <"$TMP/tk1/metrics.jsonl")
+    check "[ $rc = 0 ] && grep -q \"trackio: project 'trlx-test', run 'tk' from step $from\" '$TMP/tk.log'" ||
+      tail -5 "$TMP/tk.log"
+  done
+  check "TRACKIO_DIR='$TMP/trackio' python3 - '$TMP/tk1/metrics.jsonl' '$TMP/tk2/metrics.jsonl' <<'PY'
 import json, sys, trackio
-rows = [json.loads(l) for l in open(sys.argv[1]) if '\"loss\"' in l]
-logs = [l for l in trackio.SQLiteStorage.get_logs('trlx-test', 'tk') if 'train/loss' in l]
-assert [(l['step'], l['train/loss']) for l in logs] == [(r['step'], r['loss']) for r in rows], (logs, rows)
+from trackio.sqlite_storage import SQLiteStorage
+rows = [json.loads(l) for f in sys.argv[1:] for l in open(f)]
+def logged():
+    return SQLiteStorage.get_logs('trlx-test', 'tk')
+want = [(i, r['step'], r.get('loss'), r.get('learning_rate')) for i, r in enumerate(rows)]
+got = [(l['step'], l['train/global_step'], l.get('train/loss'), l.get('train/learning_rate')) for l in logged()]
+assert sum(w[2] is not None for w in want) == 4 and got == want, (got, want)
+assert not any('train/train_runtime' in l for l in logged())
+assert sorted(SQLiteStorage.get_runs('trlx-test')) == ['from-python', 'tk'], SQLiteStorage.get_runs('trlx-test')
+config = SQLiteStorage.get_run_config('trlx-test', 'tk')
+assert config['max_steps'] == 4 and config['project'] == 'trlx-test', config
+SQLiteStorage.init_db('trlx-test')
+import sqlite3
+db = sqlite3.connect(str(SQLiteStorage.get_project_db_path('trlx-test')))
+assert db.execute('PRAGMA user_version').fetchone()[0] >= 2
+assert [(l['step'], l.get('train/loss')) for l in logged()] == [(w[0], w[2]) for w in want]
 PY"
 else
-  echo "SKIPPED: trackio logger (pip install trackio to run it)"
+  echo "SKIPPED: report_to trackio read back (pip install trackio to run it)"
 fi
 if python3 -c 'import wandb' 2>/dev/null; then
   ( cd "$TMP" && WANDB_MODE=offline WANDB_SILENT=true "$TRLX" sft --config "$SRC/configs/sft.yaml" \

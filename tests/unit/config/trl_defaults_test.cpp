@@ -29,10 +29,12 @@ bool deliberate_difference(const std::string& trainer, const std::string& field)
   // asks for the path; printing samples and TRL's script-level fields are
   // declared not built, so their default is "unset". Its fixture comes from
   // trl 0.26 on transformers 4.x, whose warmup_ratio (0.0) and report_to
-  // (all integrations) transformers 5 changed to null and "none", as trlx has them.
+  // (all integrations) transformers 5 changed to null and "none", as trlx has
+  // them; so did its trackio_space_id ("trackio", a Space to deploy to).
   if (trainer == "ppo")
     return field == "reward_model_path" || field == "sft_model_path" || field == "exp_name" ||
-           field == "num_sample_generations" || field == "warmup_ratio" || field == "report_to";
+           field == "num_sample_generations" || field == "warmup_ratio" || field == "report_to" ||
+           field == "trackio_space_id";
   return false;
 }
 

@@ -89,7 +89,7 @@ TEST_CASE("repo folders and names follow huggingface_hub", "[hub]") {
   CHECK(other->repo_id == "gpt2");
   CHECK(other->revision == std::string(40, 'a'));
   CHECK(other->type == hub::RepoType::Dataset);
-  for (const fs::path bad : {fs::path("/c/models--a--b/snapshots/main"), fs::path("/c/models--a--b") / commit,
+  for (const fs::path& bad : {fs::path("/c/models--a--b/snapshots/main"), fs::path("/c/models--a--b") / commit,
                              fs::path("/c/other--a--b/snapshots") / commit, fs::path("/c/models--a--b--c/snapshots") / commit})
     CHECK_FALSE(hub::repo_of_snapshot(bad));
   CHECK_FALSE(hub::is_commit_hash("main"));
