@@ -403,19 +403,28 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
     if (c.lora_task_type != "CAUSAL_LM" && c.lora_task_type != task)
       out.invalid("lora_task_type", fmt::format("this trainer's adapters are {}; leave lora_task_type unset", task));
   });
-  b.field(&T::use_dora, "use_dora", false, "Weight-decomposed LoRA (DoRA).")
-      .not_built("DoRA is not built in trlx yet; train plain LoRA (use_peft) or rsLoRA (use_rslora)");
-  b.field(&T::load_in_4bit, "load_in_4bit", false, "QLoRA: the frozen base in 4 bits (bitsandbytes).")
-      .not_built("4-bit bases (QLoRA) are not built in trlx yet; train LoRA on a bf16 base (use_peft, dtype: "
-                 "bfloat16)");
+  b.field(&T::use_dora, "use_dora", false,
+          "Weight-decomposed LoRA (DoRA, with use_peft): each adapted layer also trains a magnitude per output row, "
+          "saved in PEFT's format (lora_magnitude_vector); merge-lora folds it in.");
+  b.field(&T::load_in_4bit, "load_in_4bit", false,
+          "QLoRA (with use_peft): the frozen base's linear layers (all but the head) kept in 4 bits as bitsandbytes "
+          "stores them, dequantized layer by layer in the model's dtype; adapters train on top.");
   b.field(&T::load_in_8bit, "load_in_8bit", false, "The frozen base in 8 bits (bitsandbytes).")
-      .not_built("8-bit bases are not built in trlx; train LoRA on a bf16 base (use_peft, dtype: bfloat16)");
-  b.field(&T::bnb_4bit_quant_type, "bnb_4bit_quant_type", "nf4", "4-bit code: nf4 or fp4.")
-      .not_built("4-bit bases (QLoRA) are not built in trlx yet");
-  b.field(&T::use_bnb_nested_quant, "use_bnb_nested_quant", false, "Double-quantise the 4-bit block scales.")
-      .not_built("4-bit bases (QLoRA) are not built in trlx yet");
-  b.field(&T::bnb_4bit_quant_storage, "bnb_4bit_quant_storage", std::nullopt, "Storage dtype of 4-bit weights.")
-      .not_built("4-bit bases (QLoRA) are not built in trlx yet");
+      .not_built("8-bit bases are not built in trlx; use load_in_4bit (QLoRA) or a bf16 base (dtype: bfloat16)");
+  b.field(&T::bnb_4bit_quant_type, "bnb_4bit_quant_type", "nf4", "4-bit code of load_in_4bit: nf4 or fp4.")
+      .one_of({"nf4", "fp4"});
+  b.field(&T::use_bnb_nested_quant, "use_bnb_nested_quant", false,
+          "load_in_4bit: keep the block scales in 8 bits too (double quantization, about 0.4 bits per weight less).");
+  b.field(&T::bnb_4bit_quant_storage, "bnb_4bit_quant_storage", std::nullopt,
+          "Storage dtype of the 4-bit codes; trlx stores them as uint8 (null or uint8).")
+      .one_of({"uint8"})
+      .only_describes();
+  b.rule([](const C& c, Conflicts& out) {
+    if (c.load_in_4bit && !c.use_peft)
+      out.conflict({"load_in_4bit", "use_peft"}, "a 4-bit base is frozen: train adapters on it (use_peft: true)");
+    if (!c.load_in_4bit && (c.bnb_4bit_quant_type != "nf4" || c.use_bnb_nested_quant || c.bnb_4bit_quant_storage))
+      out.conflict({"bnb_4bit_quant_type", "load_in_4bit"}, "the bnb_4bit settings apply with load_in_4bit: true");
+  });
 
   b.group("optimisation");
   b.field(&T::learning_rate, "learning_rate", d.learning_rate, "Peak learning rate of AdamW.").min(0);

@@ -16,6 +16,7 @@
 #include "model/adapter_dir.hpp"
 #include "model/loading.hpp"
 #include "model/lora.hpp"
+#include "model/quant4.hpp"
 
 namespace trlx::engine {
 
@@ -38,6 +39,7 @@ model::LoraConfig lora_config(const config::TrainingConfig& c) {
   l.target_modules = c.lora_target_modules;
   l.modules_to_save = c.lora_modules_to_save;
   l.use_rslora = c.use_rslora;
+  l.use_dora = c.use_dora;
   return l;
 }
 
@@ -143,6 +145,24 @@ double Engine::tokens_seen() const { return impl_->tokens_seen(); }
 double Engine::learning_rate() const { return impl_->learning_rate(); }
 int64_t Engine::total_steps() const { return impl_->total_steps(); }
 
+void Engine::Impl::quantize_base() {
+  // Each rank keeps the whole 4-bit base: sharding it is not built.
+  if (dist_.shards_parameters())
+    fail_input("load_in_4bit under {}: sharding a 4-bit base is not built; use DDP or ZeRO-1/2 (each process keeps "
+               "the 4-bit base, a quarter of a 16-bit one)",
+               dist_.describe());
+  model::Quant4Options q;
+  q.quant_type = config_.bnb_4bit_quant_type;
+  q.double_quant = config_.use_bnb_nested_quant;
+  // TRL computes in the dtype the model is loaded in (bnb_4bit_compute_dtype).
+  q.compute_dtype = policy_->placed_dtype(policy_->model->embed_tokens->weight);
+  const auto done = model::quantize_linears_4bit(*policy_, q);
+  log::info("QLoRA: {} linear layers kept in 4 bits ({}{}), {:.1f} MiB instead of {:.1f} MiB; computed in {}",
+            done.layers, q.quant_type, q.double_quant ? ", double-quantized scales" : "",
+            static_cast<double>(done.bytes) / (1 << 20), static_cast<double>(done.float_bytes) / (1 << 20),
+            c10::toString(q.compute_dtype));
+}
+
 Engine::Impl::Impl(Engine& owner, const config::TrainingConfig& config, model::LanguageModel policy,
                    std::string trainer_name, std::optional<fs::path> tokenizer_dir,
                    std::optional<model::LoraInfo> lora, std::shared_ptr<dist::Communicator> comm,
@@ -186,6 +206,7 @@ Engine::Impl::Impl(Engine& owner, const config::TrainingConfig& config, model::L
     at::globalContext().setAllowTF32CuBLAS(*config_.tf32);
     at::globalContext().setAllowTF32CuDNN(*config_.tf32);
   }
+  if (config_.load_in_4bit) quantize_base();
   if (plan_.lora && !lora_) lora_ = model::apply_lora(*policy_, lora_config(config_));
   // TRL's disable_dropout: adapters attached above or loaded with the policy.
   if (config_.disable_dropout) model::disable_dropout(*policy_);

@@ -169,6 +169,8 @@ struct Engine::Impl {
   // The checkpoint resume_from_checkpoint names ("latest": the newest in output_dir), if any.
   std::optional<std::filesystem::path> checkpoint_to_resume() const;
   void open_tensorboard();
+  // load_in_4bit: the policy's linear layers kept in 4 bits, before adapters.
+  void quantize_base();
   // report_to: trackio, on rank 0: the run in trackio's local database.
   void open_trackio();
   void log_metrics(const std::map<std::string, double>& m);

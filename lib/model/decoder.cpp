@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "model/quant4.hpp"
 
 namespace trlx::model {
 
@@ -258,14 +259,44 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
   if (with_bias) bias = register_parameter("bias", torch::empty({out_features}));
 }
 
-torch::Tensor LinearImpl::forward_with_lora(const torch::Tensor& x) {
-  auto y = torch::linear(x, weight, bias);
+torch::Tensor LinearImpl::forward_quantized(const torch::Tensor& x) {
+  // As bitsandbytes' Linear4bit: the input in the compute dtype, the weight
+  // dequantized to it, the output back in the input's dtype.
+  const auto compute = quant4->compute_dtype;
+  const auto h = x.to(compute);
+  const auto w = dequantize_4bit(*quant4, compute);
+  const auto b = bias.defined() ? bias.to(compute) : bias;
+  torch::Tensor y;
+  if (!lora_A || !lora_enabled) y = torch::linear(h, w, b);
+  else y = forward_with_lora(h, w, b);
+  return y.to(x.scalar_type());
+}
+
+torch::Tensor LinearImpl::forward_with_lora(const torch::Tensor& x, const torch::Tensor& base_weight,
+                                            const torch::Tensor& base_bias) {
+  auto y = torch::linear(x, base_weight, base_bias);
   // The adapter may keep a wider dtype than the base (fp32 adapters on a bf16
   // model): its input is cast to it and its output back.
   auto h = x.to(lora_A->weight.scalar_type());
   if (lora_dropout > 0.0 && is_training()) h = torch::dropout(h, lora_dropout, /*train=*/true);
   auto delta = torch::linear(torch::linear(h, lora_A->weight), lora_B->weight) * lora_scale;
-  return y + delta.to(y.scalar_type());
+  if (!lora_magnitude.defined()) return y + delta.to(y.scalar_type());
+  // DoRA, as PEFT computes it: each output row of W + scale * B A rescaled
+  // to its learned magnitude, the row norms taken as constants (not
+  // differentiated, as the DoRA paper advises). With W x the base output
+  // (without bias; from the dropped-out input when dropout is on):
+  //   y + (m / |W + s B A| - 1) * W x + (m / |W + s B A|) * s B A x
+  const auto dtype = h.scalar_type();
+  const auto w = base_weight.to(dtype);
+  torch::Tensor norm;
+  {
+    torch::NoGradGuard no_grad;
+    norm = torch::linalg_vector_norm(w + torch::matmul(lora_B->weight, lora_A->weight) * lora_scale, 2, {1});
+  }
+  const auto factor = lora_magnitude / norm;
+  const bool dropped = lora_dropout > 0.0 && is_training();
+  const auto base = dropped ? torch::linear(h, w) : (base_bias.defined() ? y - base_bias : y).to(dtype);
+  return y + ((factor - 1) * base + factor * delta).to(y.scalar_type());
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t num, int64_t dim, std::optional<int64_t> padding_idx) {

@@ -51,6 +51,8 @@ struct KVCache {
   int64_t slots_, capacity_;
 };
 
+struct Quant4Weight;  // model/quant4.hpp
+
 // Linear and embedding layers whose weights start uninitialised: every weight
 // is either loaded from a checkpoint or set by init_weights, and skipping
 // LibTorch's default initialisation makes loading a model several times
@@ -61,22 +63,33 @@ struct KVCache {
 // `<layer>.lora_A.weight` / `<layer>.lora_B.weight`, and the output gains
 // B(A(dropout(x))) * lora_scale while `lora_enabled`. Without one, forward is
 // the plain linear.
+//
+// A frozen weight may be kept in 4 bits instead (QLoRA, model/quant4.hpp):
+// `quant4` holds it and `weight` is then empty; each forward dequantizes it.
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features, bool with_bias);
   torch::Tensor forward(const torch::Tensor& x) {
+    if (quant4) return forward_quantized(x);
     if (!lora_A || !lora_enabled) return torch::linear(x, weight, bias);
-    return forward_with_lora(x);
+    return forward_with_lora(x, weight, bias);
   }
   torch::Tensor weight, bias;
+  std::shared_ptr<const Quant4Weight> quant4;
 
   std::shared_ptr<LinearImpl> lora_A, lora_B;
   double lora_scale = 0.0;
   double lora_dropout = 0.0;  // applied only in training mode
   bool lora_enabled = true;
+  // DoRA: the learned magnitude of each output row (PEFT's
+  // lora_magnitude_vector); undefined for plain LoRA.
+  torch::Tensor lora_magnitude;
 
  private:
-  torch::Tensor forward_with_lora(const torch::Tensor& x);
+  // The base weight and bias given: dequantized ones when quant4 holds them.
+  torch::Tensor forward_with_lora(const torch::Tensor& x, const torch::Tensor& base_weight,
+                                  const torch::Tensor& base_bias);
+  torch::Tensor forward_quantized(const torch::Tensor& x);
 };
 TORCH_MODULE(Linear);
 

@@ -16,6 +16,7 @@
 #include "core/log.hpp"
 #include "io/atomic_write.hpp"
 #include "io/safetensors.hpp"
+#include "model/quant4.hpp"
 
 namespace trlx::model {
 
@@ -29,6 +30,8 @@ namespace {
 constexpr const char* kOriginal = "original_module";
 constexpr const char* kPrefix = "base_model.model.";
 constexpr const char* kAllLinear = "all-linear";
+// The child module of an adapted layer that holds DoRA's magnitude.
+constexpr const char* kMagnitude = "lora_magnitude_vector";
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -42,7 +45,7 @@ std::string leaf_name(const std::string& name) {
 // Names of LoRA's own submodules (adapters, originals) never take part in
 // matching.
 bool is_lora_internal(const std::string& name) {
-  for (const char* part : {"lora_A", "lora_B", kOriginal}) {
+  for (const char* part : {"lora_A", "lora_B", kMagnitude, kOriginal}) {
     const std::string p = part;
     if (name == p || ends_with(name, "." + p) || name.find("." + p + ".") != std::string::npos ||
         name.rfind(p + ".", 0) == 0)
@@ -243,7 +246,9 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
   const double scale = info.scale();
   for (const auto& n : targets) {
     auto& lin = *dynamic_cast<LinearImpl*>(n.module.get());
-    const int64_t out = lin.weight.size(0), in = lin.weight.size(1);
+    // A 4-bit base keeps its shape with its codes (its float weight is empty).
+    const auto shape = lin.quant4 ? lin.quant4->shape : lin.weight.sizes().vec();
+    const int64_t out = shape.at(0), in = shape.at(1);
     // As PEFT (autocast_adapter_dtype): adapters on a 16-bit base are
     // float32, so their updates are not lost to bf16/fp16 rounding.
     const auto base = m.placed_dtype(lin.weight);
@@ -264,6 +269,15 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
     lin.lora_scale = scale;
     lin.lora_dropout = config.dropout;
     lin.lora_enabled = true;
+    if (config.use_dora) {
+      // The magnitude starts at the row norms of W + scale * B A (B is zero:
+      // of W), in the adapters' dtype, as PEFT's update_layer sets it.
+      // It lives in a child module, so that merge_lora can drop it.
+      auto norm = torch::linalg_vector_norm(float_weight(lin), 2, {1});
+      auto holder = std::make_shared<torch::nn::Module>();
+      lin.lora_magnitude = holder->register_parameter("weight", norm.to(opts), /*requires_grad=*/true);
+      lin.register_module(kMagnitude, holder);
+    }
     info.adapted.push_back(n.name);
   }
   for (const auto& n : to_copy) {
@@ -281,9 +295,9 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
   }
   info.trainable_parameters = count(m, true);
   info.total_parameters = count(m, false);
-  log::info("LoRA: r {}, alpha {}, scale {:.4g}, adapters on {} layers ({}), {} module(s) trained in full{}; "
+  log::info("{}: r {}, alpha {}, scale {:.4g}, adapters on {} layers ({}), {} module(s) trained in full{}; "
             "{} trainable of {} parameters ({:.3f}%)",
-            config.r, config.alpha, scale, info.adapted.size(), fmt::join(info.target_modules, ", "),
+            config.use_dora ? "DoRA" : "LoRA", config.r, config.alpha, scale, info.adapted.size(), fmt::join(info.target_modules, ", "),
             info.copied.size(), info.copied.empty() ? "" : fmt::format(" ({})", fmt::join(info.copied, ", ")),
             info.trainable_parameters, info.total_parameters,
             100.0 * static_cast<double>(info.trainable_parameters) / static_cast<double>(info.total_parameters));
@@ -334,6 +348,8 @@ void save_adapter(const fs::path& dir, LanguageModelImpl& m, const LoraInfo& inf
     if (!l || !l->lora_A) fail("save_adapter: `{}` has no adapter (merged already?)", name);
     tensors.emplace_back(kPrefix + name + ".lora_A.weight", l->lora_A->weight.detach());
     tensors.emplace_back(kPrefix + name + ".lora_B.weight", l->lora_B->weight.detach());
+    if (l->lora_magnitude.defined())
+      tensors.emplace_back(kPrefix + name + ".lora_magnitude_vector", l->lora_magnitude.detach());
   }
   for (const auto& name : info.copied)
     for (const auto& p : named[name]->named_parameters(false))
@@ -379,7 +395,7 @@ void save_adapter(const fs::path& dir, LanguageModelImpl& m, const LoraInfo& inf
   j["task_type"] = m.head_kind() == HeadKind::SequenceClassification ? "SEQ_CLS" : "CAUSAL_LM";
   j["trainable_token_indices"] = nullptr;
   j["use_bdlora"] = nullptr;
-  j["use_dora"] = false;
+  j["use_dora"] = c.use_dora;
   j["use_qalora"] = false;
   j["use_rslora"] = c.use_rslora;
   j["velora_config"] = nullptr;
@@ -437,12 +453,12 @@ LoraConfig read_adapter_config(const fs::path& dir) {
   if (str("peft_type") != "LORA")
     fail_input("{}: peft_type is `{}`; trlx reads LoRA adapters only (peft_type LORA)", f,
                j.contains("peft_type") ? j["peft_type"].dump() : "missing");
-  for (const char* key : {"use_dora", "use_qalora", "lora_bias", "alpha_pattern", "rank_pattern", "layers_to_transform",
+  for (const char* key : {"use_qalora", "lora_bias", "alpha_pattern", "rank_pattern", "layers_to_transform",
                           "layers_pattern", "layer_replication", "exclude_modules", "target_parameters",
                           "trainable_token_indices", "alora_invocation_tokens", "use_bdlora", "fan_in_fan_out"})
     if (truthy(key))
-      fail_input("{}: `{}` is set ({}); trlx supports plain LoRA adapters only (no DoRA, patterns, layer selection "
-                 "or excluded modules)",
+      fail_input("{}: `{}` is set ({}); trlx supports LoRA, rsLoRA and DoRA adapters only (no patterns, layer "
+                 "selection or excluded modules)",
                  f, key, j[key].dump());
   if (j.contains("bias") && str("bias") != "none")
     fail_input("{}: bias is `{}`; trlx supports bias \"none\" only", f, j["bias"].dump());
@@ -452,6 +468,7 @@ LoraConfig read_adapter_config(const fs::path& dir) {
     c.alpha = j.contains("lora_alpha") ? j["lora_alpha"].get<double>() : 8.0;
     c.dropout = j.contains("lora_dropout") && !j["lora_dropout"].is_null() ? j["lora_dropout"].get<double>() : 0.0;
     c.use_rslora = j.contains("use_rslora") && j["use_rslora"].get<bool>();
+    c.use_dora = truthy("use_dora");
     const auto& t = j.at("target_modules");
     if (t.is_string()) {
       const auto s = t.get<std::string>();
@@ -524,6 +541,7 @@ LoraInfo load_adapter(const fs::path& dir, LanguageModelImpl& m, std::optional<t
     auto* l = dynamic_cast<LinearImpl*>(named[name].get());
     fill(l->lora_A->weight, kPrefix + name + ".lora_A.weight");
     fill(l->lora_B->weight, kPrefix + name + ".lora_B.weight");
+    if (l->lora_magnitude.defined()) fill(l->lora_magnitude, kPrefix + name + ".lora_magnitude_vector");
   }
   for (const auto& name : info.copied)
     for (auto& p : named[name]->named_parameters(false)) fill(p.value(), kPrefix + name + "." + p.key());
@@ -544,10 +562,19 @@ void merge_lora(LanguageModelImpl& m) {
   for (const auto& item : m.named_modules("", false)) {
     auto& module = *item.value();
     if (auto* l = dynamic_cast<LinearImpl*>(&module); l && l->lora_A) {
+      if (l->quant4)
+        fail_input("cannot fold adapters into a 4-bit base; merge the saved adapter into the unquantized base with "
+                   "`trlx merge-lora`");
       auto delta = torch::matmul(l->lora_B->weight.to(torch::kFloat32), l->lora_A->weight.to(torch::kFloat32));
-      auto merged = (l->weight.to(torch::kFloat32) + delta.to(l->weight.device()) * l->lora_scale)
-                        .to(l->weight.scalar_type());
-      l->weight.copy_(merged);
+      auto merged = l->weight.to(torch::kFloat32) + delta.to(l->weight.device()) * l->lora_scale;
+      if (l->lora_magnitude.defined()) {
+        // DoRA: each row of W + scale * B A scaled to its magnitude.
+        auto norm = torch::linalg_vector_norm(merged, 2, {1}, /*keepdim=*/true);
+        merged = merged * (l->lora_magnitude.to(torch::kFloat32).to(merged.device()).view({-1, 1}) / norm);
+        l->lora_magnitude = torch::Tensor();
+        l->unregister_module(kMagnitude);
+      }
+      l->weight.copy_(merged.to(l->weight.scalar_type()));
       l->unregister_module("lora_A");
       l->unregister_module("lora_B");
       l->lora_A.reset();

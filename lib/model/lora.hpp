@@ -33,6 +33,9 @@ struct LoraConfig {
   // sequence-classification model always adds its head ("score").
   std::optional<std::vector<std::string>> modules_to_save;
   bool use_rslora = false;
+  // DoRA (weight-decomposed LoRA): a trained magnitude per output row of each
+  // adapted layer, started at the row norms of its weight.
+  bool use_dora = false;
   // Adapter weights' dtype; nullopt: the base weights' dtype, float32 when
   // that is bf16 or fp16 (as PEFT). modules_to_save copies keep the base's.
   std::optional<torch::Dtype> adapter_dtype;
@@ -103,14 +106,15 @@ struct AdapterSaveOptions {
 };
 
 // Writes adapter_config.json and adapter_model.safetensors in PEFT format:
-// tensors `base_model.model.<name>.lora_A.weight` / `.lora_B.weight` and, for
-// the modules_to_save, `base_model.model.<name>.weight` (the trained copy).
+// tensors `base_model.model.<name>.lora_A.weight` / `.lora_B.weight` (with
+// DoRA also `.lora_magnitude_vector`) and, for the modules_to_save,
+// `base_model.model.<name>.weight` (the trained copy).
 // A failure leaves a previous adapter in `dir` intact.
 void save_adapter(const std::filesystem::path& dir, LanguageModelImpl& m, const LoraInfo& info,
                   const AdapterSaveOptions& options = {});
 
 // The LoraConfig an adapter_config.json describes (InputError naming the
-// file for settings trlx does not support: DoRA, rank/alpha patterns, ...).
+// file for settings trlx does not support: rank/alpha patterns, ...).
 LoraConfig read_adapter_config(const std::filesystem::path& dir);
 // The task_type of an adapter_config.json ("CAUSAL_LM", "SEQ_CLS", ...).
 std::string adapter_task_type(const std::filesystem::path& dir);
@@ -123,7 +127,7 @@ LoraInfo load_adapter(const std::filesystem::path& dir, LanguageModelImpl& m,
                       std::optional<torch::Dtype> adapter_dtype = std::nullopt);
 
 // Folds every adapter into its base weight (W += B A * scale, computed in
-// fp32), makes the modules_to_save copies the modules' only weights and
+// fp32; with DoRA each row of the sum is then scaled to its magnitude), makes the modules_to_save copies the modules' only weights and
 // removes all LoRA state: the model is a plain model again. Parameters keep
 // their requires_grad as set by apply_lora (base frozen).
 void merge_lora(LanguageModelImpl& m);

@@ -26,20 +26,44 @@ check "[ $? = 0 ] && grep -q '4 adapted layers' '$TMP/o'"
 check "[ $? = 0 ] && grep -q '\"bfloat16\"' '$TMP/merged/config.json'"
 
 # score and generate take an adapter directory too: the adapter on the base
-# it names, giving what the merged model gives.
-"$TRLX" sft --config configs/sft.yaml --max_steps 2 --use_peft true --learning_rate 1e-2 --eval_strategy no \
-  --save_strategy no --output_dir "$TMP/ad" >/dev/null 2>&1
-"$TRLX" merge-lora --base examples/tiny-model --adapter "$TMP/ad" --out "$TMP/ad_merged" >/dev/null 2>&1
-"$TRLX" score --model "$TMP/ad" --input tests/data/sft/data/train.jsonl >"$TMP/ad.jsonl" 2>"$TMP/err"
-check "[ $? = 0 ] && grep -q 'a LoRA adapter on' '$TMP/err'" || cat "$TMP/err"
-"$TRLX" score --model "$TMP/ad_merged" --input tests/data/sft/data/train.jsonl >"$TMP/ad_merged.jsonl" 2>/dev/null
-values sum_logprob "$TMP/ad.jsonl" >"$TMP/a1"
-values sum_logprob "$TMP/ad_merged.jsonl" >"$TMP/a2"
-d=$(largest_difference "$TMP/a1" "$TMP/a2")
-check "python3 -c 'import sys; sys.exit(not float(\"$d\") < 1e-5)'" || echo "difference $d"
-"$TRLX" generate --model "$TMP/ad" --prompt 'What is 2 plus 3?' --max_new_tokens 6 --json >"$TMP/g1" 2>/dev/null
-"$TRLX" generate --model "$TMP/ad_merged" --prompt 'What is 2 plus 3?' --max_new_tokens 6 --json >"$TMP/g2" 2>/dev/null
-check "[ -s '$TMP/g1' ] && cmp -s '$TMP/g1' '$TMP/g2'"
+# it names, giving what the merged model gives. The same for a DoRA adapter
+# trained by sft (use_dora), which carries its magnitudes in PEFT's names.
+for dora in false true; do
+  "$TRLX" sft --config configs/sft.yaml --max_steps 2 --use_peft true --use_dora $dora --learning_rate 1e-2 \
+    --eval_strategy no --save_strategy no --output_dir "$TMP/ad_$dora" >"$TMP/sft.log" 2>&1
+  check "[ $? = 0 ]" || tail -5 "$TMP/sft.log"
+  if [ $dora = true ]; then
+    check "grep -q '\"use_dora\": true' '$TMP/ad_$dora/adapter_config.json' && grep -q 'DoRA: r 16' '$TMP/sft.log'"
+    check "python3 -c 'import json,struct,sys; f=open(sys.argv[1],\"rb\"); n=struct.unpack(\"<Q\", f.read(8))[0]; h=json.loads(f.read(n)); assert sum(k.endswith(\".lora_magnitude_vector\") for k in h) == 4, list(h)' '$TMP/ad_$dora/adapter_model.safetensors'"
+  fi
+  "$TRLX" merge-lora --base examples/tiny-model --adapter "$TMP/ad_$dora" --out "$TMP/ad_merged" >/dev/null 2>&1
+  "$TRLX" score --model "$TMP/ad_$dora" --input tests/data/sft/data/train.jsonl >"$TMP/ad.jsonl" 2>"$TMP/err"
+  check "[ $? = 0 ] && grep -q 'a LoRA adapter on' '$TMP/err'" || cat "$TMP/err"
+  "$TRLX" score --model "$TMP/ad_merged" --input tests/data/sft/data/train.jsonl >"$TMP/ad_merged.jsonl" 2>/dev/null
+  values sum_logprob "$TMP/ad.jsonl" >"$TMP/a1"
+  values sum_logprob "$TMP/ad_merged.jsonl" >"$TMP/a2"
+  d=$(largest_difference "$TMP/a1" "$TMP/a2")
+  check "python3 -c 'import sys; sys.exit(not float(\"$d\") < 1e-5)'" || echo "use_dora $dora: difference $d"
+  "$TRLX" generate --model "$TMP/ad_$dora" --prompt 'What is 2 plus 3?' --max_new_tokens 6 --json >"$TMP/g1" 2>/dev/null
+  "$TRLX" generate --model "$TMP/ad_merged" --prompt 'What is 2 plus 3?' --max_new_tokens 6 --json >"$TMP/g2" 2>/dev/null
+  check "[ -s '$TMP/g1' ] && cmp -s '$TMP/g1' '$TMP/g2'"
+done
+
+# QLoRA: sft on a 4-bit base trains adapters that PEFT's format holds, and
+# merge-lora folds them into the unquantized base; a 4-bit base needs
+# adapters and is not sharded.
+"$TRLX" sft --config configs/sft.yaml --max_steps 2 --use_peft true --load_in_4bit true --use_bnb_nested_quant true \
+  --learning_rate 1e-2 --eval_strategy no --save_strategy no --output_dir "$TMP/qlora" >"$TMP/q.log" 2>&1
+check "[ $? = 0 ] && grep -q 'QLoRA: 14 linear layers kept in 4 bits (nf4, double-quantized scales)' '$TMP/q.log'" ||
+  tail -5 "$TMP/q.log"
+check "[ -f '$TMP/qlora/adapter_model.safetensors' ] && grep -q '\"r\": 16' '$TMP/qlora/adapter_config.json'"
+"$TRLX" merge-lora --base examples/tiny-model --adapter "$TMP/qlora" --out "$TMP/qlora_merged" >"$TMP/o" 2>&1
+check "[ $? = 0 ]" || cat "$TMP/o"
+"$TRLX" sft --config configs/sft.yaml --max_steps 1 --load_in_4bit true --output_dir "$TMP/q2" >"$TMP/o" 2>&1
+check "[ $? = 2 ] && grep -q 'use_peft' '$TMP/o'" || cat "$TMP/o"
+"$TRLX" sft --config configs/sft.yaml --max_steps 1 --use_peft true --load_in_4bit true --accelerate_config zero3 \
+  --output_dir "$TMP/q3" >"$TMP/o" 2>&1
+check "[ $? = 2 ] && grep -q 'sharding a 4-bit base is not built' '$TMP/o'" || cat "$TMP/o"
 
 # Bad input: exit 2, naming what is wrong; a failed merge leaves --out alone.
 "$TRLX" merge-lora --base examples/tiny-model --adapter "$TMP/nothing" --out "$TMP/m2" >"$TMP/o" 2>&1

@@ -56,7 +56,7 @@ void randomize_adapters(model::LanguageModelImpl& m, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("a PEFT adapter in trlx gives PEFT's logits with adapters on, off, and merged", "[model][lora][golden]") {
-  for (const char* name : {"default", "all_linear"}) {
+  for (const char* name : {"default", "all_linear", "dora"}) {
     INFO(name);
     auto expected = io::Checkpoint::open(lora_data() / name / "expected.safetensors");
     auto ids = expected.get("input_ids", true);
@@ -81,6 +81,70 @@ TEST_CASE("a PEFT adapter in trlx gives PEFT's logits with adapters on, off, and
     auto plain = base();
     CHECK(model::checkpoint_names(*m) == model::checkpoint_names(*plain));
   }
+}
+
+TEST_CASE("DoRA: one training step's loss and gradients equal PEFT's", "[model][lora][golden]") {
+  // scripts/fixtures/lora_fixtures.py: the mean next-token cross-entropy of
+  // PEFT's DoRA model in training mode and the gradient of each adapter
+  // tensor (the magnitudes included; the row norms are not differentiated).
+  auto expected = io::Checkpoint::open(lora_data() / "dora" / "expected.safetensors");
+  auto ids = expected.get("input_ids", true);
+  auto m = base();
+  auto info = model::load_adapter(lora_data() / "dora" / "adapter", *m);
+  CHECK(info.config.use_dora);
+  m->train();
+  auto logits = m->forward({ids, {}, {}});
+  const int64_t v = logits.size(-1);
+  auto loss = torch::nn::functional::cross_entropy(logits.narrow(1, 0, logits.size(1) - 1).reshape({-1, v}),
+                                                  ids.narrow(1, 1, ids.size(1) - 1).reshape({-1}));
+  CHECK(std::abs(loss.item<double>() - expected.get("loss").item<double>()) < 1e-5);
+  loss.backward();
+  auto named = m->named_modules("", false);
+  int compared = 0;
+  for (const auto& name : info.adapted) {
+    INFO(name);
+    auto* l = dynamic_cast<model::LinearImpl*>(named[name].get());
+    REQUIRE(l);
+    REQUIRE(l->lora_magnitude.defined());
+    const std::string key = "grad:base_model.model." + name;
+    CHECK(max_diff(l->lora_A->weight.grad(), expected.get(key + ".lora_A.weight")) < 1e-5);
+    CHECK(max_diff(l->lora_B->weight.grad(), expected.get(key + ".lora_B.weight")) < 1e-5);
+    CHECK(max_diff(l->lora_magnitude.grad(), expected.get(key + ".lora_magnitude_vector")) < 1e-5);
+    compared += 3;
+  }
+  CHECK(compared == 3 * 6);  // q_proj, v_proj and down_proj of two layers
+  // Only the adapters train: the base weights get no gradient.
+  for (const auto& p : m->named_parameters(true))
+    if (p.key().find("lora_") == std::string::npos) CHECK_FALSE(p.value().grad().defined());
+}
+
+TEST_CASE("DoRA from apply_lora: the magnitudes start at the weights' row norms, the output unchanged",
+          "[model][lora]") {
+  auto expected = io::Checkpoint::open(lora_data() / "dora" / "expected.safetensors");
+  auto ids = expected.get("input_ids", true);
+  auto m = base();
+  torch::NoGradGuard no_grad;
+  auto before = m->forward({ids, {}, {}});
+  model::LoraConfig c;
+  c.r = 4;
+  c.alpha = 8;
+  c.use_dora = true;
+  c.target_modules = std::vector<std::string>{"q_proj", "v_proj"};
+  auto info = model::apply_lora(*m, c);
+  CHECK(max_diff(m->forward({ids, {}, {}}), before) < 1e-5);
+  auto named = m->named_modules("", false);
+  for (const auto& name : info.adapted) {
+    auto* l = dynamic_cast<model::LinearImpl*>(named[name].get());
+    CHECK(max_diff(l->lora_magnitude, torch::linalg_vector_norm(l->weight, 2, {1})) < 1e-6);
+    CHECK(l->lora_magnitude.requires_grad());
+  }
+  // Each adapted layer trains A, B and a magnitude per output row.
+  int64_t trainable = 0;
+  for (const auto& name : info.adapted) {
+    auto* l = dynamic_cast<model::LinearImpl*>(named[name].get());
+    trainable += l->lora_A->weight.numel() + l->lora_B->weight.numel() + l->weight.size(0);
+  }
+  CHECK(info.trainable_parameters == trainable);
 }
 
 TEST_CASE("the disabled adapter view equals the base model (no second copy) under autograd", "[model][lora]") {
@@ -221,7 +285,7 @@ TEST_CASE("apply_lora: targets like PEFT, only adapters train, the output starts
 }
 
 TEST_CASE("trlx writes PEFT's tensor names and adapter_config keys", "[model][lora][golden]") {
-  for (const char* name : {"default", "all_linear"}) {
+  for (const char* name : {"default", "all_linear", "dora"}) {
     INFO(name);
     const auto peft = lora_data() / name / "adapter";
     auto m = base();
@@ -376,9 +440,14 @@ TEST_CASE("LoRA bad input: clear errors, exit 2", "[model][lora][errors]") {
     CHECK_THAT(input_error_of([&] { model::load_adapter(a, *base()); }),
                Contains("adapter_config.json") && Contains("nothing_here"));
     bad = j;
-    bad["use_dora"] = true;
+    bad["use_dora"] = true;  // DoRA without its magnitudes in the file
     write(bad);
-    CHECK_THAT(input_error_of([&] { model::load_adapter(a, *base()); }), Contains("use_dora"));
+    CHECK_THAT(input_error_of([&] { model::load_adapter(a, *base()); }),
+               Contains("lora_magnitude_vector") && Contains("missing"));
+    bad = j;
+    bad["use_qalora"] = true;
+    write(bad);
+    CHECK_THAT(input_error_of([&] { model::load_adapter(a, *base()); }), Contains("use_qalora"));
     bad = j;
     bad["r"] = 8;  // the file holds rank-4 tensors
     write(bad);

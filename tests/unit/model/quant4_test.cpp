@@ -1,0 +1,115 @@
+// 4-bit weights against bitsandbytes: the packed codes and block scales bit
+// for bit, the dequantized values, double quantization and its dynamic map
+// (scripts/fixtures/qlora_fixtures.py).
+#include "catch_torch.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "helpers.hpp"
+#include "io/safetensors.hpp"
+#include "model/loading.hpp"
+#include "model/lora.hpp"
+#include "model/quant4.hpp"
+#include "support.hpp"
+
+using namespace trlx;
+using Catch::Matchers::Contains;
+
+namespace {
+std::filesystem::path qlora_data() { return test::data_dir() / "qlora"; }
+}  // namespace
+
+TEST_CASE("bitsandbytes' dynamic 8-bit map is rebuilt exactly", "[model][qlora][golden]") {
+  auto f = io::Checkpoint::open(qlora_data() / "quant4.safetensors");
+  CHECK(torch::equal(model::dynamic_map_8bit(), f.get("dynamic_map", true)));
+}
+
+TEST_CASE("4-bit quantization equals bitsandbytes': codes bit for bit, scales and dequantized values",
+          "[model][qlora][golden]") {
+  auto f = io::Checkpoint::open(qlora_data() / "quant4.safetensors");
+  const auto cases = model_test::read_json(qlora_data() / "quant4.json");
+  REQUIRE(cases.size() >= 5);
+  for (const auto& c : cases) {
+    const std::string n = c["name"];
+    INFO(n);
+    model::Quant4Options o;
+    o.quant_type = c["quant_type"];
+    o.blocksize = c["blocksize"];
+    o.double_quant = c["double_quant"];
+    const auto input = f.get(n + ".input", true);
+    const auto q = model::quantize_4bit(input, o);
+    CHECK(q.shape == input.sizes().vec());
+    CHECK(torch::equal(q.packed, f.get(n + ".packed", true)));
+    CHECK(torch::equal(q.absmax, f.get(n + ".absmax", true)));
+    if (o.double_quant) {
+      CHECK(torch::equal(q.absmax_scale, f.get(n + ".absmax_scale", true)));
+      CHECK(q.offset == static_cast<float>(c["offset"].get<double>()));
+    }
+    const auto d = model::dequantize_4bit(q, torch::kFloat32);
+    CHECK((d - f.get(n + ".dequantized", true)).abs().max().item<double>() <= 1e-6);
+    // Half the bytes of a 16-bit weight and then some: codes plus scales.
+    CHECK(q.bytes() < input.numel() / 2 + input.numel() / o.blocksize * 4 + 64);
+    CHECK(model::dequantize_4bit(q, torch::kBFloat16).scalar_type() == torch::kBFloat16);
+  }
+}
+
+TEST_CASE("4-bit settings bitsandbytes does not take are refused naming them", "[model][qlora][errors]") {
+  const auto w = torch::randn({4, 64});
+  model::Quant4Options o;
+  o.quant_type = "int4";
+  CHECK_THAT(test::input_error_of([&] { model::quantize_4bit(w, o); }), Contains("nf4 or fp4"));
+  o.quant_type = "nf4";
+  o.blocksize = 96;
+  CHECK_THAT(test::input_error_of([&] { model::quantize_4bit(w, o); }), Contains("blocksize 96"));
+}
+
+TEST_CASE("a QLoRA model (4-bit base, PEFT adapter) gives transformers + bitsandbytes + PEFT's logits",
+          "[model][qlora][golden]") {
+  // scripts/fixtures/qlora_fixtures.py: tiny-model loaded in 4 bits by
+  // transformers (compute in float32), a PEFT adapter on top.
+  struct Case {
+    const char* name;
+    const char* quant_type;
+    bool double_quant;
+  };
+  for (const auto& c : {Case{"nf4_lora", "nf4", false}, Case{"nf4_dora", "nf4", false}}) {
+    INFO(c.name);
+    auto expected = io::Checkpoint::open(qlora_data() / c.name / "expected.safetensors");
+    const auto ids = expected.get("input_ids", true);
+    auto m = model::load_language_model(test::tiny_model(), model::HeadKind::CausalLM);
+    model::Quant4Options o;
+    o.quant_type = c.quant_type;
+    o.double_quant = c.double_quant;
+    const auto q = model::quantize_linears_4bit(*m, o);
+    CHECK(q.layers == 14);  // 7 linear layers in each of 2 decoder layers; the head stays
+    CHECK(static_cast<double>(q.bytes) < 0.15 * static_cast<double>(q.float_bytes));
+    model::load_adapter(qlora_data() / c.name / "adapter", *m);
+    m->eval();
+    torch::NoGradGuard no_grad;
+    CHECK((m->forward({ids, {}, {}}) - expected.get("logits_lora")).abs().max().item<double>() < 1e-5);
+    model::AdaptersDisabled off(*m);
+    CHECK((m->forward({ids, {}, {}}) - expected.get("logits_base")).abs().max().item<double>() < 1e-5);
+  }
+}
+
+TEST_CASE("QLoRA trains the adapters only, and a 4-bit base refuses to be merged into", "[model][qlora]") {
+  auto expected = io::Checkpoint::open(qlora_data() / "nf4_lora" / "expected.safetensors");
+  const auto ids = expected.get("input_ids", true);
+  auto m = model::load_language_model(test::tiny_model(), model::HeadKind::CausalLM);
+  model::quantize_linears_4bit(*m, {});
+  model::LoraConfig c;
+  c.r = 4;
+  auto info = model::apply_lora(*m, c);
+  m->train();
+  auto logits = m->forward({ids, {}, {}});
+  logits.sum().backward();
+  int with_grad = 0;
+  for (const auto& p : m->named_parameters(true)) {
+    const bool adapter = p.key().find("lora_") != std::string::npos;
+    CHECK(p.value().grad().defined() == adapter);
+    with_grad += adapter ? 1 : 0;
+  }
+  CHECK(with_grad == 2 * static_cast<int>(info.adapted.size()));
+  CHECK_THAT(test::input_error_of([&] { model::merge_lora(*m); }), Contains("4-bit"));
+}
