@@ -259,22 +259,56 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
   if (with_bias) bias = register_parameter("bias", torch::empty({out_features}));
 }
 
+namespace {
+
+// A 4-bit layer's product x W^T (+ b): the weight is dequantized for the
+// forward and again for the backward, never kept between them, as
+// bitsandbytes' MatMul4Bit does; only the input gets a gradient (the 4-bit
+// base is frozen). Autograd keeps a raw pointer to the codes, which the
+// layer's `quant4` owns for as long as the model, and so any graph through
+// it, lives.
+class Quant4Linear : public torch::autograd::Function<Quant4Linear> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int64_t weights) {
+    const auto* q = reinterpret_cast<const Quant4Weight*>(weights);
+    ctx->saved_data["weights"] = weights;
+    return torch::linear(x, dequantize_4bit(*q, x.scalar_type()));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* q = reinterpret_cast<const Quant4Weight*>(ctx->saved_data["weights"].toInt());
+    const auto& g = grads.at(0);
+    return {torch::matmul(g, dequantize_4bit(*q, g.scalar_type())), torch::Tensor()};
+  }
+};
+
+// The layer's base product on `x` (in the compute dtype of a 4-bit layer),
+// with or without its bias.
+torch::Tensor base_product(const LinearImpl& l, const torch::Tensor& x, const torch::Tensor& base_weight,
+                           const torch::Tensor& base_bias) {
+  if (!l.quant4) return torch::linear(x, base_weight, base_bias);
+  auto y = Quant4Linear::apply(x, reinterpret_cast<int64_t>(l.quant4.get()));
+  return base_bias.defined() ? y + base_bias : y;
+}
+
+}  // namespace
+
 torch::Tensor LinearImpl::forward_quantized(const torch::Tensor& x) {
   // As bitsandbytes' Linear4bit: the input in the compute dtype, the weight
   // dequantized to it, the output back in the input's dtype.
   const auto compute = quant4->compute_dtype;
   const auto h = x.to(compute);
-  const auto w = dequantize_4bit(*quant4, compute);
   const auto b = bias.defined() ? bias.to(compute) : bias;
   torch::Tensor y;
-  if (!lora_A || !lora_enabled) y = torch::linear(h, w, b);
-  else y = forward_with_lora(h, w, b);
+  if (!lora_A || !lora_enabled) y = base_product(*this, h, {}, b);
+  else y = forward_with_lora(h, {}, b);
   return y.to(x.scalar_type());
 }
 
 torch::Tensor LinearImpl::forward_with_lora(const torch::Tensor& x, const torch::Tensor& base_weight,
                                             const torch::Tensor& base_bias) {
-  auto y = torch::linear(x, base_weight, base_bias);
+  // base_weight is undefined for a 4-bit layer, whose product dequantizes.
+  auto y = base_product(*this, x, base_weight, base_bias);
   // The adapter may keep a wider dtype than the base (fp32 adapters on a bf16
   // model): its input is cast to it and its output back.
   auto h = x.to(lora_A->weight.scalar_type());
@@ -287,15 +321,19 @@ torch::Tensor LinearImpl::forward_with_lora(const torch::Tensor& x, const torch:
   // (without bias; from the dropped-out input when dropout is on):
   //   y + (m / |W + s B A| - 1) * W x + (m / |W + s B A|) * s B A x
   const auto dtype = h.scalar_type();
-  const auto w = base_weight.to(dtype);
   torch::Tensor norm;
   {
     torch::NoGradGuard no_grad;
+    const auto w = quant4 ? dequantize_4bit(*quant4, dtype) : base_weight.to(dtype);
     norm = torch::linalg_vector_norm(w + torch::matmul(lora_B->weight, lora_A->weight) * lora_scale, 2, {1});
   }
   const auto factor = lora_magnitude / norm;
   const bool dropped = lora_dropout > 0.0 && is_training();
-  const auto base = dropped ? torch::linear(h, w) : (base_bias.defined() ? y - base_bias : y).to(dtype);
+  // Under dropout the base product of the dropped-out input, in the
+  // adapters' dtype as PEFT computes it.
+  const auto base = !dropped ? (base_bias.defined() ? y - base_bias : y).to(dtype)
+                    : quant4 ? base_product(*this, h, {}, {})
+                             : torch::linear(h, base_weight.to(dtype));
   return y + ((factor - 1) * base + factor * delta).to(y.scalar_type());
 }
 

@@ -65,6 +65,17 @@ check "[ $? = 2 ] && grep -q 'use_peft' '$TMP/o'" || cat "$TMP/o"
   --output_dir "$TMP/q3" >"$TMP/o" 2>&1
 check "[ $? = 2 ] && grep -q 'sharding a 4-bit base is not built' '$TMP/o'" || cat "$TMP/o"
 
+# QLoRA under DDP: 2 ranks x 4 rows train as 1 rank x 8 rows (adapter
+# dropout off: its masks follow the split), each rank with its 4-bit base.
+Q="--config configs/sft.yaml --max_steps 3 --logging_steps 1 --save_strategy no --eval_strategy no --bf16 false
+   --use_peft true --lora_dropout 0 --load_in_4bit true"
+"$TRLX" sft $Q --per_device_train_batch_size 8 --output_dir "$TMP/q_one" >"$TMP/q_one.log" 2>&1
+check "[ $? = 0 ]" || tail -5 "$TMP/q_one.log"
+"$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $Q --per_device_train_batch_size 4 --output_dir "$TMP/q_two" \
+  >"$TMP/q_two.log" 2>&1
+check "[ $? = 0 ] && grep -q 'ddp (mpi communicator' '$TMP/q_two.log'" || tail -20 "$TMP/q_two.log"
+check "same_metric loss '$TMP/q_one' '$TMP/q_two'"
+
 # Bad input: exit 2, naming what is wrong; a failed merge leaves --out alone.
 "$TRLX" merge-lora --base examples/tiny-model --adapter "$TMP/nothing" --out "$TMP/m2" >"$TMP/o" 2>&1
 check "[ $? = 2 ] && grep -q 'adapter_config.json' '$TMP/o' && [ ! -e '$TMP/m2' ]"

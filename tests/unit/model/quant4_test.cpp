@@ -3,6 +3,8 @@
 // (scripts/fixtures/qlora_fixtures.py).
 #include "catch_torch.hpp"
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -112,4 +114,57 @@ TEST_CASE("QLoRA trains the adapters only, and a 4-bit base refuses to be merged
   }
   CHECK(with_grad == 2 * static_cast<int>(info.adapted.size()));
   CHECK_THAT(test::input_error_of([&] { model::merge_lora(*m); }), Contains("4-bit"));
+}
+
+TEST_CASE("a 4-bit layer's backward equals the dequantized float layer's, for LoRA and DoRA",
+          "[model][qlora]") {
+  // The 4-bit product dequantizes again in backward instead of keeping the
+  // weight: the gradients must equal those of a float model holding the
+  // dequantized values.
+  auto expected = io::Checkpoint::open(qlora_data() / "nf4_lora" / "expected.safetensors");
+  const auto ids = expected.get("input_ids", true);
+  for (bool dora : {false, true}) {
+    INFO("use_dora " << dora);
+    auto quantized = model::load_language_model(test::tiny_model(), model::HeadKind::CausalLM);
+    auto plain = model::load_language_model(test::tiny_model(), model::HeadKind::CausalLM);
+    model::quantize_linears_4bit(*quantized, {});
+    {
+      torch::NoGradGuard no_grad;
+      auto q = quantized->named_modules("", false);
+      for (const auto& item : plain->named_modules("", false))
+        if (auto* l = dynamic_cast<model::LinearImpl*>(item.value().get()))
+          if (auto* ql = dynamic_cast<model::LinearImpl*>(q[item.key()].get()); ql && ql->quant4)
+            l->weight.copy_(model::dequantize_4bit(*ql->quant4, torch::kFloat32));
+    }
+    model::LoraConfig c;
+    c.r = 4;
+    c.dropout = 0.1;  // the dropped-out base product under DoRA
+    c.use_dora = dora;
+    c.target_modules = std::vector<std::string>{"all-linear"};
+    torch::manual_seed(3);
+    auto qi = model::apply_lora(*quantized, c);
+    torch::manual_seed(3);
+    model::apply_lora(*plain, c);
+    std::map<std::string, torch::Tensor> grads;
+    for (auto* m : {&quantized, &plain}) {
+      {
+        torch::NoGradGuard no_grad;
+        torch::manual_seed(5);
+        for (auto& p : (*m)->named_parameters(true))
+          if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0.0, 0.05);
+      }
+      (*m)->train();
+      torch::manual_seed(11);  // the same dropout masks
+      (*m)->forward({ids, {}, {}}).pow(2).mean().backward();
+    }
+    const auto qp = quantized->named_parameters(true), pp = plain->named_parameters(true);
+    int compared = 0;
+    for (const auto& p : qp) {
+      if (!p.value().grad().defined()) continue;
+      INFO(p.key());
+      CHECK((p.value().grad() - pp[p.key()].grad()).abs().max().item<double>() < 1e-5);
+      ++compared;
+    }
+    CHECK(compared == (dora ? 3 : 2) * static_cast<int>(qi.adapted.size()));
+  }
 }
