@@ -450,8 +450,11 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
   b.field(&T::adam_beta1, "adam_beta1", 0.9, "AdamW beta1.").min(0).max(1, true);
   b.field(&T::adam_beta2, "adam_beta2", 0.999, "AdamW beta2.").min(0).max(1, true);
   b.field(&T::adam_epsilon, "adam_epsilon", 1e-8, "AdamW epsilon.").min(0, true);
-  b.field(&T::optim, "optim", "adamw_torch_fused", "Optimizer (trlx implements AdamW).")
-      .one_of({"adamw_torch", "adamw_torch_fused"});
+  b.field(&T::optim, "optim", "adamw_torch_fused",
+          "Optimizer: AdamW (adamw_torch and adamw_torch_fused are the same update), or AdamW with both moments in "
+          "8 bits as bitsandbytes' AdamW8bit (adamw_8bit, adamw_bnb_8bit; paged_adamw_8bit is the same here: "
+          "trlx does not page optimizer state).")
+      .one_of({"adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit"});
   b.field(&T::max_grad_norm, "max_grad_norm", 1.0, "Clip the global gradient norm to this; 0 disables clipping.").min(0);
   b.field(&T::seed, "seed", 42, "Seed for initialisation, shuffling, dropout and sampling.");
   b.field(&T::data_seed, "data_seed", std::nullopt, "Seed for data shuffling only (defaults to seed).");

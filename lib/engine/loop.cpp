@@ -26,6 +26,7 @@
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "engine/device_memory.hpp"
+#include "engine/adamw8bit.hpp"
 #include "engine/fused_adamw.hpp"
 #include "dist/comm/comm_common.hpp"
 #include "core/stop.hpp"
@@ -366,7 +367,8 @@ std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const s
                               loss_scale_ ? " (fp16: they overflow at a loss scale of 1, that is unscaled)" : ""));
     }
     phases.mark("gradient norm and clipping", device_);
-    fused_adamw_step(*optimizer_);
+    if (is_adamw_8bit(config_.optim)) adamw_8bit_step(*optimizer_);
+    else fused_adamw_step(*optimizer_);
     strategy_->after_optimizer_step();
     if (loss_scale_) loss_scale_->update(/*overflow=*/false);
     phases.mark("optimizer step (and ZeRO/FSDP parameter updates)", device_);

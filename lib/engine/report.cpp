@@ -1,5 +1,6 @@
 // What a run tells its user: metrics reduced over ranks, JSONL and
 // TensorBoard logs, and the startup table.
+#include "engine/adamw8bit.hpp"
 #include "engine/device_memory.hpp"
 #include "engine/engine.hpp"
 #include "engine/engine_impl.hpp"
@@ -282,7 +283,7 @@ void Engine::Impl::print_startup(Trainer& trainer) {
                   : fmt::format("{:.0f} MiB resident at most during setup{}", host[0] / (1024.0 * 1024.0),
                                 world > 1 ? " (the largest rank)" : "");
   // What one rank holds for what trains: weights in their dtype, gradients
-  // in the trained weights' dtype, two fp32 Adam moments (and fp32 masters
+  // in the trained weights' dtype, two Adam moments (and fp32 masters
   // where ZeRO keeps them apart from the weights), each split over the ranks
   // where the strategy splits it.
   const double w = static_cast<double>(world);
@@ -294,7 +295,10 @@ void Engine::Impl::print_startup(Trainer& trainer) {
   const double masters = !split_state ? 0.0 : own_masters ? static_cast<double>(trainable) * 4 : trained_low * 4;
   const double rank_weights = strategy_->shards_parameters() ? weight_bytes / w : weight_bytes;
   const double rank_grads = split_grads ? trained_bytes / w : trained_bytes;
-  const double rank_adam = (static_cast<double>(trainable) * 8 + masters) / (split_state ? w : 1.0);
+  // Two moments: 8 bytes a value in fp32, about 2 (codes and block scales)
+  // with the 8-bit optimizer.
+  const double moment_bytes = is_adamw_8bit(config_.optim) ? 2.0 + 8.0 / 256 : 8.0;
+  const double rank_adam = (static_cast<double>(trainable) * moment_bytes + masters) / (split_state ? w : 1.0);
   const double mem = rank_weights + rank_grads + rank_adam;
   std::vector<std::pair<std::string, std::string>> rows = {
       {"trainer", config_.run_name ? fmt::format("{} (run {})", trainer_name_, *config_.run_name) : trainer_name_},
@@ -310,8 +314,14 @@ void Engine::Impl::print_startup(Trainer& trainer) {
                             config_.gradient_accumulation_steps, world, total_batch)},
       {"steps", fmt::format("{} ({} batches per epoch)", schedule_.total_steps, batches_per_epoch_)},
       {"schedule", fmt::format("{}, peak lr {:g}, warmup {} steps", schedule_.type, schedule_.base_lr, schedule_.warmup_steps)},
-      // adamw_torch and adamw_torch_fused name the same update; trlx has one AdamW.
-      {"optimizer", fmt::format("AdamW ({})", config_.optim)},
+      // adamw_torch and adamw_torch_fused name the same update; the 8-bit
+      // names keep the moments in 8 bits (paged is not paged here).
+      {"optimizer", is_adamw_8bit(config_.optim)
+                        ? fmt::format("AdamW, moments in 8 bits (blocks of 256; tensors under 4096 values in "
+                                      "fp32) ({}{})",
+                                      config_.optim,
+                                      config_.optim == "paged_adamw_8bit" ? ": not paged, as adamw_8bit" : "")
+                        : fmt::format("AdamW ({})", config_.optim)},
       {"precision", config_.fp16 ? "fp16 mixed, dynamic loss scale from 65536"
                     : config_.use_bf16() ? "bf16 mixed"
                                          : "fp32"},
@@ -348,7 +358,9 @@ void Engine::Impl::open_trackio() {
   if (!wanted || rank() != 0) return;
   // transformers names the run by run_name; without one, the output
   // directory's name does.
-  const std::string run = config_.run_name ? *config_.run_name : fs::absolute(output_dir_).lexically_normal().filename().string();
+  auto dir = fs::absolute(output_dir_).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "out/"
+  const std::string run = config_.run_name ? *config_.run_name : dir.filename().string();
   trackio_ = std::make_unique<io::TrackioRun>(config_.project, run, config::run_config_json());
   log::info("trackio: project '{}', run '{}' from step {} in {} (`trackio show --project {}` opens it)", config_.project,
             run, trackio_->next_step(), trackio_->path().string(), config_.project);

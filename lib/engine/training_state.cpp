@@ -472,6 +472,9 @@ void Engine::Impl::load_checkpoint_weights(const fs::path& dir) {
     strategy_->write_parameters(*policy_, [&](const std::string& name, torch::Tensor& p) {
       if (!src.contains(name))
         fail_input("resume_from_checkpoint: {} has no adapter tensor for {}", dir.string(), name);
+      // A 4-bit layer's float weight was released (load_in_4bit); its codes
+      // are the base's and stay.
+      if (p.numel() == 0 && src[name].numel() > 0) return;
       p.copy_(src[name]);
     });
   } else {

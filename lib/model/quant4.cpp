@@ -79,10 +79,10 @@ torch::Tensor code_4bit(const std::string& quant_type) {
   return torch::tensor(data, torch::kFloat32);
 }
 
-torch::Tensor dynamic_map_8bit() {
-  // bitsandbytes' signed dynamic map: for exponents 10^-6 .. 10^0, linearly
-  // spaced fractions in [0.1, 1] (their midpoints), positive and negative,
-  // then 0 and 1, sorted. Each product is a float32 tensor times a scalar,
+torch::Tensor dynamic_map_8bit(bool is_signed) {
+  // bitsandbytes' dynamic map: for exponents 10^-6 .. 10^0, linearly spaced
+  // fractions in [0.1, 1] (their midpoints), positive (and negative when
+  // signed), then 0 and 1, sorted. Each product is a float32 tensor times a scalar,
   // as its Python computes it.
   constexpr int kExponentBits = 7, kNonSignBits = 7;
   std::vector<float> data;
@@ -91,11 +91,14 @@ torch::Tensor dynamic_map_8bit() {
     auto means = (bounds.narrow(0, 0, items - 1) + bounds.narrow(0, 1, items - 1)) / 2.0;
     const double scale = std::pow(10.0, -(kExponentBits - 1) + i);
     for (double sign : {1.0, -1.0}) {
+      if (sign < 0 && !is_signed) break;
       auto v = (means * (sign * scale)).contiguous();
       data.insert(data.end(), v.data_ptr<float>(), v.data_ptr<float>() + v.numel());
     }
   };
-  for (int i = 0; i < kExponentBits; ++i) add((int64_t{1} << (i + kNonSignBits - kExponentBits)) + 1, i);
+  // Without a sign bit each exponent has twice the fractions.
+  for (int i = 0; i < kExponentBits; ++i)
+    add((int64_t{1} << (i + kNonSignBits - kExponentBits + (is_signed ? 0 : 1))) + 1, i);
   // No additional items: 2^(non-sign bits - exponent bits) - 1 = 0.
   data.push_back(0.0f);
   data.push_back(1.0f);

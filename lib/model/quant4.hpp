@@ -44,8 +44,9 @@ struct Quant4Weight {
 
 // bitsandbytes' 16 code values of `quant_type` (nf4 or fp4), float32.
 torch::Tensor code_4bit(const std::string& quant_type);
-// bitsandbytes' signed 8-bit dynamic map (create_dynamic_map), 256 values.
-torch::Tensor dynamic_map_8bit();
+// bitsandbytes' 8-bit dynamic map (create_dynamic_map), 256 values: signed
+// (4-bit scales, Adam's first moment) or unsigned (Adam's second moment).
+torch::Tensor dynamic_map_8bit(bool is_signed = true);
 
 // Blockwise 8-bit quantization with `code` (bitsandbytes'
 // quantize_blockwise): codes (uint8, the input's shape) and per-block absmax.

@@ -76,6 +76,33 @@ check "[ $? = 0 ]" || tail -5 "$TMP/q_one.log"
 check "[ $? = 0 ] && grep -q 'ddp (mpi communicator' '$TMP/q_two.log'" || tail -20 "$TMP/q_two.log"
 check "same_metric loss '$TMP/q_one' '$TMP/q_two'"
 
+# 8-bit AdamW (the QLoRA recipes' paged_adamw_8bit) with a 4-bit base: a
+# run interrupted at step 2 and resumed ends as the uninterrupted one; DDP
+# on 2 ranks equals one process (each rank quantizes the whole state), and
+# ZeRO-2 stays close (each rank quantizes its shard, in its own blocks).
+O="--config configs/sft.yaml --max_steps 4 --logging_steps 1 --save_steps 2 --eval_strategy no --bf16 false
+   --use_peft true --lora_dropout 0 --lora_target_modules all-linear --load_in_4bit true --optim paged_adamw_8bit
+   --learning_rate 1e-2"
+"$TRLX" sft $O --per_device_train_batch_size 8 --output_dir "$TMP/o8" >"$TMP/o8.log" 2>&1
+check "[ $? = 0 ] && grep -q 'moments in 8 bits' '$TMP/o8.log' && grep -q 'not paged' '$TMP/o8.log'" || tail -5 "$TMP/o8.log"
+"$TRLX" sft $O --per_device_train_batch_size 8 --output_dir "$TMP/o8r" --resume_from_checkpoint "$TMP/o8/checkpoint-2" \
+  >"$TMP/o8r.log" 2>&1
+check "[ $? = 0 ]" || tail -5 "$TMP/o8r.log"
+check "python3 - '$TMP/o8/metrics.jsonl' '$TMP/o8r/metrics.jsonl' <<'PY'
+import json, sys
+loss = lambda f: {r['step']: r['loss'] for r in map(json.loads, open(f)) if 'loss' in r}
+a, b = loss(sys.argv[1]), loss(sys.argv[2])
+assert sorted(k for k in b if k > 2) == [3, 4] and all(a[k] == b[k] for k in (3, 4)), (a, b)
+PY"
+"$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $O --per_device_train_batch_size 4 --save_strategy no \
+  --output_dir "$TMP/o8ddp" >"$TMP/o8ddp.log" 2>&1
+check "[ $? = 0 ]" || tail -5 "$TMP/o8ddp.log"
+check "same_metric loss '$TMP/o8' '$TMP/o8ddp'"
+"$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $O --per_device_train_batch_size 4 --save_strategy no \
+  --accelerate_config zero2 --output_dir "$TMP/o8z2" >"$TMP/o8z2.log" 2>&1
+check "[ $? = 0 ]" || tail -5 "$TMP/o8z2.log"
+check "same_metric loss '$TMP/o8' '$TMP/o8z2' 1e-3"
+
 # Bad input: exit 2, naming what is wrong; a failed merge leaves --out alone.
 "$TRLX" merge-lora --base examples/tiny-model --adapter "$TMP/nothing" --out "$TMP/m2" >"$TMP/o" 2>&1
 check "[ $? = 2 ] && grep -q 'adapter_config.json' '$TMP/o' && [ ! -e '$TMP/m2' ]"
