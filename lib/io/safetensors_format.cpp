@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <sstream>
 #include <unordered_map>
@@ -951,6 +953,20 @@ ShardIndex parse_index(std::string_view text, std::string_view label) {
 
 // ---- files ---------------------------------------------------------------
 
+namespace {
+
+// Every live mapping: start address -> size (MappedFile::release).
+std::map<uintptr_t, size_t>& live_mappings() {
+  static std::map<uintptr_t, size_t> live;
+  return live;
+}
+std::mutex& live_mappings_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+}  // namespace
+
 std::shared_ptr<MappedFile> MappedFile::open(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -983,12 +999,36 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::filesystem::path& path) 
     m->data_ = static_cast<uint8_t*>(p);
   }
   m->fd_ = fd;
+  if (m->data_) {
+    std::lock_guard<std::mutex> lock(live_mappings_mutex());
+    live_mappings()[reinterpret_cast<uintptr_t>(m->data_)] = m->size_;
+  }
   return m;
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(data_, size_);
+  if (data_) {
+    {
+      std::lock_guard<std::mutex> lock(live_mappings_mutex());
+      live_mappings().erase(reinterpret_cast<uintptr_t>(data_));
+    }
+    ::munmap(data_, size_);
+  }
   if (fd_ >= 0) ::close(fd_);
+}
+
+bool MappedFile::release(const void* p, size_t n) {
+  const auto start = reinterpret_cast<uintptr_t>(p), end = start + n;
+  std::lock_guard<std::mutex> lock(live_mappings_mutex());
+  auto& live = live_mappings();
+  auto it = live.upper_bound(start);
+  if (it == live.begin()) return false;
+  --it;
+  if (end > it->first + it->second) return false;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (start + page - 1) / page * page, last = end / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  return true;
 }
 
 void MappedFile::read(void* dst, uint64_t offset, size_t n) const {

@@ -163,6 +163,12 @@ class MappedFile {
   // Copies bytes [offset, offset + n) of the file into `dst` with pread: for
   // copies this beats faulting the mapping in page by page.
   void read(void* dst, uint64_t offset, size_t n) const;
+  // Gives back the resident pages that lie wholly inside [p, p + n) when that
+  // range is inside a live mapping (madvise MADV_DONTNEED), for a caller
+  // that will not read those bytes again (a weight quantized and released):
+  // touched again, they read as the file's bytes. False, and nothing done,
+  // for memory that is not a mapping.
+  static bool release(const void* p, size_t n);
 
  private:
   MappedFile() = default;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "io/safetensors_format.hpp"
 
 namespace trlx::model {
 
@@ -187,6 +188,11 @@ QuantizedModel quantize_linears_4bit(LanguageModelImpl& m, const Quant4Options& 
     l->register_module("quant4", holder);
     out.float_bytes += l->weight.numel() * static_cast<int64_t>(torch::elementSize(m.placed_dtype(l->weight)));
     out.bytes += q->bytes();
+    // A weight still viewing its checkpoint's mapping gives back the pages
+    // quantizing it read, so the float base is never resident whole.
+    if (l->weight.is_cpu() && l->weight.is_contiguous())
+      io::MappedFile::release(l->weight.data_ptr(),
+                              static_cast<size_t>(l->weight.numel()) * static_cast<size_t>(l->weight.element_size()));
     l->weight.set_data(torch::empty({0}, l->weight.options()));
     l->quant4 = std::move(q);
     ++out.layers;

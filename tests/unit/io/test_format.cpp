@@ -8,6 +8,9 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <vector>
+
+#include <unistd.h>
 
 #include "core/error.hpp"
 #include "helpers.hpp"
@@ -387,4 +390,37 @@ TEST_CASE("swap_in_directory: new, replaced, and a failed rename puts the old on
   entries = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(d.path())) ++entries;
   CHECK(entries == 1);
+}
+
+TEST_CASE("a mapped file gives back the pages of a range it is asked to release, and nothing else", "[io][mmap]") {
+  // Resident memory from /proc (this process's whole RSS).
+  auto resident_mib = [] {
+    std::ifstream statm("/proc/self/statm");
+    long pages = 0, resident = 0;
+    statm >> pages >> resident;
+    return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
+  };
+  TempDir tmp;
+  const auto file = tmp.path() / "big.bin";
+  {
+    std::ofstream out(file, std::ios::binary);
+    std::vector<char> chunk(1 << 20, 7);
+    for (int i = 0; i < 64; ++i) out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+  }
+  auto m = MappedFile::open(file);
+  long sum = 0;
+  for (size_t i = 0; i < m->size(); i += 4096) sum += m->data()[i];  // every page resident
+  CHECK(sum == 7 * static_cast<long>(m->size() / 4096));
+  const double before = resident_mib();
+  CHECK(MappedFile::release(m->data() + 100, m->size() - 200));
+  const double after = resident_mib();
+  INFO("resident " << before << " MiB before, " << after << " MiB after");
+  CHECK(before - after > 48);
+  // The bytes read as the file's again.
+  CHECK(m->data()[5 << 20] == 7);
+  // Memory that is not a mapping, or reaches past one, is left alone.
+  std::vector<char> heap(1 << 20, 1);
+  CHECK_FALSE(MappedFile::release(heap.data(), heap.size()));
+  CHECK(heap[4096] == 1);
+  CHECK_FALSE(MappedFile::release(m->data(), m->size() + 4096));
 }

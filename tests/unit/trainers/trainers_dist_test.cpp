@@ -64,7 +64,7 @@ void on_each_strategy(const std::string& what, const std::function<test::StepVal
                       const test::Flags& flags = {}) {
   for (const auto& preset : kStrategies) {
     DYNAMIC_SECTION(what << " under " << preset) {
-      test::Run run{world(), {{"accelerate_config", preset}}};
+      test::Run run{world(), {{"accelerate_config", preset}}, {}};
       run.flags.insert(run.flags.end(), flags.begin(), flags.end());
       test::StepValues got;
       try {
@@ -136,7 +136,7 @@ TEST_CASE("dist DPO with LoRA, the reference being the policy with adapters disa
   // Dropout masks depend on how rows are split across ranks.
   cs["config"]["lora_dropout"] = 0.0;
   cs["separate_reference"] = false;
-  const auto single = test::dpo_steps(cs, {dist::make_single_communicator(), {}});
+  const auto single = test::dpo_steps(cs, {dist::make_single_communicator(), {}, {}});
   // Adapters trained: by step 3 the policy is not the reference.
   REQUIRE(single.size() == 3);
   CHECK(single[2].at("rewards/margins") != 0.0);
@@ -186,7 +186,7 @@ TEST_CASE("dist GRPO with tools, later turns sampled: a rank with no tool calls 
   for (const auto& [preset, gather] : std::vector<std::pair<std::string, std::string>>{
            {"zero3", "true"}, {"zero3", "false"}, {"fsdp", "true"}, {"multi_gpu", "true"}}) {
     DYNAMIC_SECTION(preset << " ds3_gather_for_generation " << gather) {
-      test::Run run{world(), {{"accelerate_config", preset}, {"ds3_gather_for_generation", gather}}};
+      test::Run run{world(), {{"accelerate_config", preset}, {"ds3_gather_for_generation", gather}}, {}};
       run.sample_tool_turns = true;
       const auto got = test::online_steps(cs, "grpo", run);
       REQUIRE(got.size() == 3);
@@ -284,7 +284,7 @@ TEST_CASE("dist LoRA with gradient checkpointing, every trainer: 2 ranks under e
   // the reference of the sharded strategies.
   auto check = [&](const std::string& what, const std::function<test::StepValues(const test::Run&)>& replay,
                    bool rank_invariant) {
-    test::Run reference{dist::make_single_communicator(), lora};
+    test::Run reference{dist::make_single_communicator(), lora, {}};
     if (!rank_invariant) {
       reference.comm = world();
       reference.flags.emplace_back("accelerate_config", "multi_gpu");
