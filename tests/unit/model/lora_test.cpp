@@ -322,15 +322,19 @@ TEST_CASE("trlx writes PEFT's tensor names and adapter_config keys", "[model][lo
   }
 }
 
-TEST_CASE("trlx still writes the adapter that PEFT was checked to load", "[model][lora][golden]") {
-  // tests/data/lora/trlx_saved was written by trlx and loaded by
-  // PeftModel.from_pretrained in lora_fixtures.py, with PEFT's logits equal.
-  const auto saved = lora_data() / "trlx_saved";
+TEST_CASE("trlx still writes the adapters that PEFT was checked to load", "[model][lora][golden]") {
+  // tests/data/lora/trlx_saved (LoRA) and trlx_saved_dora (DoRA) were
+  // written by trlx and loaded by PeftModel.from_pretrained in
+  // lora_fixtures.py, with PEFT's logits equal.
+  for (const auto& [dir, from] : {std::pair<const char*, const char*>{"trlx_saved", "all_linear"},
+                                  std::pair<const char*, const char*>{"trlx_saved_dora", "dora"}}) {
+  INFO(dir);
+  const auto saved = lora_data() / dir;
   auto check = read_json(saved / "peft_check.json");
   CHECK(check["ok"] == true);
   CHECK(check["max_abs_diff_vs_peft_logits"].get<double>() < 1e-5);
   auto m = base();
-  auto info = model::load_adapter(lora_data() / "all_linear" / "adapter", *m);
+  auto info = model::load_adapter(lora_data() / from / "adapter", *m);
   TempDir tmp;
   model::AdapterSaveOptions o;
   o.base_model_name_or_path = "examples/tiny-model";
@@ -340,6 +344,7 @@ TEST_CASE("trlx still writes the adapter that PEFT was checked to load", "[model
   auto want = io::SafetensorsFile::open(saved / "adapter_model.safetensors");
   CHECK(tensor_names(tmp.path / "a" / "adapter_model.safetensors") == tensor_names(saved / "adapter_model.safetensors"));
   for (const auto& t : want.tensors()) CHECK(torch::equal(got.get(t.name), want.get(t.name)));
+  }
 }
 
 TEST_CASE("save and load round trip: same adapters, same logits", "[model][lora]") {
@@ -471,10 +476,13 @@ TEST_CASE("LoRA bad input: clear errors, exit 2", "[model][lora][errors]") {
 // Not run by default: lora_fixtures.py --trlx-test runs it to have PEFT load
 // what trlx writes.
 TEST_CASE("export a trlx-saved adapter for PEFT to load", "[.lora_export]") {
+  // TRLX_LORA_EXPORT_CASE: the PEFT case trlx loads and saves again
+  // (all_linear by default; dora).
   const char* out = std::getenv("TRLX_LORA_EXPORT_DIR");
   REQUIRE(out);
+  const char* which = std::getenv("TRLX_LORA_EXPORT_CASE");
   auto m = base();
-  auto info = model::load_adapter(lora_data() / "all_linear" / "adapter", *m);
+  auto info = model::load_adapter(lora_data() / (which ? which : "all_linear") / "adapter", *m);
   model::AdapterSaveOptions o;
   o.base_model_name_or_path = "examples/tiny-model";
   model::save_adapter(out, *m, info, o);
