@@ -14,7 +14,9 @@
 // again (to the nearest code, bitsandbytes' reference rule).
 #include <string>
 
-#include <torch/torch.h>
+namespace torch::optim {
+class AdamW;
+}  // namespace torch::optim
 
 namespace trlx::engine {
 

@@ -14,9 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
-#include "model/decoder.hpp"
+#include "model/decoder.hpp"  // LibTorch comes with it
 
 namespace trlx::model {
 
