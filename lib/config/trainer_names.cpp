@@ -5,7 +5,8 @@ namespace trlx::config {
 
 const std::vector<std::string>& trainer_names() {
   static const std::vector<std::string> names = {"sft",  "dpo",  "kto",        "reward", "cpo",
-                                                 "orpo", "grpo", "rloo", "online-dpo", "ppo"};
+                                                 "orpo", "grpo", "rloo", "online-dpo", "ppo",
+                                                 "distill"};
   return names;
 }
 

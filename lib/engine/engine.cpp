@@ -106,6 +106,10 @@ losses::TokenLogProbs Engine::logprobs(Role role, const torch::Tensor& hidden, c
 torch::Tensor Engine::head(Role role, const torch::Tensor& hidden) { return impl_->head(role, hidden); }
 torch::Tensor Engine::mean_logits(Role role, const torch::Tensor& hidden) { return impl_->mean_logits(role, hidden); }
 torch::Tensor Engine::head_weight(Role role) { return impl_->head_weight(role); }
+std::vector<torch::Tensor> Engine::with_heads(Role trained, const torch::Tensor& input, Role frozen,
+                                           const TwoHeads& compute) {
+  return impl_->with_heads(trained, input, frozen, compute);
+}
 const model::ModelConfig& Engine::model_config(Role role) { return impl_->model_config(role); }
 model::Generation Engine::generate(const std::vector<std::vector<int64_t>>& prompts, model::GenerationOptions options,
                                    const GenerationPlacement& placement) {

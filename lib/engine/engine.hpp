@@ -11,6 +11,7 @@
 // behind Impl (engine/engine_impl.hpp).
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -94,6 +95,15 @@ class Engine {
   // (a model with soft-capped logits builds them, one sequence at a time).
   // No gradient.
   at::Tensor mean_logits(Role role, const at::Tensor& hidden);
+  // Runs `compute` with two models' head weights at hand at once (both
+  // gathered under sharding), under the run's precision: `trained`'s, through
+  // which gradients flow back to `input` (its hidden states) and to the
+  // weight, and `frozen`'s, a separate frozen model's (a distillation
+  // teacher as Role::Reference), read without gradient. Returns what
+  // `compute` returns.
+  using TwoHeads = std::function<std::vector<at::Tensor>(const at::Tensor& trained_weight,
+                                                         const at::Tensor& frozen_weight)>;
+  std::vector<at::Tensor> with_heads(Role trained, const at::Tensor& input, Role frozen, const TwoHeads& compute);
   // The head weight of the model in `role`, detached (for statistics over
   // the vocabulary that no loss differentiates, e.g. WPO weights).
   at::Tensor head_weight(Role role);

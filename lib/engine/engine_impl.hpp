@@ -52,6 +52,8 @@ struct Engine::Impl {
   torch::Tensor head(Role role, const torch::Tensor& hidden);
   torch::Tensor mean_logits(Role role, const torch::Tensor& hidden);
   torch::Tensor head_weight(Role role);
+  std::vector<torch::Tensor> with_heads(Role trained, const torch::Tensor& input, Role frozen,
+                                        const Engine::TwoHeads& compute);
   const model::ModelConfig& model_config(Role role);
   model::Generation generate(const std::vector<std::vector<int64_t>>& prompts, model::GenerationOptions options,
                              const GenerationPlacement& placement);

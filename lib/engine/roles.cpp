@@ -117,6 +117,35 @@ torch::Tensor Engine::Impl::head_weight(Role role) {
   return w;
 }
 
+std::vector<torch::Tensor> Engine::Impl::with_heads(Role trained, const torch::Tensor& input, Role frozen,
+                                                 const Engine::TwoHeads& compute) {
+  if (trained == Role::Reference || frozen == Role::Policy || trained == frozen)
+    throw Error("with_heads: the first role is the trained model's and the second a frozen one's");
+  if (frozen == Role::Reference && !reference_)
+    throw Error("with_heads: the frozen model must be a separate model (set_reference), not the policy with its "
+                "adapters off");
+  RoleScope scope(*this, trained);
+  auto& other = model_for(frozen);
+  Autocast ac(autocast_dtype(), device_.type(), !strategy_->shards_parameters());
+  auto& m = scope.model;
+  // The frozen head is gathered inside the trained one's and hands nothing
+  // to its hook, so it is released as soon as `compute` returns; the outputs
+  // go through the trained head's hook, which prepares its backward.
+  return m.with_head(input, [&] {
+    std::vector<torch::Tensor> out;
+    other.with_head(torch::Tensor(), [&] {
+      torch::Tensor frozen_weight;
+      {
+        torch::NoGradGuard no_grad;
+        frozen_weight = other.head_weight().detach();
+      }
+      out = compute(m.head_weight(), frozen_weight);
+      return std::vector<torch::Tensor>{};
+    });
+    return out;
+  });
+}
+
 void Engine::Impl::sync_reference_every(int64_t every_steps, double alpha) {
   if (every_steps < 1) fail_input("ref_model_sync_steps must be at least 1, not {}", every_steps);
   if (!reference_)

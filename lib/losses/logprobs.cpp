@@ -9,29 +9,14 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "core/error.hpp"
+#include "losses/kernel_support.hpp"
 
 namespace trlx::losses {
 
 namespace {
 
-std::string shape(c10::IntArrayRef sizes) { return fmt::format("[{}]", fmt::join(sizes, ", ")); }
-
-// Inside the log-prob Functions the inputs already have the compute dtype, so
-// autocast must not recast anything (the fp32 softmax math stays fp32 and the
-// in-place accumulations keep their buffers' dtypes).
-class AutocastOff {
- public:
-  explicit AutocastOff(c10::DeviceType device) : device_(device), prev_(at::autocast::is_autocast_enabled(device)) {
-    at::autocast::set_autocast_enabled(device_, false);
-  }
-  ~AutocastOff() { at::autocast::set_autocast_enabled(device_, prev_); }
-  AutocastOff(const AutocastOff&) = delete;
-  AutocastOff& operator=(const AutocastOff&) = delete;
-
- private:
-  c10::DeviceType device_;
-  bool prev_;
-};
+using detail::AutocastOff;
+using detail::shape;
 
 // fp32 logits of some hidden rows [c, H] against weight [V, H] (soft cap and
 // temperature applied), rounded to the compute dtype first exactly as a

@@ -258,6 +258,11 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
     lin.lora_B = std::make_shared<LinearImpl>(config.r, out, false);
     // A: kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)),
     // drawn in fp32 whatever the dtype; B: zero, so the output is unchanged.
+    // The random stream is used as PEFT uses it: its two nn.Linear draw
+    // their default weights (A's shape, then B's) before A is drawn again,
+    // so with the same seed the adapters start where PEFT's do.
+    torch::empty({config.r, in}, torch::kFloat32).uniform_();
+    torch::empty({out, config.r}, torch::kFloat32).uniform_();
     auto a = torch::empty({config.r, in}, torch::kFloat32);
     torch::nn::init::kaiming_uniform_(a, std::sqrt(5.0));
     lin.lora_A->weight.set_data(a.to(opts));

@@ -229,7 +229,7 @@ OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer, c
                                      c.dataset_test_split, setup, schemas, max_context);
   const config::TrainingConfig run = engine_config(c);
   std::optional<Reference> reference;
-  if (c.beta != 0 || setup.always_reference)
+  if ((c.beta != 0 && setup.beta_weighs_reference) || setup.always_reference)
     reference = load_reference(run, policy, c.ref_model, false, model::HeadKind::CausalLM);
   r.engine = std::make_unique<engine::Engine>(run, std::move(policy), trainer, std::move(value_model));
   if (reference && reference->separate) r.engine->set_reference(reference->separate);
@@ -318,38 +318,68 @@ engine::TensorMap OnlineTrainer::collate(const std::string&, const std::vector<s
   throw Error(fmt::format("the {} trainer trains on generation rounds, not on collated batches", name_));
 }
 
+namespace {
+
+// Where a micro-batch's completion tokens are predicted among the hidden
+// states a forward gave from position `from` on ([B, t]): rows are prompt,
+// completion, then padding; hidden state p predicts token p + 1, so
+// completion token j of row b is predicted at prompt_length_b - 1 + j.
+struct CompletionPositions {
+  torch::Tensor index;      // [B, C] into the hidden states (clamped past a row's end, where it repeats)
+  torch::Tensor real;       // [B, C] bool: j is within the completion
+  torch::Tensor positions;  // [B, t - 1] bool: the hidden states that predict a completion token
+};
+CompletionPositions completion_positions(const engine::TensorMap& batch, int64_t from, int64_t t, torch::Device dev) {
+  const auto prompt_len = batch.at("prompt_lengths").to(dev);
+  const auto lengths = batch.at("completion_lengths").to(dev);
+  const int64_t c = batch.at("completion_mask").size(1);
+  const auto j = torch::arange(c, torch::TensorOptions().dtype(torch::kInt64).device(dev)).unsqueeze(0);
+  CompletionPositions out;
+  out.real = j < lengths.unsqueeze(1);
+  out.index = (prompt_len.unsqueeze(1) - 1 - from + j).clamp_max(t - 2).clamp_min(0);
+  const auto pos = torch::arange(t - 1, j.options()).unsqueeze(0);
+  const auto first = prompt_len.unsqueeze(1) - 1 - from;
+  out.positions = (pos >= first) & (pos < first + lengths.unsqueeze(1));
+  return out;
+}
+
+// The forward of `role` over a micro-batch's rows, from the shortest
+// prompt's last position on (the ones before predict nothing read).
+torch::Tensor rows_forward(engine::Engine& engine, engine::Role role, const engine::TensorMap& batch) {
+  model::Batch in{batch.at("input_ids"), batch.at("attention_mask"), {}, {}};
+  in.outputs_from = engine::host_count(batch, "outputs_from");
+  return engine.forward(role, in);
+}
+
+}  // namespace
+
+torch::Tensor OnlineTrainer::completion_hidden(engine::Engine& engine, engine::Role role,
+                                               const engine::TensorMap& batch) {
+  const auto hidden = rows_forward(engine, role, batch);
+  const int64_t from = engine::host_count(batch, "outputs_from");
+  const auto at = completion_positions(batch, from, batch.at("input_ids").size(1) - from, hidden.device());
+  const int64_t b = hidden.size(0), c = at.index.size(1);
+  return hidden.gather(1, at.index.unsqueeze(-1).expand({b, c, hidden.size(2)}));
+}
+
 losses::TokenLogProbs OnlineTrainer::completion_logprobs(engine::Engine& engine, engine::Role role,
                                                          const engine::TensorMap& batch, bool entropy,
                                                          bool entropy_grad) {
-  // Rows are prompt, completion, then padding; hidden state t predicts
-  // token t + 1, so completion token j of row b is predicted at
-  // prompt_length_b - 1 + j. Hidden states come from position `from` on
-  // (the shortest prompt's last token): the ones before predict nothing read.
   const auto& ids = batch.at("input_ids");
-  model::Batch in{ids, batch.at("attention_mask"), {}, {}};
-  in.outputs_from = engine::host_count(batch, "outputs_from");
-  const int64_t from = in.outputs_from;
-  const auto hidden = engine.forward(role, in);
+  const int64_t from = engine::host_count(batch, "outputs_from");
+  const auto hidden = rows_forward(engine, role, batch);
   const auto dev = hidden.device();
-  const auto prompt_len = batch.at("prompt_lengths").to(dev);
-  const auto lengths = batch.at("completion_lengths").to(dev);
-  const int64_t b = ids.size(0), t = ids.size(1) - from, c = batch.at("completion_mask").size(1);
-  const auto j = torch::arange(c, torch::TensorOptions().dtype(torch::kInt64).device(dev)).unsqueeze(0);
-  const auto real = j < lengths.unsqueeze(1);
-  const auto index = (prompt_len.unsqueeze(1) - 1 - from + j).clamp_max(t - 2).clamp_min(0);
-  // The positions that predict a completion token (index holds them, but
-  // clamped past a short row's end, where it repeats).
-  const auto pos = torch::arange(t - 1, j.options()).unsqueeze(0);
-  const auto first = prompt_len.unsqueeze(1) - 1 - from;
-  const auto positions = (pos >= first) & (pos < first + lengths.unsqueeze(1));
+  const int64_t b = ids.size(0), t = ids.size(1) - from;
+  const auto at = completion_positions(batch, from, t, dev);
   losses::TokenLogProbs out;
   if (entropy_grad) {
     // The hidden states of the completion positions only, then their logits.
-    const auto h = hidden.gather(1, index.unsqueeze(-1).expand({b, c, hidden.size(2)}));
+    const int64_t c = at.index.size(1);
+    const auto h = hidden.gather(1, at.index.unsqueeze(-1).expand({b, c, hidden.size(2)}));
     const auto logits = engine.head(role, h).to(torch::kFloat32) / logprob_temperature_;
     const auto logp = torch::log_softmax(logits, -1);
     const auto targets = batch.at("completion_ids").to(dev);
-    const auto realf = real.to(torch::kFloat32);
+    const auto realf = at.real.to(torch::kFloat32);
     out.logps = logp.gather(2, targets.unsqueeze(-1)).squeeze(-1) * realf;
     out.entropy = -(logp.exp() * logp).sum(-1) * realf;
     return out;
@@ -357,10 +387,10 @@ losses::TokenLogProbs OnlineTrainer::completion_logprobs(engine::Engine& engine,
   losses::LogProbOptions o;
   o.temperature = logprob_temperature_;
   o.entropy = entropy;
-  auto lp = engine.logprobs(role, hidden.slice(1, 0, t - 1), ids.to(dev).slice(1, from + 1), positions, o);
-  const auto realf = real.to(lp.logps.scalar_type());
-  out.logps = lp.logps.gather(1, index) * realf;
-  if (entropy) out.entropy = lp.entropy.gather(1, index) * realf;
+  auto lp = engine.logprobs(role, hidden.slice(1, 0, t - 1), ids.to(dev).slice(1, from + 1), at.positions, o);
+  const auto realf = at.real.to(lp.logps.scalar_type());
+  out.logps = lp.logps.gather(1, at.index) * realf;
+  if (entropy) out.entropy = lp.entropy.gather(1, at.index) * realf;
   return out;
 }
 
@@ -739,7 +769,7 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   };
   const int64_t chunks = (local + bs - 1) / bs;
   std::vector<torch::Tensor> old_logps, ref_logps;
-  const bool want_ref = config_.beta != 0;
+  const bool want_ref = needs_ref_logps();
   auto t0 = Clock::now();
   if (want_old || want_ref) {
     torch::NoGradGuard no_grad;
@@ -768,9 +798,11 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   if (reward_includes_kl()) seq_kl = full.select(1, c_kl).to(torch::kFloat32);
 
   // --- advantages over the whole round ------------------------------------
+  const bool scores = scores_completions();
   const auto rewards_per_func = full.slice(1, 0, f).to(torch::kFloat32);
   const auto weights = torch::tensor(weights_, torch::kFloat64).to(torch::kFloat32);
-  const auto adv = advantages(rewards_per_func, weights, seq_kl, ng);
+  losses::Advantages adv;
+  if (scores) adv = advantages(rewards_per_func, weights, seq_kl, ng);
   if (config_.log_completions && !shape.eval)
     keep_round_log(engine, split, round_prompts, ng, completions, full.select(1, c_ids), rewards_per_func,
                    adv.advantages);
@@ -800,19 +832,22 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   // A function's null answers (skipped completions) are counted as a
   // share of the round's completions.
   const auto nulls = torch::isnan(rewards_per_func);
-  for (int64_t k = 0; k < f; ++k) {
+  for (int64_t k = 0; scores && k < f; ++k) {
     const auto col = rewards_per_func.select(1, k);
     const auto& n = reward_functions_[static_cast<size_t>(k)]->name();
     m.add_entry("rewards/" + n + "/mean", nanmean_of(col));
     m.add_entry("rewards/" + n + "/std", losses::nanstd(col.to(torch::kFloat64)).item<double>());
     m.add_entry("rewards/" + n + "/null_frac", nulls.select(1, k).to(torch::kFloat64).mean().item<double>());
   }
-  m.add_entry("reward", nanmean_of(adv.rewards));
-  m.add_entry("reward_std", losses::nanstd(adv.rewards.to(torch::kFloat64)).item<double>());
-  const double frac_zero_std = adv.std_is_zero.to(torch::kFloat64).mean().item<double>();
-  m.add_entry("frac_reward_zero_std", frac_zero_std);
-  if (!shape.eval && engine.rank() == 0)  // the round's metrics are every rank's: one warning
-    warn_if_unlearnable(engine.global_step() + 1, f > 0 ? nulls.all(1).sum().item<int64_t>() : 0, g, frac_zero_std);
+  if (scores) {
+    m.add_entry("reward", nanmean_of(adv.rewards));
+    m.add_entry("reward_std", losses::nanstd(adv.rewards.to(torch::kFloat64)).item<double>());
+    const double frac_zero_std = adv.std_is_zero.to(torch::kFloat64).mean().item<double>();
+    m.add_entry("frac_reward_zero_std", frac_zero_std);
+    if (!shape.eval && engine.rank() == 0)  // the round's metrics are every rank's: one warning
+      warn_if_unlearnable(engine.global_step() + 1, f > 0 ? nulls.all(1).sum().item<int64_t>() : 0, g,
+                          frac_zero_std);
+  }
   if (!shape.eval) {
     if (tools_) {
       // The prompts and the model's own tokens (TRL leaves tool results out).
@@ -826,12 +861,13 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
   }
 
   // --- micro-batches --------------------------------------------------------
-  const auto local_adv = adv.advantages.slice(0, first, first + local).to(torch::kFloat32);
+  torch::Tensor local_adv;
+  if (scores) local_adv = adv.advantages.slice(0, first, first + local).to(torch::kFloat32);
   const auto items = torch::full({}, loss_tokens, torch::kFloat64);
   for (int64_t mi = 0; mi < shape.micro_batches; ++mi) {
     auto mb = micro(mi);
     const int64_t lo = mi * bs, hi = std::min(local, lo + bs);
-    mb["advantages"] = local_adv.slice(0, lo, hi);
+    if (scores) mb["advantages"] = local_adv.slice(0, lo, hi);
     mb["round_completion_tokens"] = items;
     if (want_old && !shape.eval) mb["old_logps"] = old_logps[static_cast<size_t>(mi)].cpu();
     if (want_ref) mb["ref_logps"] = ref_logps[static_cast<size_t>(mi)].cpu();
@@ -881,13 +917,21 @@ void GroupTrainer::keep_round_log(engine::Engine& engine, const PromptSplit& spl
   RoundLog log;
   for (int64_t s = 0; s < g; ++s) {
     const auto u = static_cast<size_t>(s);
-    log.prompts.push_back(split.examples.at(round_prompts.at(static_cast<size_t>(s / group))).prompt);
+    const auto& example = split.examples.at(round_prompts.at(static_cast<size_t>(s / group)));
+    if (scores_completions()) {
+      log.prompts.push_back(example.prompt);
+    } else {
+      const std::vector<int32_t> prompt_ids(example.prompt_ids.begin(), example.prompt_ids.end());
+      log.prompts.push_back(tokenizer_.decode(prompt_ids, /*skip_special_tokens=*/true));
+    }
     std::vector<int32_t> slot_ids;
     for (size_t t = offset[u]; t < offset[u + 1]; ++t) slot_ids.push_back(static_cast<int32_t>(ids[t]));
     log.completions.push_back(tokenizer_.decode(slot_ids, /*skip_special_tokens=*/true));
   }
-  log.rewards = rewards.to(torch::kFloat32).contiguous();
-  log.advantages = advantages.to(torch::kFloat32).contiguous();
+  if (scores_completions()) {
+    log.rewards = rewards.to(torch::kFloat32).contiguous();
+    log.advantages = advantages.to(torch::kFloat32).contiguous();
+  }
   round_log_ = std::move(log);
 }
 
@@ -923,7 +967,9 @@ void GroupTrainer::on_log(engine::Engine& engine, int64_t step) {
   const auto& r = *round_log_;
   const size_t n = r.completions.size();
   using Kind = data::TableColumn::Kind;
-  const bool chat = prompts_.conversational;
+  // Distillation's logs hold text whatever the prompts are.
+  const bool scores = scores_completions();
+  const bool chat = prompts_.conversational && scores;
   std::vector<data::TableColumn> table;
   table.push_back({"step", Kind::Int64, std::vector<data::Value>(n, step)});
   table.push_back({"prompt", chat ? Kind::Messages : Kind::Text, {}});
@@ -941,17 +987,19 @@ void GroupTrainer::on_log(engine::Engine& engine, int64_t step) {
       table[2].values.push_back(r.completions[i]);
     }
   }
-  const auto names = reward_names();
-  const auto* rw = r.rewards.data_ptr<float>();
+  const auto names = scores ? reward_names() : std::vector<std::string>{};
+  const float* rw = scores ? r.rewards.data_ptr<float>() : nullptr;
+  const float* av = scores ? r.advantages.data_ptr<float>() : nullptr;
   for (size_t k = 0; k < names.size(); ++k) {
     data::TableColumn c{names[k], Kind::Double, {}};
     for (size_t i = 0; i < n; ++i) c.values.push_back(static_cast<double>(rw[i * names.size() + k]));
     table.push_back(std::move(c));
   }
-  data::TableColumn adv{"advantage", Kind::Double, {}};
-  const auto* av = r.advantages.data_ptr<float>();
-  for (size_t i = 0; i < n; ++i) adv.values.push_back(static_cast<double>(av[i]));
-  table.push_back(std::move(adv));
+  if (scores) {
+    data::TableColumn adv{"advantage", Kind::Double, {}};
+    for (size_t i = 0; i < n; ++i) adv.values.push_back(static_cast<double>(av[i]));
+    table.push_back(std::move(adv));
+  }
   const auto dir = engine.output_dir() / "completions";
   const auto file = dir / fmt::format("completions_{:05d}.parquet", step);
   std::error_code ec;
@@ -973,7 +1021,7 @@ void GroupTrainer::on_log(engine::Engine& engine, int64_t step) {
     out += fmt::format("\n  [{}] prompt     {}\n      completion {}\n     ", i, printable(r.prompts[i]),
                        printable(table[2].values[i]));
     for (size_t k = 0; k < names.size(); ++k) out += fmt::format(" {} {:.2f}", names[k], rw[i * names.size() + k]);
-    out += fmt::format("  advantage {:.2f}", av[i]);
+    if (scores) out += fmt::format("  advantage {:.2f}", av[i]);
   }
   log::info("{}", out);
 }

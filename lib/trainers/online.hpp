@@ -53,6 +53,10 @@ struct OnlineSetup {
   // renders it (one ending with an assistant turn is continued, not
   // answered); otherwise always with the generation prompt.
   bool prompts_as_data_utils = false;
+  // beta is the KL coefficient towards a reference, loaded when beta > 0;
+  // false: beta means something else (distillation's divergence) and no
+  // reference is loaded here.
+  bool beta_weighs_reference = true;
 };
 
 // The prompts of one split: plain text tokenized (with the tokenizer's
@@ -217,6 +221,12 @@ class OnlineTrainer : public engine::Trainer {
                               const std::vector<std::vector<int64_t>>& completions,
                               const std::vector<bool>& masked,
                               const std::vector<std::vector<uint8_t>>* tool_masks = nullptr) const;
+  // The final hidden states of the model in `role` at the positions that
+  // predict a micro-batch's completion tokens: [B, C, H], position j of row
+  // b predicting completion token j (positions past a completion's end
+  // repeat its last one; the completion mask leaves them out).
+  at::Tensor completion_hidden(engine::Engine& engine, engine::Role role, const engine::TensorMap& batch);
+
   // Sets the key outputs_from (an engine::host_count) of rows with host
   // prompt_lengths: the shortest prompt's last position, from which on
   // completion_logprobs computes hidden states. A slice of the rows calls it again.
@@ -302,6 +312,14 @@ class GroupTrainer : public OnlineTrainer {
   // Whether the reward includes -beta x the completion's KL from the
   // reference (RLOO), logged then as the round's `kl`.
   virtual bool reward_includes_kl() const { return false; }
+  // Whether the round keeps the reference's log-probs of its completions
+  // (beta > 0: the KL coefficient towards it).
+  virtual bool needs_ref_logps() const { return config_.beta != 0; }
+  // Whether completions are scored: rewards, advantages and their metrics.
+  // A trainer that learns from something else (distillation's teacher)
+  // says no: its rounds carry neither, and its completion logs hold the
+  // prompt and completion as text, as TRL's DistillationTrainer writes them.
+  virtual bool scores_completions() const { return true; }
 
   // The shape of a round: training's, or an eval batch's.
   struct RoundShape {
@@ -329,8 +347,10 @@ class GroupTrainer : public OnlineTrainer {
   bool warned_unscored_ = false;
 
   // The last training round, kept on rank 0 for on_log: each slot's prompt
-  // (as the dataset gives it) and decoded completion, the rewards [G, F]
-  // and advantages [G] (float32, as the loss saw them).
+  // (as the dataset gives it, or the decoded prompt ids when the trainer
+  // does not score) and decoded completion, the rewards [G, F] and
+  // advantages [G] (float32, as the loss saw them; undefined when the
+  // trainer does not score).
   struct RoundLog {
     std::vector<nlohmann::ordered_json> prompts;
     std::vector<std::string> completions;

@@ -216,19 +216,12 @@ void add_vllm_fields(config::SchemaBuilder<C>& b, bool max_model_length, bool im
   }
 }
 
-// The fields of every online trainer: what scores completions, how they are
-// sampled, and the reference (beta > 0). `temperature` is the trainer's
-// default.
+// How completions are sampled (every online trainer): the sampler's
+// settings, generation_kwargs, and how sharded weights are held for it.
+// `temperature` is the trainer's default.
 template <class C>
-void add_sampling_fields(config::SchemaBuilder<C>& b, double temperature) {
+void add_generation_fields(config::SchemaBuilder<C>& b, double temperature) {
   using O = OnlineConfig;
-  b.group("rewards");
-  b.field(&O::reward_funcs, "reward_funcs", std::vector<std::string>{},
-          "What scores completions, one entry per function: a built-in by name (think_format_reward, "
-          "accuracy_reward, ...; with parameters as {name: get_soft_overlong_punishment, max_completion_len: 512}), "
-          "a reward model directory, or a program ({command: \"python3 my_reward.py\"}) speaking JSON lines.")
-      .items_may_be_mappings();
-  b.field(&O::reward_weights, "reward_weights", std::nullopt, "Weight of each reward function (default 1 each).");
   b.group("generation");
   b.field(&O::temperature, "temperature", temperature, "Sampling temperature.").min(0, true);
   b.field(&O::top_p, "top_p", 1.0, "Nucleus sampling mass.").min(0, true).max(1);
@@ -247,21 +240,107 @@ void add_sampling_fields(config::SchemaBuilder<C>& b, double temperature) {
       .not_built("trlx's generator keeps its own KV cache (one per round, each prompt's prefill shared by its "
                  "samples)");
   add_generation_placement_fields(b);
+  b.rule([](const C& c, config::Conflicts& out) {
+    if (c.generation_kwargs) {
+      const std::string problem = generation_kwargs_problem(*c.generation_kwargs);
+      if (!problem.empty()) out.invalid("generation_kwargs", problem);
+    }
+  });
+}
+
+// The fields of the online trainers that score completions: what scores
+// them, how they are sampled, and the reference (beta > 0). `temperature`
+// is the trainer's default.
+template <class C>
+void add_sampling_fields(config::SchemaBuilder<C>& b, double temperature) {
+  using O = OnlineConfig;
+  b.group("rewards");
+  b.field(&O::reward_funcs, "reward_funcs", std::vector<std::string>{},
+          "What scores completions, one entry per function: a built-in by name (think_format_reward, "
+          "accuracy_reward, ...; with parameters as {name: get_soft_overlong_punishment, max_completion_len: 512}), "
+          "a reward model directory, or a program ({command: \"python3 my_reward.py\"}) speaking JSON lines.")
+      .items_may_be_mappings();
+  b.field(&O::reward_weights, "reward_weights", std::nullopt, "Weight of each reward function (default 1 each).");
+  add_generation_fields(b, temperature);
   b.group("update");
   b.field(&O::ref_model, "ref_model", std::nullopt,
           "Reference model directory (beta > 0); null uses a copy of the starting policy, or the base with adapters "
           "off under use_peft. A hub name works too.")
       .hub_model();
   b.rule([](const C& c, config::Conflicts& out) {
-    if (c.generation_kwargs) {
-      const std::string problem = generation_kwargs_problem(*c.generation_kwargs);
-      if (!problem.empty()) out.invalid("generation_kwargs", problem);
-    }
     const size_t functions = c.reward_funcs.size() + (c.reward_model_path ? 1 : 0);
     if (c.reward_weights && c.reward_weights->size() != functions)
       out.conflict({"reward_funcs", "reward_weights"},
                    fmt::format("give one weight per reward function ({} functions{}, {} weights)", functions,
                                c.reward_model_path ? ", reward_model_path first" : "", c.reward_weights->size()));
+  });
+}
+
+// What every online trainer that samples rounds of completions shares
+// beyond the sampler (grpo, rloo, distill): their length, the chat
+// template's variables, tool calls, the prompt order and the completion
+// logs (`log_completions_help` says what the trainer's logs hold).
+template <class C>
+void add_rollout_fields(config::SchemaBuilder<C>& b, const std::string& log_completions_help) {
+  using O = OnlineConfig;
+  b.group("generation");
+  b.field(&O::max_completion_length, "max_completion_length", 512, "Most tokens generated per completion.").min(1);
+  b.field(&O::chat_template_kwargs, "chat_template_kwargs", std::nullopt,
+          "Variables passed to the chat template with every conversational prompt (e.g. {enable_thinking: false}); "
+          "a row's own chat_template_kwargs column wins over them.")
+      .holds_mapping();
+  b.group("agents");
+  b.field(&O::tools, "tools", std::vector<std::string>{},
+          "Tool programs the model may call while it generates, one entry each: {command: \"python3 "
+          "examples/tools/python_tools.py my_tools.py\"} (and name, timeout_seconds, working_dir), speaking JSON "
+          "lines (docs/tools.md). Their function schemas are rendered into every prompt; calls are parsed from the "
+          "model's turns, run, and their results appended, masked out of the loss.")
+      .items_may_be_mappings();
+  b.field(&O::max_tool_calling_iterations, "max_tool_calling_iterations", std::nullopt,
+          "With tools: the most tool-calling turns per completion (null: as many as max_completion_length "
+          "allows).")
+      .min(0);
+  b.rule([](const C& c, config::Conflicts& out) {
+    if (c.max_tool_calling_iterations && c.tools.empty())
+      out.conflict({"max_tool_calling_iterations", "tools"}, "max_tool_calling_iterations limits tool-calling turns; "
+                   "without tools there are none (name the tool programs in tools, or drop it)");
+  });
+  b.group("generation");
+  b.field(&O::shuffle_dataset, "shuffle_dataset", true, "Visit prompts in a seeded random order (else file order).");
+  b.field(&O::log_completions, "log_completions", false,
+          log_completions_help);
+  b.field(&O::num_completions_to_print, "num_completions_to_print", std::nullopt,
+          "With log_completions: how many of the round's completions to print, picked at random (null: all; 0: "
+          "none).")
+      .min(0);
+  b.field(&O::use_transformers_continuous_batching, "use_transformers_continuous_batching", false,
+          "transformers' continuous batching engine: trlx's generator always batches continuously (a finished row's "
+          "slot takes the next prompt), whatever this says.")
+      .only_describes();
+  b.field(&O::use_transformers_paged, "use_transformers_paged", false,
+          "Older name of use_transformers_continuous_batching: trlx's generator always batches continuously.")
+      .only_describes();
+  b.field(&O::transformers_continuous_batching_config, "transformers_continuous_batching_config", std::nullopt,
+          "Settings of transformers' continuous batching engine.")
+      .holds_mapping()
+      .not_built("trlx's generator is not transformers'; it sizes its batch from the generation round");
+  b.field(&O::log_multimodal, "log_multimodal", true,
+          "Log images and videos with completions: trlx trains text models, so there is none to log either way.")
+      .only_describes();
+  b.field(&O::log_unique_prompts, "log_unique_prompts", false,
+          "Keep one completion per prompt in the wandb/trackio completions table.")
+      .not_built("it filters only the wandb/trackio table, which trlx does not log; the completions files hold "
+                 "every row");
+  b.rule([](const C& c, config::Conflicts& out) {
+    if (c.num_completions_to_print && !c.log_completions)
+      out.conflict({"num_completions_to_print", "log_completions"},
+                   "completions are printed only with log_completions: true; set it or remove "
+                   "num_completions_to_print");
+    // TRL's online configs have no max_length: a sequence is bounded by its
+    // prompt and its completion lengths.
+    if (c.max_length)
+      out.invalid("max_length", "online trainers do not use it: a sequence is bounded by its prompt and "
+                                "max_completion_length; remove max_length");
   });
 }
 
@@ -291,58 +370,13 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
   b.field(&O::steps_per_generation, "steps_per_generation", std::nullopt,
           "Micro-batches each generation round feeds (default gradient_accumulation_steps).")
       .min(1);
-  b.field(&O::max_completion_length, "max_completion_length", 512, "Most tokens generated per completion.").min(1);
   b.field(&O::max_prompt_length, "max_prompt_length", std::nullopt,
           "Longer prompts keep their last max_prompt_length tokens; null keeps them whole.")
       .min(1);
-  b.field(&O::chat_template_kwargs, "chat_template_kwargs", std::nullopt,
-          "Variables passed to the chat template with every conversational prompt (e.g. {enable_thinking: false}); "
-          "a row's own chat_template_kwargs column wins over them.")
-      .holds_mapping();
-  b.group("agents");
-  b.field(&O::tools, "tools", std::vector<std::string>{},
-          "Tool programs the model may call while it generates, one entry each: {command: \"python3 "
-          "examples/tools/python_tools.py my_tools.py\"} (and name, timeout_seconds, working_dir), speaking JSON "
-          "lines (docs/tools.md). Their function schemas are rendered into every prompt; calls are parsed from the "
-          "model's turns, run, and their results appended, masked out of the loss.")
-      .items_may_be_mappings();
-  b.field(&O::max_tool_calling_iterations, "max_tool_calling_iterations", std::nullopt,
-          "With tools: the most tool-calling turns per completion (null: as many as max_completion_length "
-          "allows).")
-      .min(0);
-  b.rule([](const C& c, config::Conflicts& out) {
-    if (c.max_tool_calling_iterations && c.tools.empty())
-      out.conflict({"max_tool_calling_iterations", "tools"}, "max_tool_calling_iterations limits tool-calling turns; "
-                   "without tools there are none (name the tool programs in tools, or drop it)");
-  });
-  b.group("generation");
-  b.field(&O::shuffle_dataset, "shuffle_dataset", true, "Visit prompts in a seeded random order (else file order).");
-  b.field(&O::log_completions, "log_completions", false,
-          "At each logging step, write the last generation round (step, prompt, completion, each reward, advantage; "
-          "every process's completions) to output_dir/completions/completions_<step>.parquet and print "
-          "num_completions_to_print of them.");
-  b.field(&O::num_completions_to_print, "num_completions_to_print", std::nullopt,
-          "With log_completions: how many of the round's completions to print, picked at random (null: all; 0: "
-          "none).")
-      .min(0);
-  b.field(&O::use_transformers_continuous_batching, "use_transformers_continuous_batching", false,
-          "transformers' continuous batching engine: trlx's generator always batches continuously (a finished row's "
-          "slot takes the next prompt), whatever this says.")
-      .only_describes();
-  b.field(&O::use_transformers_paged, "use_transformers_paged", false,
-          "Older name of use_transformers_continuous_batching: trlx's generator always batches continuously.")
-      .only_describes();
-  b.field(&O::transformers_continuous_batching_config, "transformers_continuous_batching_config", std::nullopt,
-          "Settings of transformers' continuous batching engine.")
-      .holds_mapping()
-      .not_built("trlx's generator is not transformers'; it sizes its batch from the generation round");
-  b.field(&O::log_multimodal, "log_multimodal", true,
-          "Log images and videos with completions: trlx trains text models, so there is none to log either way.")
-      .only_describes();
-  b.field(&O::log_unique_prompts, "log_unique_prompts", false,
-          "Keep one completion per prompt in the wandb/trackio completions table.")
-      .not_built("it filters only the wandb/trackio table, which trlx does not log; the completions files hold "
-                 "every row");
+  add_rollout_fields(b, "At each logging step, write the last generation round (step, prompt, completion, each "
+                        "reward, advantage; every process's completions) to "
+                        "output_dir/completions/completions_<step>.parquet and print num_completions_to_print of "
+                        "them.");
   b.group("update");
   b.field(&O::beta, "beta", d.beta, "KL coefficient towards the reference model; 0 loads no reference.").min(0);
   b.field(&O::epsilon, "epsilon", 0.2, "Clipping range of the importance ratio.").min(0);
@@ -362,21 +396,12 @@ void add_online_fields(config::SchemaBuilder<C>& b, const OnlineDefaults& d) {
                    fmt::format("a round holds whole groups: generation_batch_size ({}) must be a multiple of "
                                "num_generations ({})",
                                *c.generation_batch_size, c.num_generations));
-    if (c.num_completions_to_print && !c.log_completions)
-      out.conflict({"num_completions_to_print", "log_completions"},
-                   "completions are printed only with log_completions: true; set it or remove "
-                   "num_completions_to_print");
     if (c.sync_ref_model && c.beta == 0)
       out.conflict({"sync_ref_model", "beta"}, "with beta 0 there is no reference to sync; set beta > 0");
     if (c.sync_ref_model && c.use_peft && !c.ref_model)
       out.conflict({"sync_ref_model", "use_peft"},
                    "with use_peft and no ref_model the reference is the base model with adapters off, which cannot "
                    "be synced; set ref_model or turn sync_ref_model off");
-    // TRL's group configs have no max_length: a sequence is bounded by its
-    // prompt and its completion lengths.
-    if (c.max_length)
-      out.invalid("max_length", "online trainers do not use it: a sequence is bounded by max_prompt_length and "
-                                "max_completion_length; remove max_length");
   });
 }
 

@@ -4,6 +4,8 @@
 #include "trainers/cpo.hpp"
 #include "trainers/cpo_config.hpp"
 #include "trainers/dpo.hpp"
+#include "trainers/distill.hpp"
+#include "trainers/distill_config.hpp"
 #include "trainers/dpo_config.hpp"
 #include "trainers/kto.hpp"
 #include "trainers/kto_config.hpp"
@@ -37,6 +39,7 @@ const std::vector<TrainerEntry>& trainer_table() {
         entry<RLOOConfig>(&rloo_schema, &run_rloo),
         entry<OnlineDPOConfig>(&online_dpo_schema, &run_online_dpo),
         entry<PPOConfig>(&ppo_schema, &run_ppo),
+        entry<DistillConfig>(&distill_schema, &run_distill),
     };
     // The names are config::trainer_names()'s (the LibTorch-free table that
     // validate and the `trainer:` field read), row for row.

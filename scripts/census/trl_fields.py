@@ -17,13 +17,14 @@ import sys
 
 import transformers
 import trl
-from trl import DPOConfig, GRPOConfig, KTOConfig, ModelConfig, RewardConfig, RLOOConfig, ScriptArguments, SFTConfig
+from trl import DistillationConfig, DPOConfig, GRPOConfig, KTOConfig, ModelConfig, RewardConfig, RLOOConfig, ScriptArguments, SFTConfig
 from trl.experimental.cpo import CPOConfig
 from trl.experimental.online_dpo import OnlineDPOConfig
 from trl.experimental.orpo import ORPOConfig
 
 CLASSES = {"sft": SFTConfig, "dpo": DPOConfig, "kto": KTOConfig, "reward": RewardConfig, "cpo": CPOConfig,
-           "orpo": ORPOConfig, "grpo": GRPOConfig, "rloo": RLOOConfig, "online-dpo": OnlineDPOConfig}
+           "orpo": ORPOConfig, "grpo": GRPOConfig, "rloo": RLOOConfig, "online-dpo": OnlineDPOConfig,
+           "distill": DistillationConfig}
 try:  # PPOConfig left TRL's main package after 0.26
     from trl.experimental.ppo import PPOConfig
     CLASSES["ppo"] = PPOConfig

@@ -86,9 +86,7 @@ check "[ $? = 0 ] && grep -q 'old name of --num_generations' '$TMP/o'"
 bad_run() {  # bad_run <grep pattern> <args...>
   local want=$1
   shift
-  "$TRLX" grpo "${common[@]}" --max_steps 1 --save_strategy no --output_dir "$TMP/bad" "$@" >"$TMP/o" 2>&1
-  local rc=$?
-  check "[ $rc = 2 ] && grep -q '$want' '$TMP/o' && ! grep -q 'step 1/' '$TMP/o'" || cat "$TMP/o"
+  refused "$want" grpo "${common[@]}" --max_steps 1 --save_strategy no --output_dir "$TMP/bad" "$@"
 }
 echo '{"question": "What is 1 plus 2?"}' >"$TMP/noprompt.jsonl"
 # A prompt that leaves no room for max_completion_length in the model's

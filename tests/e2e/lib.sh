@@ -96,3 +96,13 @@ same_scores() {
   echo "  score: $(basename "$1") vs $(basename "$2"): largest sum_logprob difference $d"
   within "$d" "${3:-1e-5}"
 }
+
+# refused <grep pattern> <trlx arguments...>: trlx exits 2 before training
+# (no step logged), saying what matches the pattern.
+refused() {
+  local want=$1
+  shift
+  "$TRLX" "$@" >"$TMP/o" 2>&1
+  local rc=$?
+  check "[ $rc = 2 ] && grep -q \"$want\" '$TMP/o' && ! grep -q 'step 1/' '$TMP/o'" || cat "$TMP/o"
+}

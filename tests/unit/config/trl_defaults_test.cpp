@@ -7,6 +7,7 @@
 #include "config/loader.hpp"
 #include "support.hpp"
 #include "trainers/cpo_config.hpp"
+#include "trainers/distill_config.hpp"
 #include "trainers/dpo_config.hpp"
 #include "trainers/kto_config.hpp"
 #include "trainers/online_dpo_config.hpp"
@@ -105,5 +106,6 @@ TEST_CASE("defaults equal TRL's for every field trlx shares with it", "[config][
   each(trainers::orpo_schema(), "orpo");
   each(trainers::online_dpo_schema(), "online_dpo");
   each(trainers::ppo_schema(), "ppo");  // trl 0.26's PPOConfig
-  CHECK(compared > 250);  // most fields exist in TRL under the same name
+  each(trainers::distill_schema(), "distill");
+  CHECK(compared > 280);  // most fields exist in TRL under the same name
 }

@@ -15,6 +15,7 @@
 #include "support.hpp"
 #include "text/template/chat_template.hpp"
 #include "text/tokenizer/tokenizer.hpp"
+#include "trainers/distill.hpp"
 #include "trainers/grpo.hpp"
 #include "trainers/online_dpo.hpp"
 #include "trainers/ppo.hpp"
@@ -383,6 +384,68 @@ StepValues online_steps(const nlohmann::json& cs, const std::string& trainer, co
   if (trainer == "online-dpo")
     return replay<trainers::OnlineDPOConfig, trainers::OnlineDPOTrainer>(trainers::online_dpo_schema(), trainer, cs, run);
   return replay<trainers::RLOOConfig, trainers::RLOOTrainer>(trainers::rloo_schema(), trainer, cs, run);
+}
+
+fs::path distill_teacher() { return data_dir() / "distill" / "teacher"; }
+
+StepValues distill_steps(const nlohmann::json& cs, const Run& run) {
+  TempDir out("trlx_distill");
+  const auto& args = cs.at("args");
+  config::ConfigLoader loader(trainers::distill_schema());
+  auto set = [&](const std::string& k, const std::string& v) { loader.apply_flag(k, {v}); };
+  set("model_name_or_path", tiny_model().string());
+  set("teacher_model_name_or_path", distill_teacher().string());
+  set("dataset_name", (data_dir() / "grpo" / cs.at("data").get<std::string>()).string());
+  set("bf16", "false");
+  set("gradient_checkpointing", "false");
+  set("logging_steps", "1");
+  set("save_strategy", "no");
+  set("output_dir", (run.output_dir.empty() ? out.path : run.output_dir).string());
+  for (const auto& [k, v] : args.items())
+    if (k != "per_device_train_batch_size") set(k, v.is_string() ? v.get<std::string>() : v.dump());
+  if (const auto& p = cs.at("peft"); !p.is_null()) {
+    set("use_peft", "true");
+    set("lora_r", p.at("r").dump());
+    set("lora_alpha", p.at("lora_alpha").dump());
+    set("lora_dropout", p.at("lora_dropout").dump());
+    loader.apply_flag("lora_target_modules", p.at("target_modules").get<std::vector<std::string>>());
+  }
+  const int64_t global = args.at("per_device_train_batch_size").get<int64_t>() * cs.value("num_processes", 1);
+  REQUIRE(global % run.world_size() == 0);
+  set("per_device_train_batch_size", std::to_string(global / run.world_size()));
+  for (const auto& [k, v] : run.flags) set(k, v);
+  trainers::DistillConfig c;
+  loader.resolve(&c);
+
+  auto tok = text::Tokenizer::from_dir(tiny_model());
+  text::ChatTemplate tmpl(tok.chat_template(), "tiny-model");
+  auto prompts = trainers::prepare_prompts(c, "distill", tok, &tmpl, "train", trainers::DistillTrainer::setup());
+  for (const auto& round : cs.at("rounds"))
+    for (const auto& slot : round.at("slots")) {
+      INFO("row " << slot.at("row"));
+      REQUIRE(prompts.examples.at(slot.at("row").get<size_t>()).prompt_ids ==
+              slot.at("prompt_ids").get<std::vector<int64_t>>());
+    }
+  auto policy = model::load_language_model(tiny_model(), model::HeadKind::CausalLM);
+  engine::Engine engine(trainers::engine_config(c), policy, "distill", tiny_model(), std::nullopt, run.comm);
+  engine.set_reference(model::load_language_model(distill_teacher(), model::HeadKind::CausalLM, "float32",
+                                                  /*defer_casts=*/true));
+  const int64_t pad = trainers::resolve_pad_id(tok, "distill");
+  std::vector<int64_t> eos = {*tok.eos_token_id()};
+  trainers::DistillTrainer trainer(c, std::move(prompts), std::move(tok), pad, eos, engine.world_size(),
+                                   trainers::teacher_identity(distill_teacher()));
+  const auto& rounds = cs.at("rounds");
+  size_t round = 0;
+  trainer.set_fixed_completions([&](const std::vector<size_t>& slots) {
+    REQUIRE(round < rounds.size());
+    std::vector<std::vector<int64_t>> completions;
+    for (size_t slot : slots)
+      completions.push_back(rounds[round].at("slots").at(slot).at("completion_ids").get<std::vector<int64_t>>());
+    ++round;
+    return completions;
+  });
+  engine.train(trainer);
+  return logged_steps(engine);
 }
 
 nlohmann::json online_expected_steps(const nlohmann::json& cs) {

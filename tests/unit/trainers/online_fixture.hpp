@@ -18,6 +18,11 @@ namespace trlx::test {
 // ("online-dpo") for its 3 steps; the rows each step logged.
 StepValues online_steps(const nlohmann::json& fixture_case, const std::string& trainer, const Run& run);
 
+// Runs one case of tests/data/distill/steps*.json (TRL's DistillationTrainer,
+// the teacher tests/data/distill/teacher) for its 3 steps; the rows each
+// step logged.
+StepValues distill_steps(const nlohmann::json& fixture_case, const Run& run);
+
 // Runs one case of tests/data/ppo/steps*.json for its 3 updates; the rows
 // each step logged. `rollouts`, when given, receives this rank's rollout
 // batch of every update (PPOTrainer::last_rollout()).

@@ -125,9 +125,8 @@ TEST_CASE("dist DPO: 2 ranks x 2 pairs equal TRL's DPOTrainer on 4 pairs, every 
 TEST_CASE("dist DPO with LoRA, the reference being the policy with adapters disabled: 2 ranks equal one process",
           "[dist][dpo][lora]") {
   require_two_ranks();
-  // No TRL fixture: PEFT draws the adapters' A from another generator. The
-  // single-process trlx run (itself checked against TRL without LoRA) is the
-  // reference here.
+  // No TRL fixture with LoRA for DPO: the single-process trlx run (itself
+  // checked against TRL without LoRA) is the reference here.
   auto cs = test::read_json(test::data_dir() / "dpo" / "steps.json").at(0);
   REQUIRE(cs.at("name") == "sigmoid");
   cs["name"] = "sigmoid_lora";
@@ -161,6 +160,21 @@ TEST_CASE("dist GRPO and RLOO: 2 ranks equal TRL's trainers on 2 processes, ever
   // numbers are TRL's whichever rank holds which completion.
   online_cases_on_each_strategy("grpo/steps_np2.json", "grpo");
   online_cases_on_each_strategy("grpo/rloo_steps_np2.json", "rloo");
+}
+
+TEST_CASE("dist distill: 2 ranks equal TRL's DistillationTrainer on 2 processes, every case, under each strategy",
+          "[dist][distill][golden]") {
+  require_two_ranks();
+  // Each rank generates its own slots; the teacher is placed as the
+  // reference (split unit by unit under ZeRO-3/FSDP) and both heads are
+  // gathered for the divergence; the loss is over the round's tokens of
+  // every rank, as TRL's num_items_in_batch.
+  const auto cases = two_process_fixture(test::data_dir() / "distill" / "steps_np2.json");
+  if (!cases) return;
+  for (const auto& cs : *cases)
+    on_each_strategy("distill " + cs.at("name").get<std::string>(),
+                     [&](const test::Run& run) { return test::distill_steps(cs, run); }, cs.at("steps"),
+                     test::online_comparison(cs));
 }
 
 TEST_CASE("dist GRPO with tools: 2 ranks equal TRL's GRPOTrainer(tools=...) on 2 processes, under each strategy",
@@ -320,4 +334,9 @@ TEST_CASE("dist LoRA with gradient checkpointing, every trainer: 2 ranks under e
             [&, trainer = trainer](const test::Run& run) { return test::online_steps(cs, trainer, run); }, true);
     }
   }
+  // Distillation: the teacher is a separate model beside the adapters.
+  for (const auto& cs : test::read_json(test::data_dir() / "distill" / "steps.json"))
+    if (cs.at("name") == "jsd_chat_temp")
+      check("distill jsd_chat_temp LoRA+ckpt (vs trlx)",
+            [&](const test::Run& run) { return test::distill_steps(cs, run); }, true);
 }
