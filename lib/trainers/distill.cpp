@@ -110,7 +110,8 @@ std::string DistillTrainer::describe() const {
   return fmt::format("rounds of {} completions (one per prompt), {} micro-batch(es) each; max {} new tokens, "
                      "temperature {}; beta {}: {}; teacher {}",
                      rounds_.generation_batch_size, rounds_.steps_per_generation, c.max_completion_length,
-                     c.temperature, c.beta, divergence_name(c.beta), teacher_.value("model", std::string("?")));
+                     c.temperature, c.beta, divergence_name(c.beta), teacher_.value("model", std::string("?")) +
+                         (teacher_.contains("revision") ? " (revision " + teacher_.value("revision", "") + ")" : ""));
 }
 
 nlohmann::json DistillTrainer::state() const { return {{"teacher", teacher_}}; }
@@ -145,6 +146,8 @@ int run_distill(const DistillConfig& config) {
                "vocabulary",
                c.model_name_or_path.value_or("?"), student_vocab, dir.string(), teacher->config().vocab_size);
   auto identity = teacher_identity(dir);
+  // A hub teacher's revision (its directory above is the cache snapshot of it).
+  if (c.teacher_model_revision) identity["revision"] = *c.teacher_model_revision;
   r.engine->set_reference(std::move(teacher));
   DistillTrainer t(c, std::move(r.prompts), std::move(r.text.tokenizer), r.pad_id, r.eos_ids,
                    r.engine->world_size(), std::move(identity));

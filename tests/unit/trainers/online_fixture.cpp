@@ -445,6 +445,7 @@ StepValues distill_steps(const nlohmann::json& cs, const Run& run) {
     return completions;
   });
   engine.train(trainer);
+  if (run.inspect) run.inspect(engine);
   return logged_steps(engine);
 }
 
