@@ -168,16 +168,23 @@ config::Sources collect_sources(const CLI::App& app, const std::string& config_p
   return src;
 }
 
-// Leftover arguments: unknown flags get a "did you mean", stray words an error.
+// Leftover arguments: a section given as one JSON object
+// (--model_init_kwargs '{"dtype": "bfloat16"}', which no option is bound to)
+// sets its keys; other unknown flags get a "did you mean", stray words an
+// error.
 void report_unknown(const std::vector<std::string>& unknown, config::ConfigLoader& loader, const std::string& cmd) {
-  bool after_flag = false;  // words after an unknown flag are its values
-  for (const auto& u : unknown) {
-    if (after_flag && !starts_with(u, "-")) continue;
-    after_flag = starts_with(u, "--");
+  for (size_t i = 0; i < unknown.size(); ++i) {
+    const auto& u = unknown[i];
     if (starts_with(u, "--")) {
       std::string name = u.substr(2);
-      if (auto eq = name.find('='); eq != std::string::npos) name = name.substr(0, eq);
-      loader.apply_flag(name, {"?"});  // records "unknown flag ... did you mean"
+      std::vector<std::string> values;
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        values.push_back(name.substr(eq + 1));
+        name = name.substr(0, eq);
+      }
+      // The words after an unknown flag are its values.
+      while (i + 1 < unknown.size() && !starts_with(unknown[i + 1], "-")) values.push_back(unknown[++i]);
+      loader.apply_flag(name, values.size() == 1 ? values : std::vector<std::string>{"?"});
     } else if (!starts_with(u, "-")) {
       throw InputError(fmt::format("trlx {}: unexpected argument `{}`; flags take the form --field value", cmd, u));
     } else {

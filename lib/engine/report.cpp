@@ -341,6 +341,14 @@ void Engine::Impl::print_startup(Trainer& trainer) {
       {"host memory", host_memory},
       {"output_dir", output_dir_.string()},
   };
+  if (reference_) {
+    int64_t n = 0;
+    for (const auto& p : reference_->parameters()) n += p.numel();
+    rows.insert(rows.begin() + 3,
+                {trainer.reference_name(),
+                 fmt::format("{} parameters, frozen{}", human(static_cast<double>(n)),
+                             strategy_->shards_parameters() ? ", split over the ranks unit by unit" : "")});
+  }
   if (value_)
     rows.insert(rows.begin() + 3, {"value model", fmt::format("trained with the policy ({} parameters)",
                                                               human(static_cast<double>(value_params)))});

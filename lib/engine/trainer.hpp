@@ -101,6 +101,9 @@ class Trainer {
   // Totals a trainer adds to the run's closing metrics row (e.g. seconds
   // spent generating and scoring).
   virtual std::map<std::string, double> run_totals() const { return {}; }
+  // What the trainer calls its separate frozen model (Role::Reference), as
+  // the startup table names it: a reference, or distillation's teacher.
+  virtual std::string reference_name() const { return "reference"; }
 
   // A trainer's own state that a checkpoint carries for an exact resume
   // (e.g. an adaptive coefficient); null when it has none.

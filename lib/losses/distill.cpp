@@ -23,20 +23,33 @@ torch::Tensor rowdot(const torch::Tensor& a, const torch::Tensor& b) {
   return torch::bmm(a.unsqueeze(1), b.unsqueeze(2)).view({a.size(0)});
 }
 
-// The log-softmax over the vocabulary of rows' logits against `weight`
-// (matmul in the inputs' dtype, math in fp32), soft-capped, then divided by
-// the temperature. With a cap, `cap_factor` receives d capped / d raw,
-// 1 - tanh^2, for the gradient.
-torch::Tensor log_probs(const torch::Tensor& rows, const torch::Tensor& weight, double temperature, double softcap,
-                        torch::Tensor* cap_factor) {
-  auto z = torch::mm(rows, weight.t()).to(torch::kFloat32);
+// Logits of rows against `weight` into `out` ([n, V] fp32; the matmul in the
+// inputs' dtype, as a matmul there rounds them), soft-capped, then divided
+// by the temperature; in place, with no tile but `out`. With a cap,
+// `cap_factor` ([n, V]) receives d capped / d raw, 1 - tanh^2, for the
+// gradient.
+void project(torch::Tensor& out, const torch::Tensor& rows, const torch::Tensor& weight, double temperature,
+             double softcap, torch::Tensor* cap_factor) {
+  if (rows.scalar_type() == torch::kFloat32)
+    torch::mm_out(out, rows, weight.t());
+  else
+    out.copy_(torch::mm(rows, weight.t()));
   if (softcap > 0) {
-    z.div_(softcap).tanh_();
-    if (cap_factor) *cap_factor = 1 - z.square();
-    z.mul_(softcap);
+    out.div_(softcap).tanh_();
+    if (cap_factor) cap_factor->copy_(out).square_().neg_().add_(1);
+    out.mul_(softcap);
   }
-  if (temperature != 1.0) z.div_(temperature);
-  return torch::log_softmax(z, 1);
+  if (temperature != 1.0) out.div_(temperature);
+}
+
+// Turns logits `z` into log-probabilities in place, and `p` into the
+// probabilities, using `p` as the only scratch.
+void log_softmax_and_probs(torch::Tensor& z, torch::Tensor& p) {
+  const auto m = std::get<0>(z.max(1, /*keepdim=*/true));
+  p.copy_(z).sub_(m).exp_();
+  const auto sum = p.sum(1, /*keepdim=*/true);
+  z.sub_(m + sum.log());
+  p.div_(sum);
 }
 
 // inputs: student hidden [N, Hs] and weight [V, Hs] (compute dtype), teacher
@@ -63,34 +76,45 @@ struct ChunkedDivergence : public torch::autograd::Function<ChunkedDivergence> {
     if (need_weight) grad_weight = torch::zeros(ws.sizes(), ws.options().dtype(torch::kFloat32));
     const bool grads = need_hidden || need_weight;
     const double log_keep = beta > 0 && beta < 1 ? std::log1p(-beta) : 0, log_beta = beta > 0 ? std::log(beta) : 0;
+    // The chunk's tiles, made once and reused: the student's logits then
+    // log-probs (ls), the teacher's (lt), both distributions (ps, pt), the
+    // mixture's log for the JSD, and 1 - tanh^2 under a student soft cap.
+    const int64_t vocab = ws.size(0), rows_max = std::min(n_rows, chunk);
+    const bool jsd = beta > 0 && beta < 1;
+    auto tile = [&] { return torch::empty({rows_max, vocab}, f32); };
+    torch::Tensor ls_buf = tile(), lt_buf = tile(), ps_buf = tile(), pt_buf = tile(), mix_buf, cap_buf;
+    if (jsd) mix_buf = tile();
+    if (grads && s_cap > 0) cap_buf = tile();
     for (int64_t s = 0; s < n_rows; s += chunk) {
-      const int64_t e = std::min(n_rows, s + chunk);
+      const int64_t e = std::min(n_rows, s + chunk), n = e - s;
       const auto rows_c = rows.slice(0, s, e);
       const auto h_c = hs.index_select(0, rows_c);
-      torch::Tensor cap_factor;
-      auto ls = log_probs(h_c, ws, temperature, s_cap, grads && s_cap > 0 ? &cap_factor : nullptr);
-      auto lt = log_probs(ht.index_select(0, rows_c), wt, temperature, t_cap, nullptr);
-      auto ps = ls.exp();
+      auto ls = ls_buf.narrow(0, 0, n), lt = lt_buf.narrow(0, 0, n), ps = ps_buf.narrow(0, 0, n),
+           pt = pt_buf.narrow(0, 0, n);
+      torch::Tensor cap_factor = cap_buf.defined() ? cap_buf.narrow(0, 0, n) : torch::Tensor();
+      project(ls, h_c, ws, temperature, s_cap, cap_factor.defined() ? &cap_factor : nullptr);
+      log_softmax_and_probs(ls, ps);
+      project(lt, ht.index_select(0, rows_c), wt, temperature, t_cap, nullptr);
+      log_softmax_and_probs(lt, pt);
       const auto ent = -rowdot(ps, ls);
       torch::Tensor div, d;  // d: d divergence / d (student logits / T), per token
       if (beta == 0.0) {
         // KL(p_t || p_s); gradient p_s - p_t.
-        auto pt = lt.exp();
-        auto gap = lt - ls;
-        div = rowdot(pt, gap);
+        div = rowdot(pt, lt.sub_(ls));
         if (grads) d = ps.sub_(pt);
       } else if (beta == 1.0) {
         // KL(p_s || p_t); gradient p_s (log p_s - log p_t - KL).
-        auto gap = ls - lt;
+        auto gap = lt.neg_().add_(ls);
         div = rowdot(ps, gap);
         if (grads) d = gap.sub_(div.unsqueeze(1)).mul_(ps);
       } else {
         // log m = logaddexp(log p_s + log(1 - beta), log p_t + log beta).
-        auto log_m = torch::logaddexp(ls + log_keep, lt + log_beta);
-        auto pt = lt.exp();
+        auto log_m = mix_buf.narrow(0, 0, n);
+        // (as log beta + logaddexp(log p_s + log(1 - beta) - log beta, log p_t), in place)
+        log_m.copy_(ls).add_(log_keep - log_beta);
+        torch::logaddexp_out(log_m, log_m, lt);
+        log_m.add_(log_beta);
         const auto kl_t = rowdot(pt, lt.sub_(log_m));
-        pt = torch::Tensor();
-        lt = torch::Tensor();
         auto gap = log_m.neg_().add_(ls);  // log p_s - log m
         const auto kl_s = rowdot(ps, gap);
         div = beta * kl_t + (1 - beta) * kl_s;
@@ -100,16 +124,13 @@ struct ChunkedDivergence : public torch::autograd::Function<ChunkedDivergence> {
       divergence.index_copy_(0, rows_c, div);
       entropy.index_copy_(0, rows_c, ent);
       const auto w_c = row_weights.slice(0, s, e);
-      loss_sum.add_(rowdot(div.unsqueeze(0), w_c.unsqueeze(0)).squeeze(0));
+      loss_sum.add_((div * w_c).sum());
       if (!grads) continue;
-      ls = torch::Tensor();
-      lt = torch::Tensor();
       // Through the row weights, the temperature and the soft cap to the
       // raw student logits, then into the hidden states and the weight.
       d.mul_((w_c / temperature).unsqueeze(1));
       if (cap_factor.defined()) d.mul_(cap_factor);
       const auto d_c = d.to(hs.scalar_type());
-      d = torch::Tensor();
       if (need_hidden) grad_hidden.index_copy_(0, rows_c, torch::mm(d_c, ws));
       if (need_weight) {
         if (hs.scalar_type() == torch::kFloat32)

@@ -13,7 +13,7 @@
 // then divided by the temperature.
 //
 // Tokens go in chunks: a chunk's logits of both models ([chunk x vocab],
-// fp32) are made once, and the divergence, the student's entropy and the
+// fp32) are made once, into tiles reused chunk after chunk, and the divergence, the student's entropy and the
 // divergence's gradient with respect to the student's logits come from them
 // in the same pass; the gradient is contracted at once into the student's
 // hidden states and head weight, which backward only scales. Each
@@ -31,8 +31,10 @@ struct DivergenceOptions {
   // > 0: each model's logits are soft-capped, cap * tanh(logits / cap),
   // before the temperature (its final_logit_softcapping).
   double student_softcap = 0.0, teacher_softcap = 0.0;
-  // Tokens per chunk; 0 picks the most whose two fp32 logit tiles stay
-  // near 2^23 elements each (at least 16 tokens).
+  // Tokens per chunk; 0 picks the most whose fp32 [chunk x vocab] tiles
+  // stay near 2^23 elements each (at least 16 tokens). A call holds four
+  // such tiles (five for the JSD, six under a student soft cap), made once
+  // and reused by every chunk.
   int64_t chunk_tokens = 0;
 };
 

@@ -180,9 +180,20 @@ class Sampler {
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
 
+  // A draw per row by inverting the distribution's cumulative sum with one
+  // uniform number (in float64, so that no token's share is lost to
+  // rounding): torch::multinomial draws an exponential number per
+  // vocabulary entry instead, a third of a decode step's time at a 151k
+  // vocabulary on a CPU. Tokens with probability 0 are never drawn.
   torch::Tensor next(const torch::Tensor& scores, bool sample) {
     if (!sample) return scores.argmax(-1);
-    return torch::multinomial(scores.softmax(-1), 1, /*replacement=*/false, device_ ? *device_ : cpu_).squeeze(1);
+    auto& gen = device_ ? *device_ : cpu_;
+    const auto cdf = scores.softmax(-1).to(torch::kFloat64).cumsum(-1);
+    const auto total = cdf.narrow(-1, cdf.size(-1) - 1, 1);
+    const auto u = at::rand({scores.size(0), 1}, gen, cdf.options()) * total;
+    return torch::searchsorted(cdf, u, /*out_int32=*/false, /*right=*/true)
+        .squeeze(1)
+        .clamp_max(scores.size(-1) - 1);
   }
 
  private:

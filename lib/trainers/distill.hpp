@@ -22,6 +22,7 @@ class DistillTrainer : public GroupTrainer {
   double num_items(const engine::TensorMap& batch) const override;  // completion tokens
   engine::LossOutput loss(engine::Engine& engine, const engine::TensorMap& batch) override;
   std::string describe() const override;
+  std::string reference_name() const override { return "teacher"; }
   nlohmann::json state() const override;
   void restore_state(const nlohmann::json& state) override;
 

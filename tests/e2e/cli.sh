@@ -64,6 +64,13 @@ for f in configs/*.yaml accelerate_configs/*.yaml; do
   lacks "[W]"
 done
 
+# A section as one JSON object on the command line, as TRL's scripts take
+# model_init_kwargs: its keys are set; a key it does not have is named.
+run 0 print-config --config configs/dpo.yaml --model_init_kwargs '{"dtype": "bfloat16"}'
+has "dtype: bfloat16"
+run 2 validate --config configs/distill.yaml --teacher_model_init_kwargs '{"dtypo": "float32"}'
+has "teacher_model_init_kwargs.dtypo"
+
 # Trainer help lists the config fields with their defaults.
 run 0 dpo --help
 has "--beta"

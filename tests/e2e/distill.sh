@@ -35,6 +35,15 @@ before=$(cksum "$TMP/d/checkpoint-2/model.safetensors")
 check "[ $? = 2 ] && grep -q 'trained against the teacher' '$TMP/o' && grep -q 'examples/tiny-model' '$TMP/o'" || cat "$TMP/o"
 check "[ \"$before\" = \"\$(cksum '$TMP/d/checkpoint-2/model.safetensors')\" ]"
 
+# Evaluation on the test split, and the completion logs: each logging step's
+# round as Parquet (step, prompt and completion as text, as TRL's
+# DistillationTrainer writes them), one completion printed.
+"$TRLX" distill "${common[@]}" --max_steps 2 --save_strategy no --output_dir "$TMP/e" --eval_strategy steps \
+  --eval_steps 1 --per_device_eval_batch_size 4 --log_completions true --num_completions_to_print 1 >"$TMP/o" 2>&1
+check "[ $? = 0 ] && grep -q 'step 2: eval_loss=' '$TMP/o' && grep -q 'completions at step 2 (1 of 4' '$TMP/o'" || cat "$TMP/o"
+check "[ \"\$(values eval_entropy '$TMP/e/metrics.jsonl' | wc -l)\" = 2 ]"
+check "python3 -c \"import pyarrow.parquet as pq, sys; t = pq.read_table('$TMP/e/completions/completions_00002.parquet'); sys.exit(0 if t.column_names == ['step', 'prompt', 'completion'] and t.num_rows == 4 and t.column('prompt').type in ('string', 'large_string') else 1)\""
+
 # Bad input: no teacher; a teacher with another vocabulary; beta out of
 # range; vLLM.
 bad_run() {  # bad_run <grep pattern> <args...>

@@ -201,6 +201,43 @@ TEST_CASE("sampling is seeded: the same seed and layout give the same completion
   }
 }
 
+TEST_CASE("sampled tokens follow the processed distribution, and tokens it excludes are never drawn",
+          "[generate]") {
+  // One token after one prompt, drawn many times: each token's share of the
+  // draws is its probability under the model's logits at temperature 0.1
+  // (within 5 standard errors), and with top_k 3 only the 3 likeliest
+  // tokens are ever drawn.
+  auto model = model::load_language_model(models() / "qwen2", model::HeadKind::CausalLM);
+  model->eval();
+  const std::vector<int64_t> prompt = {5, 6, 7};
+  torch::Tensor probs;
+  {
+    torch::NoGradGuard ng;
+    const auto ids = torch::tensor(prompt, torch::kInt64).unsqueeze(0);
+    const auto logits = model->forward(model::Batch{ids, torch::ones_like(ids), {}, {}});
+    probs = (logits[0][-1].to(torch::kFloat64) / 0.1).softmax(-1);
+  }
+  const int64_t n = 6000;
+  model::GenerationOptions o;
+  o.do_sample = true;
+  o.max_new_tokens = 1;
+  o.temperature = 0.1;
+  o.num_return_sequences = n;
+  o.seed = 7;
+  auto counts = torch::zeros_like(probs);
+  for (const auto& c : model::generate(*model, {prompt}, o).completions) counts[c.at(0)] += 1;
+  const auto share = counts / static_cast<double>(n);
+  const auto bound = 5 * (probs * (1 - probs) / static_cast<double>(n)).sqrt() + 1e-3;
+  INFO("largest |share - p| over bound " << ((share - probs).abs() / bound).max().item<double>());
+  CHECK(((share - probs).abs() <= bound).all().item<bool>());
+  CHECK(probs.max().item<double>() > 0.05);  // a distribution far from uniform, so the check tells
+
+  o.top_k = 3;
+  const auto top = std::get<1>(probs.topk(3));
+  for (const auto& c : model::generate(*model, {prompt}, o).completions)
+    CHECK((top == c.at(0)).any().item<bool>());
+}
+
 TEST_CASE("rows stop at a stop token, at a stop rule and at max_new_tokens, each with its reason", "[generate]") {
   auto model = model::load_language_model(models() / "qwen2", model::HeadKind::CausalLM);
   model->eval();

@@ -388,7 +388,7 @@ StepValues online_steps(const nlohmann::json& cs, const std::string& trainer, co
 
 fs::path distill_teacher() { return data_dir() / "distill" / "teacher"; }
 
-StepValues distill_steps(const nlohmann::json& cs, const Run& run) {
+StepValues distill_steps(const nlohmann::json& cs, const Run& run, const std::function<void(engine::Engine&)>& inspect) {
   TempDir out("trlx_distill");
   const auto& args = cs.at("args");
   config::ConfigLoader loader(trainers::distill_schema());
@@ -445,7 +445,7 @@ StepValues distill_steps(const nlohmann::json& cs, const Run& run) {
     return completions;
   });
   engine.train(trainer);
-  if (run.inspect) run.inspect(engine);
+  if (inspect) inspect(engine);
   return logged_steps(engine);
 }
 

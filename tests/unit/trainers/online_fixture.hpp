@@ -5,6 +5,7 @@
 // table of completion -> reward, so loss, grad norm and every logged metric
 // can be compared. Shared by the single-process and the 2-rank tests.
 // Include Catch before this header.
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -21,7 +22,9 @@ StepValues online_steps(const nlohmann::json& fixture_case, const std::string& t
 // Runs one case of tests/data/distill/steps*.json (TRL's DistillationTrainer,
 // the teacher tests/data/distill/teacher) for its 3 steps; the rows each
 // step logged.
-StepValues distill_steps(const nlohmann::json& fixture_case, const Run& run);
+// `inspect`, when given, sees the engine after training.
+StepValues distill_steps(const nlohmann::json& fixture_case, const Run& run,
+                         const std::function<void(engine::Engine&)>& inspect = {});
 
 // Runs one case of tests/data/ppo/steps*.json for its 3 updates; the rows
 // each step logged. `rollouts`, when given, receives this rank's rollout

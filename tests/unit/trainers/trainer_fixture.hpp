@@ -6,7 +6,6 @@
 // on one process or on N ranks at a per-device batch of global / N.
 // Include Catch before this header.
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -36,8 +35,6 @@ struct Run {
   // Agent cases: the first turns replayed, every later turn sampled (to
   // hold generation in lockstep when ranks need different numbers of turns).
   bool sample_tool_turns = false;
-  // Called with the engine after training (replays that take it: distill).
-  std::function<void(engine::Engine&)> inspect;
   int world_size() const { return comm ? comm->world_size() : 1; }
 };
 

@@ -182,16 +182,14 @@ TEST_CASE("dist distill: 2 ranks equal TRL's DistillationTrainer on 2 processes,
   for (const auto& cs : *cases)
     on_each_strategy("distill " + cs.at("name").get<std::string>(),
                      [&](const test::Run& run) {
-                       auto r = run;
-                       r.inspect = [&](engine::Engine& e) {
+                       return test::distill_steps(cs, run, [&](engine::Engine& e) {
                          auto& s = engine::EngineProbe::strategy(e);
                          if (!s.shards_parameters()) return;
                          INFO("most bytes gathered at once " << s.peak_gathered_bytes() << ", teacher "
                                                              << teacher_bytes);
                          CHECK(s.peak_gathered_bytes() > 0);
                          CHECK(s.peak_gathered_bytes() < teacher_bytes * 7 / 10);
-                       };
-                       return test::distill_steps(cs, r);
+                       });
                      },
                      cs.at("steps"), test::online_comparison(cs));
 }
