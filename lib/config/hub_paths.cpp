@@ -80,7 +80,9 @@ std::vector<HubResolution> resolve_hub_paths(const Schema& schema, void* config,
         const Value rv = rf->read(config);
         if (const auto* r = std::get_if<std::string>(&rv); r && !r->empty()) {
           revision = *r;
-          revision_set = rv != rf->default_value;
+          // main is every repository's default branch: naming it with a
+          // local path asks for nothing (TRL ignores it there too).
+          revision_set = rv != rf->default_value && *r != "main";
         }
       }
     }

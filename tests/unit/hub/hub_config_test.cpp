@@ -13,6 +13,7 @@
 #include "model/adapter_dir.hpp"
 #include "fixture_cache.hpp"
 #include "support.hpp"
+#include "trainers/distill_config.hpp"
 #include "trainers/dpo_config.hpp"
 #include "trainers/sft_config.hpp"
 
@@ -108,6 +109,16 @@ TEST_CASE("model_revision picks the snapshot, and a local path takes none", "[hu
       load<trainers::SFTConfig>(trainers::sft_schema(), "model_name_or_path: " + local + "\n");
   CHECK(config::resolve_hub_paths(trainers::sft_schema(), &plain_local, config::HubMode::Fetch)
             .empty());
+  // A revision field whose default is null (distill's teacher_model_revision):
+  // main names the default branch, which a local path has anyway; another
+  // revision is refused as above.
+  auto teacher_main = load<trainers::DistillConfig>(
+      trainers::distill_schema(), "teacher_model_name_or_path: " + local + "\nteacher_model_revision: main\n");
+  CHECK(config::resolve_hub_paths(trainers::distill_schema(), &teacher_main, config::HubMode::Fetch).empty());
+  auto teacher_v2 = load<trainers::DistillConfig>(
+      trainers::distill_schema(), "teacher_model_name_or_path: " + local + "\nteacher_model_revision: v2\n");
+  CHECK_THROWS_WITH(config::resolve_hub_paths(trainers::distill_schema(), &teacher_v2, config::HubMode::Fetch),
+                    Catch::Contains("which has no revisions"));
   CHECK(plain_local.model_name_or_path == local);
 }
 
