@@ -515,10 +515,16 @@ OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
   for (auto& c : completions)
     if (c.empty()) c.push_back(eos_ids_.empty() ? pad_id_ : eos_ids_.front());
   if (tools_) continue_with_tools(engine, rows, slots, out);
+  const int64_t f = static_cast<int64_t>(reward_functions_.size());
+  if (f == 0 && !judge_) {
+    // Nothing scores (distillation): no texts to build, no scoring round.
+    out.rewards = torch::empty({static_cast<int64_t>(rows.size()), 0}, torch::kFloat64);
+    return out;
+  }
   auto t0 = Clock::now();
 
-  for (auto& f : reward_functions_) f->set_step(engine.global_step());
-  std::vector<rewards::Sample> samples;
+  for (auto& fn : reward_functions_) fn->set_step(engine.global_step());
+  auto& samples = out.samples;
   for (size_t i = 0; i < rows.size(); ++i) {
     rewards::Sample s;
     s.prompt = rows[i]->prompt;
@@ -535,8 +541,6 @@ OnlineTrainer::Scored OnlineTrainer::generate_and_score(engine::Engine& engine,
     if (tools_ && tools_->environment) s.episode = static_cast<int64_t>(i);
     samples.push_back(std::move(s));
   }
-  out.samples = samples;
-  const int64_t f = static_cast<int64_t>(reward_functions_.size());
   out.rewards = torch::full({static_cast<int64_t>(rows.size()), f}, std::numeric_limits<double>::quiet_NaN(),
                             torch::kFloat64);
   auto* r = out.rewards.data_ptr<double>();
