@@ -18,6 +18,8 @@ check "[ $? = 0 ]" || cat "$TMP/o"
 check "[ -f '$TMP/d/model.safetensors' ] && [ -d '$TMP/d/checkpoint-2' ]"
 check "steps_hold '$TMP/d' \"'loss' in m and 'entropy' in m and 'completions/mean_length' in m and 'num_tokens' in m and 'reward' not in m\""
 check "grep -q 'generalized JSD' '$TMP/o'" || cat "$TMP/o"
+# The startup table names the teacher beside the student.
+check "grep -q '^  teacher  *1.08M parameters, frozen$' '$TMP/o'" || cat "$TMP/o"
 check "grep -rq 'fingerprint' '$TMP/d/checkpoint-2'"
 # Resumed from step 2, the last two steps log what the uninterrupted run logged.
 values loss "$TMP/d/metrics.jsonl" >"$TMP/loss_full"
