@@ -70,7 +70,12 @@ int run_init_model(std::vector<std::string> args) {
   std::string tokenizer_dir, out_dir, dtype = "float32", head = "lm";
   uint64_t seed = 0;
   int64_t num_labels = 1;
-  app.add_option("--arch", spec.arch, "llama, mistral, qwen2 or qwen3")->capture_default_str();
+  app.add_option("--arch", spec.arch, "llama, mistral, qwen2, qwen3, qwen3_moe or mixtral")->capture_default_str();
+  app.add_option("--num_experts", spec.num_experts, "Experts per layer (qwen3_moe, mixtral)")->capture_default_str();
+  app.add_option("--num_experts_per_tok", spec.num_experts_per_tok, "Experts each token is routed to")
+      ->capture_default_str();
+  app.add_option("--moe_intermediate_size", spec.moe_intermediate_size,
+                 "Width of each expert (default intermediate_size)");
   app.add_option("--hidden_size", spec.hidden_size, "Hidden size")->capture_default_str();
   app.add_option("--intermediate_size", spec.intermediate_size, "MLP size (default 4 x hidden_size)");
   app.add_option("--num_layers", spec.num_layers, "Decoder layers")->capture_default_str();

@@ -294,8 +294,8 @@ void add_pad_to_multiple_of_field(SchemaBuilder<C>& b) {
 template <class C>
 void add_router_aux_loss_coef_field(SchemaBuilder<C>& b) {
   b.field(&TrainingConfig::router_aux_loss_coef, "router_aux_loss_coef", std::nullopt,
-          "Weight of a mixture-of-experts model's load-balancing loss.")
-      .not_built("mixture-of-experts models are not built in trlx yet");
+          "Weight of a mixture-of-experts model's load-balancing loss in the training loss (null: the model "
+          "config's; 0: off). Refused for a model without experts.");
 }
 
 // CPO's and ORPO's fields for encoder-decoder models and W&B tables.

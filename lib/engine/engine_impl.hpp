@@ -218,6 +218,9 @@ struct Engine::Impl {
   };
   std::optional<ReferenceSync> reference_sync_;
   int64_t micro_per_step_ = 1;
+  // The weight of the policy's load-balancing loss (mixture of experts) in
+  // the training loss; 0: not added, and no router statistics kept.
+  double router_aux_coef_ = 0.0;
   // The trainer train() runs (its state goes into checkpoints).
   Trainer* trainer_ = nullptr;
   // An online trainer's current round: its micro-batches and how many of

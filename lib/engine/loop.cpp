@@ -141,6 +141,30 @@ std::vector<std::vector<size_t>> Engine::Impl::epoch_batches(size_t n, int64_t e
   return out;
 }
 
+namespace {
+
+// router_aux_loss_coef as the reference trainers resolve it: the field, else
+// the model config's; a field set for a model without experts is refused.
+double router_aux_coefficient(const Trainer& trainer, const model::ModelConfig& model,
+                              const std::optional<double>& field) {
+  if (field && *field != 0 && !model.is_moe())
+    fail_input("router_aux_loss_coef is {} but the model (model_type `{}`) is not a mixture of experts, so there is "
+               "no load-balancing loss to weight: remove the field (or set it to 0)",
+               *field, model.model_type);
+  if (!model.is_moe()) return 0.0;
+  switch (trainer.router_aux_loss()) {
+    case Trainer::RouterAuxLoss::ForMixtures:
+      return field.value_or(model.router_aux_loss_coef);
+    case Trainer::RouterAuxLoss::WhenConfigAsks:
+      return model.output_router_logits ? model.router_aux_loss_coef : 0.0;
+    case Trainer::RouterAuxLoss::Never:
+      break;
+  }
+  return 0.0;
+}
+
+}  // namespace
+
 void Engine::Impl::setup(Trainer& trainer) {
   const size_t n = trainer.num_examples("train");
   if (n == 0) fail_input("the training split has no examples");
@@ -155,6 +179,7 @@ void Engine::Impl::setup(Trainer& trainer) {
                "dataloader_drop_last is set: no batch to train on",
                config_.per_device_train_batch_size, world_size(), n);
   micro_per_step_ = config_.gradient_accumulation_steps;
+  router_aux_coef_ = router_aux_coefficient(trainer, policy_->config(), config_.router_aux_loss_coef);
   // An online epoch trains on each round's micro-batches, passes times over.
   const int64_t micro_per_epoch =
       online_prompts_per_round_ > 0
@@ -322,13 +347,28 @@ std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const s
       auto& b = batches[i];
       strategy_->begin_backward(/*sync=*/i + 1 == batches.size(), /*has_data=*/true);
       standing_in_ = b.stand_in;
+      model::RouterBalance* balance = router_aux_coef_ != 0 ? policy_->model->router_balance() : nullptr;
+      if (balance) balance->begin();
       LossOutput out = trainer.loss(owner(), b.batch);
+      const torch::Tensor aux = balance ? balance->end() : torch::Tensor();
       phases.mark("forward and loss (with reference forwards)", device_);
       auto loss = out.loss_sum / denom;
+      if (aux.defined()) {
+        // As the reference adds it: coef * aux per micro-batch, averaged over
+        // the update's micro-batches and (the gradients being summed here)
+        // over the ranks. Its gradient reaches the routers through their
+        // taps (model/moe.hpp) with the same weight and the loss scale.
+        const double weight = router_aux_coef_ / static_cast<double>(batches.size() * world_size());
+        balance->set_weight(standing_in_ ? 0.0 : weight * scale);
+        loss = loss + aux * weight;
+        out.metrics.add_per_batch("aux_loss", aux.to(torch::kFloat64),
+                                  torch::ones({}, aux.options().dtype(torch::kFloat64)));
+      }
       // A stand-in's backward runs (so every rank joins the same gathers and
       // reductions) with zero gradients.
       if (standing_in_) loss = loss * 0.0;
       (scale == 1.0 ? loss : loss * scale).backward();
+      if (balance) balance->clear();
       if (standing_in_) {
         metrics.skip_batch();
       } else {

@@ -349,6 +349,24 @@ void Engine::Impl::print_startup(Trainer& trainer) {
                  fmt::format("{} parameters, frozen{}", human(static_cast<double>(n)),
                              strategy_->shards_parameters() ? ", split over the ranks unit by unit" : "")});
   }
+  if (const auto& mc = policy_->config(); mc.is_moe()) {
+    // Mixture of experts: what a token runs through, and the balance loss.
+    int64_t sparse = 0;
+    for (bool s : mc.sparse_layers) sparse += s ? 1 : 0;
+    int64_t experts = 0;
+    for (const auto& p : policy_->named_parameters(true))
+      if (p.key().find(".mlp.experts.") != std::string::npos) experts += p.value().numel();
+    const double active = static_cast<double>(total - value_params) -
+                          static_cast<double>(experts) * (1.0 - static_cast<double>(mc.num_experts_per_tok) /
+                                                                    static_cast<double>(mc.num_experts));
+    rows.insert(rows.begin() + 3,
+                {"experts", fmt::format("{} in each of {} of {} layers, {} per token ({} parameters active); "
+                                        "load-balancing loss {}",
+                                        mc.num_experts, sparse, mc.num_hidden_layers, mc.num_experts_per_tok,
+                                        human(active),
+                                        router_aux_coef_ != 0 ? fmt::format("x {:g} (aux_loss)", router_aux_coef_)
+                                                              : std::string("not added"))});
+  }
   if (value_)
     rows.insert(rows.begin() + 3, {"value model", fmt::format("trained with the policy ({} parameters)",
                                                               human(static_cast<double>(value_params)))});

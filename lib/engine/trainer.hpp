@@ -105,6 +105,14 @@ class Trainer {
   // the startup table names it: a reference, or distillation's teacher.
   virtual std::string reference_name() const { return "reference"; }
 
+  // When a mixture-of-experts policy's load-balancing loss joins the
+  // training loss (with router_aux_loss_coef), as the reference trainer
+  // decides it: never; whenever the model is a mixture of experts (SFT,
+  // DPO, KTO, GRPO, RLOO); or when its config sets output_router_logits
+  // (CPO, ORPO).
+  enum class RouterAuxLoss { Never, ForMixtures, WhenConfigAsks };
+  virtual RouterAuxLoss router_aux_loss() const { return RouterAuxLoss::Never; }
+
   // A trainer's own state that a checkpoint carries for an exact resume
   // (e.g. an adaptive coefficient); null when it has none.
   virtual nlohmann::json state() const;

@@ -193,7 +193,7 @@ Prepared prepare(const NamedTensors& tensors, const std::string& label) {
 // Writes one file's bytes into `out` for the tensors at `which`.
 void write_file(AtomicFile& out, const NamedTensors& tensors, const std::vector<size_t>& which,
                 const std::vector<TensorSpec>& all_specs, const std::map<std::string, std::string>& metadata,
-                const BeforeWrite& before_write) {
+                const BeforeWrite& before_write, const Resolve& resolve = {}) {
   std::vector<TensorSpec> specs;
   specs.reserve(which.size());
   for (size_t i : which) specs.push_back(all_specs[i]);
@@ -203,7 +203,7 @@ void write_file(AtomicFile& out, const NamedTensors& tensors, const std::vector<
     const at::Tensor& t = tensors[which[k]].second;
     if (t.numel() == 0) continue;
     if (before_write) before_write(t);
-    at::Tensor c = t;
+    at::Tensor c = resolve ? resolve(t) : t;
     if (!c.device().is_cpu()) c = c.to(torch::kCPU);
     c = c.contiguous();
     out.write(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
@@ -252,7 +252,7 @@ void save_checkpoint(const fs::path& dir, const NamedTensors& tensors, const Sav
     outs.emplace_back(dir / name);
     static const std::vector<size_t> none;
     write_file(outs.back(), tensors, plan.shards.empty() ? none : plan.shards[i], p.specs, options.metadata,
-               options.before_write);
+               options.before_write, options.resolve);
     outs.back().finish();
   }
 

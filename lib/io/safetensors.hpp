@@ -95,6 +95,10 @@ c10::ScalarType to_torch_dtype(Dtype d);
 // Called with each tensor right before its bytes are read for writing (a
 // sharded model gathers the tensor's parameters there).
 using BeforeWrite = std::function<void(const at::Tensor&)>;
+// Gives the tensor whose bytes are written for an entry (after BeforeWrite):
+// a writer may list tensors on the meta device (shape and dtype only) and
+// make their values only when they are written.
+using Resolve = std::function<at::Tensor(const at::Tensor&)>;
 
 void save_safetensors(const std::filesystem::path& file, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {{"format", "pt"}},
@@ -108,6 +112,7 @@ struct SaveOptions {
   std::optional<uint64_t> total_parameters;
   std::map<std::string, std::string> metadata{{"format", "pt"}};
   BeforeWrite before_write;
+  Resolve resolve;
 };
 
 // Writes a checkpoint directory as transformers' save_pretrained does: one

@@ -661,9 +661,12 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   return down_proj->forward((gelu_ ? torch::gelu(gate, "tanh") : F::silu(gate)) * up);
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer, std::shared_ptr<RouterBalance> balance) {
   self_attn = register_module("self_attn", Attention(c, layer));
-  mlp = register_module("mlp", MLP(c));
+  if (c.is_moe() && c.sparse_layers[static_cast<size_t>(layer)])
+    moe = register_module("mlp", SparseMoe(c, std::move(balance)));
+  else
+    mlp = register_module("mlp", MLP(c));
   auto norm = [&] { return RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_plus_one); };
   input_layernorm = register_module("input_layernorm", norm());
   post_attention_layernorm = register_module("post_attention_layernorm", norm());
@@ -679,14 +682,17 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
                                         const LayerAttention& plan, KVCache* cache) {
   auto attn = self_attn->forward(input_layernorm->forward(x), cos, sin, plan, cache);
   const int64_t query_start = plan.query_start;
+  auto feed_forward = [&](const torch::Tensor& h) {
+    return moe ? moe->forward(h, plan.router_rows, plan.balance) : mlp->forward(h);
+  };
   const auto residual = query_start ? x.narrow(1, query_start, x.size(1) - query_start) : x;
   if (pre_feedforward_layernorm) {
     // Gemma 2/3: each block's output is normed before its residual add.
     auto h = residual + post_attention_layernorm->forward(attn);
-    return h + post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)));
+    return h + post_feedforward_layernorm->forward(feed_forward(pre_feedforward_layernorm->forward(h)));
   }
   auto h = residual + attn;
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+  return h + feed_forward(post_attention_layernorm->forward(h));
 }
 
 // ---------------------------------------------------------------- model
@@ -694,7 +700,8 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
 DecoderModelImpl::DecoderModelImpl(const ModelConfig& c) : config_(c) {
   embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, c.pad_token_id));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
+  if (c.is_moe()) router_balance_ = std::make_shared<RouterBalance>();
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i, router_balance_));
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_plus_one));
   rope_ = std::make_shared<Rotary>(c, c.rope);
   if (c.sliding_rope) sliding_rope_ = std::make_shared<Rotary>(c, *c.sliding_rope);
@@ -710,8 +717,13 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   TORCH_CHECK(!cache || t <= cache->capacity(), "a prefill longer than the KV cache");
   const bool packed = batch.document_ids.defined();
   TORCH_CHECK(!packed || !cache, "packed sequences (document_ids) cannot be used with a KV cache");
-  const int64_t from = batch.outputs_from;
-  TORCH_CHECK(from == 0 || (!cache && from > 0 && from < t), "outputs_from must lie inside the rows, without a KV cache");
+  // A training forward whose expert routing the load-balancing loss
+  // collects routes every position, as the reference does: outputs_from
+  // then only trims the output.
+  const bool balanced = router_balance_ && router_balance_->collecting() && torch::GradMode::is_enabled() && !cache;
+  const int64_t from = balanced ? 0 : batch.outputs_from;
+  TORCH_CHECK(batch.outputs_from == 0 || (!cache && batch.outputs_from > 0 && batch.outputs_from < t),
+              "outputs_from must lie inside the rows, without a KV cache");
   const auto& window = config_.sliding_window;
 
   // The dtype attention computes in: autocast's (bf16) when it is on.
@@ -868,8 +880,14 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     }
     return a;
   };
-  const LayerAttention full = layer_attention(full_plan, false, false);
-  const LayerAttention sliding = window ? layer_attention(sliding_plan, true, false) : full;
+  LayerAttention full = layer_attention(full_plan, false, false);
+  if (balanced) {
+    full.balance = true;
+    if (batch.attention_mask.defined()) full.router_rows = batch.attention_mask.reshape(-1);
+  }
+  LayerAttention sliding = window ? layer_attention(sliding_plan, true, false) : full;
+  sliding.balance = full.balance;
+  sliding.router_rows = full.router_rows;
   LayerAttention last_full, last_sliding;
   if (from > 0) {
     last_full = layer_attention(last_full_plan, false, true);
@@ -898,6 +916,7 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     };
     x = sharding_ ? sharding_->layer(layer, x, run) : run();
   }
+  if (from != batch.outputs_from) x = x.narrow(1, batch.outputs_from, t - batch.outputs_from);
   return norm->forward(x);
 }
 
@@ -965,6 +984,12 @@ void load_parameters(LanguageModelImpl& m, const TensorSource& get, const std::v
   for (auto& p : m.named_parameters(true)) {
     const std::string& name = p.key();
     auto t = get(name);
+    // Mixture of experts: the published per-expert layout.
+    if (!t) {
+      std::vector<std::string> read;
+      t = read_published_experts(m.config(), name, get, source, &read);
+      used.insert(read.begin(), read.end());
+    }
     if (!t) {
       if (name == "score.weight") {
         // A reward or value model started from a language model: the head is

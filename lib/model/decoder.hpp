@@ -1,6 +1,6 @@
 #pragma once
-// The Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3)
-// as LibTorch modules,
+// The Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3,
+// and the mixtures of experts Qwen3-MoE and Mixtral) as LibTorch modules,
 // with parameter names equal to Hugging Face's, so that checkpoints load and
 // save without renaming.
 #include <functional>
@@ -15,6 +15,7 @@
 
 #include "model/attention_plan.hpp"
 #include "model/model_config.hpp"
+#include "model/moe.hpp"
 
 namespace trlx::model {
 
@@ -186,6 +187,11 @@ struct LayerAttention {
                                        // FlashDecode: the queries', one per slot
   int64_t max_seqlen = 0;              // FlashDocuments: longest segment
   torch::Tensor cu_seqlens_k, seqused_k;  // FlashDecode: where each slot's keys start, and how many it reads
+  // Mixture of experts: a training forward whose routing the model's
+  // RouterBalance collects, and each row's weight there ([B * T], the
+  // attention mask; undefined: all 1).
+  bool balance = false;
+  torch::Tensor router_rows;
 };
 
 // What a flash path hands the kernel: causal with the queries aligned to the
@@ -252,7 +258,8 @@ TORCH_MODULE(MLP);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const ModelConfig& c, int64_t layer);
+  // `balance`: the model's, for a sparse (mixture-of-experts) layer.
+  DecoderLayerImpl(const ModelConfig& c, int64_t layer, std::shared_ptr<RouterBalance> balance = nullptr);
   // Returns the layer's output at positions [attn.query_start, T) of x (all
   // when 0); see AttentionImpl::forward.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
@@ -261,6 +268,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich_norms
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
+  SparseMoe moe{nullptr};  // a sparse layer's experts, in place of mlp (named "mlp" as in transformers)
   bool sliding = false;     // attends within the sliding window
   bool local_rope = false;  // a sliding layer by the config: Gemma 3 gives it sliding_rope
 };
@@ -344,6 +352,10 @@ class DecoderModelImpl : public torch::nn::Module {
   void set_sharding_hooks(std::shared_ptr<ShardingHooks> hooks) { sharding_ = std::move(hooks); }
   ShardingHooks* sharding_hooks() const { return sharding_.get(); }
 
+  // Mixture of experts: the load-balancing loss of the training forwards
+  // (null for a dense model). The engine begins and ends its collection.
+  RouterBalance* router_balance() const { return router_balance_.get(); }
+
   // The attention paths the last forward took: full-attention layers, then
   // (if the model has them) sliding layers, then the same for the last layer
   // where its queries started later (outputs_from).
@@ -353,6 +365,7 @@ class DecoderModelImpl : public torch::nn::Module {
   ModelConfig config_;
   std::vector<AttentionPath> attention_paths_;
   std::shared_ptr<Rotary> rope_, sliding_rope_;  // sliding_rope_: Gemma 3's sliding layers
+  std::shared_ptr<RouterBalance> router_balance_;
   std::shared_ptr<ShardingHooks> sharding_;
 };
 TORCH_MODULE(DecoderModel);

@@ -100,11 +100,11 @@ std::string join_sorted(std::set<std::string> names) { return fmt::format("{}", 
 std::vector<std::string> default_targets(const std::string& model_type) {
   // The attention query and value projections, the default PEFT users know
   // for these architectures.
-  for (const auto* t : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"})
+  for (const auto* t : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "mixtral"})
     if (model_type == t) return {"q_proj", "v_proj"};
-  // Phi-3 has no default, as in PEFT: its projections are fused.
-  fail_input("no default LoRA target modules for model type `{}`; set lora_target_modules (for Phi-3: e.g. "
-             "[qkv_proj] or all-linear)",
+  // Phi-3 (fused projections) and Qwen3-MoE have no default, as in PEFT.
+  fail_input("no default LoRA target modules for model type `{}`; set lora_target_modules (e.g. [q_proj, v_proj], "
+             "for Phi-3 [qkv_proj], or all-linear)",
              model_type);
 }
 

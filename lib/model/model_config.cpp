@@ -16,8 +16,8 @@ namespace trlx::model {
 using nlohmann::json;
 
 const std::vector<std::string>& supported_model_types() {
-  static const std::vector<std::string> t = {"llama", "mistral", "qwen2",  "qwen3",
-                                             "phi3",  "gemma",   "gemma2", "gemma3_text"};
+  static const std::vector<std::string> t = {"llama",  "mistral", "qwen2",       "qwen3",     "phi3",
+                                             "gemma",  "gemma2",  "gemma3_text", "qwen3_moe", "mixtral"};
   return t;
 }
 
@@ -144,7 +144,7 @@ void read_rope(ModelConfig& c, const json& j, const Reader& r) {
   }
   const bool gemma3 = c.model_type == "gemma3_text";
   RopeConfig base;
-  base.theta = r.number("rope_theta", gemma3 ? 1000000.0 : 10000.0);
+  base.theta = r.number("rope_theta", gemma3 || c.model_type == "mixtral" ? 1000000.0 : 10000.0);
   base.partial_rotary_factor = r.number("partial_rotary_factor", 1.0);
   // Phi-3's config carries original_max_position_embeddings at the top,
   // which transformers copies into the rope parameters.
@@ -184,6 +184,58 @@ void read_rope(ModelConfig& c, const json& j, const Reader& r) {
       fail_input("{}: partial_rotary_factor {} gives {} rotary dims of head_dim {}; they must be even and at least 2",
                  r.source(), f, dims, c.head_dim);
   }
+}
+
+// Qwen3-MoE and Mixtral: the experts, the router and which layers route.
+// Qwen3-MoE names the expert count num_experts (transformers writes
+// num_local_experts, the attribute it maps to), Mixtral num_local_experts;
+// Mixtral's experts have intermediate_size, Qwen3-MoE's moe_intermediate_size.
+void read_experts(ModelConfig& c, const json& j, const Reader& r) {
+  const bool qwen = c.model_type == "qwen3_moe", mixtral = c.model_type == "mixtral";
+  c.sparse_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
+  if (!qwen && !mixtral) return;
+  const char* count_key = j.contains("num_local_experts") && !j["num_local_experts"].is_null() ? "num_local_experts"
+                          : qwen                                                                 ? "num_experts"
+                                                                                                 : "num_local_experts";
+  c.num_experts = r.opt_integer(count_key).value_or(qwen ? 128 : 8);
+  c.num_experts_per_tok = r.opt_integer("num_experts_per_tok").value_or(qwen ? 8 : 2);
+  if (c.num_experts < 0) fail_input("{}: `{}` must not be negative, found {}", r.source(), count_key, c.num_experts);
+  c.moe_intermediate_size = qwen ? r.opt_integer("moe_intermediate_size").value_or(768) : c.intermediate_size;
+  c.norm_topk_prob = qwen ? r.boolean("norm_topk_prob", false) : true;
+  c.router_weights_fp32 = mixtral;
+  c.router_aux_loss_coef = r.number("router_aux_loss_coef", 0.001);
+  c.output_router_logits = r.boolean("output_router_logits", false);
+  if (mixtral) {
+    c.router_jitter_noise = r.number("router_jitter_noise", 0.0);
+    if (c.router_jitter_noise < 0 || c.router_jitter_noise >= 1)
+      fail_input("{}: `router_jitter_noise` must be in [0, 1), found {}", r.source(), c.router_jitter_noise);
+  }
+  if (c.num_experts == 0) return;  // every layer dense
+  if (c.num_experts_per_tok <= 0 || c.num_experts_per_tok > c.num_experts)
+    fail_input("{}: `num_experts_per_tok` is {}; it must be between 1 and the {} experts (`{}`)", r.source(),
+               c.num_experts_per_tok, c.num_experts, count_key);
+  if (c.moe_intermediate_size <= 0)
+    fail_input("{}: `{}` must be positive, found {}", r.source(), qwen ? "moe_intermediate_size" : "intermediate_size",
+               c.moe_intermediate_size);
+  // Qwen3-MoE: layer L routes unless listed in mlp_only_layers, and only
+  // every decoder_sparse_step-th layer ((L + 1) % step == 0); Mixtral: all.
+  std::vector<bool> dense(c.sparse_layers.size(), false);
+  int64_t step = 1;
+  if (qwen) {
+    step = r.opt_integer("decoder_sparse_step").value_or(1);
+    if (step <= 0) fail_input("{}: `decoder_sparse_step` must be positive, found {}", r.source(), step);
+    if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+      if (!j["mlp_only_layers"].is_array()) fail_input("{}: `mlp_only_layers` must be a list of layer indices", r.source());
+      for (const auto& v : j["mlp_only_layers"]) {
+        if (!v.is_number_integer())
+          fail_input("{}: `mlp_only_layers` must hold layer indices, found {}", r.source(), v.dump());
+        const auto i = v.get<int64_t>();
+        if (i >= 0 && i < c.num_hidden_layers) dense[static_cast<size_t>(i)] = true;
+      }
+    }
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    c.sparse_layers[static_cast<size_t>(i)] = !dense[static_cast<size_t>(i)] && (i + 1) % step == 0;
 }
 
 }  // namespace
@@ -240,14 +292,15 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   }
   if (c.head_dim % 2 != 0) fail_input("{}: head_dim {} must be even for rotary embeddings", source, c.head_dim);
   // Defaults where a key is absent are those of the model type's config class.
-  const int64_t default_max_positions = c.model_type == "phi3"          ? 4096
-                                        : c.model_type == "gemma3_text" ? 131072
-                                        : gemma                         ? 8192
-                                                                        : 2048;
+  const int64_t default_max_positions = c.model_type == "phi3"                                  ? 4096
+                                        : c.model_type == "gemma3_text" || c.model_type == "mixtral" ? 131072
+                                        : c.model_type == "qwen3_moe"                           ? 32768
+                                        : gemma                                                 ? 8192
+                                                                                                : 2048;
   c.max_position_embeddings = r.opt_integer("max_position_embeddings").value_or(default_max_positions);
   if (c.max_position_embeddings <= 0)
     fail_input("{}: `max_position_embeddings` must be positive, found {}", source, c.max_position_embeddings);
-  c.rms_norm_eps = r.number("rms_norm_eps", c.model_type == "phi3" ? 1e-5 : 1e-6);
+  c.rms_norm_eps = r.number("rms_norm_eps", c.model_type == "phi3" || c.model_type == "mixtral" ? 1e-5 : 1e-6);
   read_rope(c, j, r);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", gemma);
   if (gemma) {
@@ -300,7 +353,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
     if (c.model_type == "gemma3_text") c.qk_norm = true;
   }
   if (c.model_type == "qwen2") c.qkv_bias = true;
-  if (c.model_type == "qwen3") {
+  if (c.model_type == "qwen3" || c.model_type == "qwen3_moe") {
     c.qk_norm = true;
     c.attention_bias = r.boolean("attention_bias", false);
   }
@@ -308,7 +361,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   // when use_sliding_window is set, to the layers layer_types marks.
   c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
   const auto window = r.opt_integer("sliding_window");
-  if (c.model_type == "mistral" && window) {
+  if ((c.model_type == "mistral" || c.model_type == "mixtral") && window) {
     c.sliding_window = window;
     c.sliding_layers.assign(c.sliding_layers.size(), true);
   } else if (c.model_type == "phi3" && window) {
@@ -333,6 +386,9 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
     } else {
       for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers[static_cast<size_t>(i)] = (i + 1) % every != 0;
     }
+  } else if (c.model_type == "qwen3_moe" && r.boolean("use_sliding_window", false) && window) {
+    c.sliding_window = window;  // every layer
+    c.sliding_layers.assign(c.sliding_layers.size(), true);
   } else if ((c.model_type == "qwen2" || c.model_type == "qwen3") && r.boolean("use_sliding_window", false) && window) {
     c.sliding_window = window;
     if (j.contains("layer_types") && j["layer_types"].is_array()) {
@@ -345,6 +401,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
       for (int64_t i = max_window_layers; i < c.num_hidden_layers; ++i) c.sliding_layers[static_cast<size_t>(i)] = true;
     }
   }
+  read_experts(c, j, r);
   c.bos_token_id = r.opt_integer("bos_token_id");
   c.pad_token_id = r.opt_integer("pad_token_id");
   if (j.contains("eos_token_id")) {

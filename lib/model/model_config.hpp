@@ -1,6 +1,7 @@
 #pragma once
 // A decoder-only model's shape, read from a Hugging Face config.json
-// (Llama, Mistral, Qwen2, Qwen3, Phi-3/Phi-4, Gemma, Gemma 2, Gemma 3 text),
+// (Llama, Mistral, Qwen2, Qwen3, Phi-3/Phi-4, Gemma, Gemma 2, Gemma 3 text,
+// and the mixtures of experts Qwen3-MoE and Mixtral),
 // in both the older rope_theta/rope_scaling form and the newer
 // rope_parameters form.
 #include <filesystem>
@@ -28,7 +29,7 @@ struct RopeConfig {
 };
 
 struct ModelConfig {
-  std::string model_type;  // llama | mistral | qwen2 | qwen3 | phi3 | gemma | gemma2 | gemma3_text
+  std::string model_type;  // llama | mistral | qwen2 | qwen3 | phi3 | gemma | gemma2 | gemma3_text | qwen3_moe | mixtral
   std::vector<std::string> architectures;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -67,6 +68,21 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;
   std::string torch_dtype;  // as saved ("bfloat16", "float32", ...), may be empty
   int64_t num_labels = 1;   // score head rows (sequence classification)
+
+  // Mixture of experts (qwen3_moe, mixtral): in the layers sparse_layers
+  // marks, a router sends each token to num_experts_per_tok of num_experts
+  // experts of width moe_intermediate_size (model/moe.hpp); the other layers
+  // keep the dense MLP of intermediate_size.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = true;         // the chosen experts' weights divided by their sum
+  bool router_weights_fp32 = false;   // Mixtral mixes the experts in fp32, Qwen3-MoE in the model dtype
+  double router_jitter_noise = 0.0;   // Mixtral: uniform multiplicative noise on the block input in training
+  double router_aux_loss_coef = 0.0;  // the config's weight of the load-balancing loss
+  bool output_router_logits = false;  // the config asks for the load-balancing loss (CPO and ORPO read it)
+  std::vector<bool> sparse_layers;
+  bool is_moe() const { return num_experts > 0; }
 
   // The config.json as read, so that saving keeps keys trlx does not model.
   std::string raw_json;

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <unordered_map>
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +33,8 @@ std::string class_prefix(const std::string& model_type) {
   if (model_type == "gemma") return "Gemma";
   if (model_type == "gemma2") return "Gemma2";
   if (model_type == "gemma3_text") return "Gemma3";
+  if (model_type == "qwen3_moe") return "Qwen3Moe";
+  if (model_type == "mixtral") return "Mixtral";
   return "Qwen3";
 }
 
@@ -67,6 +71,29 @@ std::string config_json(const ModelConfig& c, HeadKind head, torch::Dtype dtype)
   if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
   if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
   else if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids;
+  if (c.model_type == "qwen3_moe" || c.model_type == "mixtral") {
+    // The experts as the model type's config class names them (a config
+    // read from a file keeps its own keys, e.g. Qwen3-MoE's num_experts).
+    const bool qwen = c.model_type == "qwen3_moe";
+    if (!j.contains("num_experts") && !j.contains("num_local_experts"))
+      j[qwen ? "num_experts" : "num_local_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    j["router_aux_loss_coef"] = c.router_aux_loss_coef;
+    if (!j.contains("output_router_logits")) j["output_router_logits"] = false;
+    if (qwen) {
+      j["moe_intermediate_size"] = c.moe_intermediate_size;
+      j["norm_topk_prob"] = c.norm_topk_prob;
+      if (!j.contains("decoder_sparse_step") && !j.contains("mlp_only_layers")) {
+        ordered_json dense = ordered_json::array();
+        for (size_t i = 0; i < c.sparse_layers.size(); ++i)
+          if (!c.sparse_layers[i]) dense.push_back(i);
+        j["decoder_sparse_step"] = 1;
+        j["mlp_only_layers"] = dense;
+      }
+    } else {
+      j["router_jitter_noise"] = c.router_jitter_noise;
+    }
+  }
   j.erase("torch_dtype");
   j["dtype"] = dtype_name(dtype);
   if (head == HeadKind::SequenceClassification) {
@@ -93,13 +120,38 @@ void save_language_model(const std::filesystem::path& dir, LanguageModelImpl& m,
   try {
     io::NamedTensors tensors;
     torch::Dtype dtype = torch::kFloat32;
+    // Experts are written in the published per-expert layout: each part is
+    // listed by shape (a meta tensor) and cut from its parameter as it is
+    // written, after the parameter is read (gathered, under sharding).
+    struct Part {
+      torch::Tensor param;
+      std::function<torch::Tensor(const torch::Tensor&)> take;
+    };
+    std::unordered_map<const c10::TensorImpl*, Part> parts;
     for (const auto& p : m.named_parameters(true)) {
-      tensors.emplace_back(p.key(), p.value().detach());
       dtype = p.value().scalar_type();
+      const auto published = published_parts(m.config(), p.key(), p.value().sizes().vec());
+      if (published.empty()) {
+        tensors.emplace_back(p.key(), p.value().detach());
+        continue;
+      }
+      for (const auto& part : published) {
+        auto meta = torch::empty(part.shape, p.value().options().device(torch::kMeta));
+        parts.emplace(meta.unsafeGetTensorImpl(), Part{p.value().detach(), part.take});
+        tensors.emplace_back(part.name, meta);
+      }
     }
     io::SaveOptions so;
     so.max_shard_size = o.max_shard_size;
-    so.before_write = o.before_write;
+    so.before_write = [&](const torch::Tensor& t) {
+      if (!o.before_write) return;
+      auto it = parts.find(t.unsafeGetTensorImpl());
+      o.before_write(it == parts.end() ? t : it->second.param);
+    };
+    so.resolve = [&](const torch::Tensor& t) {
+      auto it = parts.find(t.unsafeGetTensorImpl());
+      return it == parts.end() ? t : it->second.take(it->second.param);
+    };
     io::save_checkpoint(tmp, tensors, so);
     io::write_file_atomic(tmp / "config.json", config_json(m.config(), m.head_kind(), dtype));
     ordered_json gen = ordered_json::object();
@@ -150,8 +202,8 @@ void save_language_model(const std::filesystem::path& dir, LanguageModelImpl& m,
 ModelConfig new_model_config(const NewModelSpec& s) {
   ModelConfig c;
   bool known = false;
-  for (const auto* t : {"llama", "mistral", "qwen2", "qwen3"}) known |= s.arch == t;
-  if (!known) fail_input("--arch `{}` is not one of llama, mistral, qwen2, qwen3", s.arch);
+  for (const auto* t : {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral"}) known |= s.arch == t;
+  if (!known) fail_input("--arch `{}` is not one of llama, mistral, qwen2, qwen3, qwen3_moe, mixtral", s.arch);
   if (s.vocab_size <= 0) fail_input("a new model needs a vocab_size (or a tokenizer to take it from)");
   c.model_type = s.arch;
   c.vocab_size = s.vocab_size;
@@ -172,8 +224,23 @@ ModelConfig new_model_config(const NewModelSpec& s) {
   c.rope.theta = s.rope_theta;
   c.tie_word_embeddings = s.tie_word_embeddings;
   c.qkv_bias = s.arch == "qwen2";
-  c.qk_norm = s.arch == "qwen3";
+  c.qk_norm = s.arch == "qwen3" || s.arch == "qwen3_moe";
   c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
+  c.sparse_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
+  if (s.arch == "qwen3_moe" || s.arch == "mixtral") {
+    if (s.num_experts <= 0) fail_input("--num_experts must be positive, found {}", s.num_experts);
+    if (s.num_experts_per_tok <= 0 || s.num_experts_per_tok > s.num_experts)
+      fail_input("--num_experts_per_tok is {}; it must be between 1 and the {} experts (--num_experts)",
+                 s.num_experts_per_tok, s.num_experts);
+    c.num_experts = s.num_experts;
+    c.num_experts_per_tok = s.num_experts_per_tok;
+    c.moe_intermediate_size = s.moe_intermediate_size > 0 ? s.moe_intermediate_size : c.intermediate_size;
+    if (s.arch == "mixtral") c.intermediate_size = c.moe_intermediate_size;  // Mixtral's experts are its MLPs
+    c.norm_topk_prob = true;
+    c.router_weights_fp32 = s.arch == "mixtral";
+    c.router_aux_loss_coef = 0.001;
+    c.sparse_layers.assign(c.sparse_layers.size(), true);
+  }
   c.bos_token_id = s.bos_token_id;
   c.pad_token_id = s.pad_token_id;
   c.eos_token_ids = s.eos_token_ids;

@@ -39,6 +39,10 @@ struct NewModelSpec {
   double rope_theta = 10000.0;
   std::optional<int64_t> bos_token_id, pad_token_id;
   std::vector<int64_t> eos_token_ids;
+  // Mixtures of experts (qwen3_moe, mixtral): every layer routes each token
+  // to num_experts_per_tok of num_experts experts of width
+  // moe_intermediate_size (default: intermediate_size).
+  int64_t num_experts = 8, num_experts_per_tok = 2, moe_intermediate_size = 0;
 };
 ModelConfig new_model_config(const NewModelSpec& spec);
 

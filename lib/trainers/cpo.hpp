@@ -46,6 +46,7 @@ class ReferenceFreeTrainer : public engine::Trainer {
   ReferenceFreeTrainer(Kind kind, const CPOConfig* cpo, const ORPOConfig* orpo,
                        std::map<std::string, std::vector<SidedPair>> splits, int64_t pad_id);
   std::string name() const override { return kind_ == Kind::CPO ? "cpo" : "orpo"; }
+  RouterAuxLoss router_aux_loss() const override { return RouterAuxLoss::WhenConfigAsks; }
   size_t num_examples(const std::string& split) const override;
   engine::TensorMap collate(const std::string& split, const std::vector<size_t>& indices) const override;
   double num_items(const engine::TensorMap& batch) const override;

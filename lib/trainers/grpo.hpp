@@ -16,6 +16,7 @@ class GRPOTrainer : public GroupTrainer {
               std::vector<int64_t> eos_ids, int world_size);
   double num_items(const engine::TensorMap& batch) const override;
   engine::LossOutput loss(engine::Engine& engine, const engine::TensorMap& batch) override;
+  RouterAuxLoss router_aux_loss() const override { return RouterAuxLoss::ForMixtures; }
   // The adaptive entropy coefficient and the entropy it last saw.
   nlohmann::json state() const override;
   void restore_state(const nlohmann::json& state) override;

@@ -42,6 +42,7 @@ class KTOTrainer : public engine::Trainer {
  public:
   KTOTrainer(const KTOConfig& config, std::map<std::string, std::vector<KTOExample>> splits, int64_t pad_id);
   std::string name() const override { return "kto"; }
+  RouterAuxLoss router_aux_loss() const override { return RouterAuxLoss::ForMixtures; }
   size_t num_examples(const std::string& split) const override;
   // input_ids / attention_mask / completion_mask [B, T] and label [B]; for the
   // kto loss also KL_input_ids / KL_attention_mask / KL_completion_mask: each

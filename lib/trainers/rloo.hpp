@@ -15,6 +15,7 @@ class RLOOTrainer : public GroupTrainer {
               std::vector<int64_t> eos_ids, int world_size);
   double num_items(const engine::TensorMap& batch) const override;  // sequences
   engine::LossOutput loss(engine::Engine& engine, const engine::TensorMap& batch) override;
+  RouterAuxLoss router_aux_loss() const override { return RouterAuxLoss::ForMixtures; }
 
  protected:
   losses::Advantages advantages(const torch::Tensor& rewards_per_func, const torch::Tensor& weights,

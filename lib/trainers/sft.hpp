@@ -41,6 +41,7 @@ class SFTTrainer : public engine::Trainer {
  public:
   SFTTrainer(const SFTConfig& config, std::map<std::string, std::vector<SFTExample>> splits, int64_t pad_id);
   std::string name() const override { return "sft"; }
+  RouterAuxLoss router_aux_loss() const override { return RouterAuxLoss::ForMixtures; }
   size_t num_examples(const std::string& split) const override;
   engine::TensorMap collate(const std::string& split, const std::vector<size_t>& indices) const override;
   double num_items(const engine::TensorMap& batch) const override;

@@ -33,6 +33,10 @@
 # own clock (TRLX_PHASE_TIMES=1) and, for TRL, timers around the Trainer's
 # batch, compute_loss, backward, clipping and optimizer calls.
 #
+# MODEL=moe trains a Qwen3-MoE-shaped model instead (~57M parameters, 16
+# experts of which 4 per token, ~19M active); its MFU counts the active
+# parameters only. TRL runs transformers' default experts implementation.
+#
 # Needs python3 with trl and peft (dev time). Environment: TRAINERS (default
 # "dpo kto reward cpo orpo"), MODES (default "full lora"), THREADS (default
 # 2), STEPS (default 10), REPEATS (default 3), FIRST_REPEAT (default 1: the
@@ -53,13 +57,24 @@ TRLX="$BUILD_DIR/apps/trlx/trlx"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=$THREADS TRL_EXPERIMENTAL_SILENCE=1
-"$TRLX" init-model --arch qwen2 --hidden_size 512 --intermediate_size 1536 --num_layers 8 --num_heads 8 \
-  --num_kv_heads 4 --tokenizer examples/tiny-model --tie_word_embeddings --out "$WORK/m25" >/dev/null
-PARAMS=$(python3 - "$WORK/m25/model.safetensors" <<'PY'
+if [[ ${MODEL:-dense} == moe ]]; then
+  # ~57M parameters, ~19M active: 16 experts of width 256, 4 per token, in every layer.
+  "$TRLX" init-model --arch qwen3_moe --hidden_size 512 --num_layers 8 --num_heads 8 --num_kv_heads 4 \
+    --num_experts 16 --num_experts_per_tok 4 --moe_intermediate_size 256 --tokenizer examples/tiny-model \
+    --tie_word_embeddings --out "$WORK/m25" >/dev/null
+else
+  "$TRLX" init-model --arch qwen2 --hidden_size 512 --intermediate_size 1536 --num_layers 8 --num_heads 8 \
+    --num_kv_heads 4 --tokenizer examples/tiny-model --tie_word_embeddings --out "$WORK/m25" >/dev/null
+fi
+# Parameters a token runs through (MFU): all, less the experts it is not routed to.
+PARAMS=$(python3 - "$WORK/m25" <<'PY'
 import json, math, struct, sys
-with open(sys.argv[1], "rb") as f:
+with open(sys.argv[1] + "/model.safetensors", "rb") as f:
     h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-print(sum(math.prod(v["shape"]) for k, v in h.items() if k != "__metadata__"))
+c = json.load(open(sys.argv[1] + "/config.json"))
+experts = c.get("num_experts") or c.get("num_local_experts") or 1
+share = c.get("num_experts_per_tok", 1) / experts
+print(round(sum(math.prod(v["shape"]) * (share if ".experts." in k else 1) for k, v in h.items() if k != "__metadata__")))
 PY
 )
 if [[ $SEQ == long ]]; then PAIRS=2 MAX_LENGTH=1024; else PAIRS=8 MAX_LENGTH=128; fi
@@ -200,7 +215,7 @@ PY
 
 RESULTS="$WORK/results.txt"
 : >"$RESULTS"
-echo "threads $THREADS, $STEPS steps, $SEQ rows (max_length $MAX_LENGTH), $PARAMS parameters, fp32 matmul peak $PEAK GFLOP/s"
+echo "threads $THREADS, $STEPS steps, $SEQ rows (max_length $MAX_LENGTH), model ${MODEL:-dense}, $PARAMS (active) parameters, fp32 matmul peak $PEAK GFLOP/s"
 FIRST_REPEAT=${FIRST_REPEAT:-1}
 for ((i = FIRST_REPEAT; i < FIRST_REPEAT + REPEATS; i++)); do
   for t in $TRAINERS; do

@@ -1,0 +1,344 @@
+// Mixture-of-experts blocks: router, grouped experts, load balancing, checkpoint layouts.
+#include "model/moe.hpp"
+
+#include <ATen/autocast_mode.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <array>
+#include <map>
+#include <mutex>
+
+#include "core/error.hpp"
+
+namespace trlx::model {
+
+// ---------------------------------------------------------------- load balancing
+
+void RouterBalance::begin() {
+  collecting_ = true;
+  active_ = true;
+  counts_ = probs_ = rows_ = per_unit_ = gradient_ = torch::Tensor();
+}
+
+torch::Tensor RouterBalance::end() {
+  if (!collecting_) return {};
+  collecting_ = false;
+  if (!counts_.defined()) {
+    active_ = false;
+    return {};
+  }
+  const double experts = static_cast<double>(counts_.size(0));
+  const auto d = rows_.clamp_min(1e-12);
+  per_unit_ = counts_ * (experts / (d * d));
+  return ((counts_ / d) * (probs_ / d)).sum() * experts;
+}
+
+void RouterBalance::set_weight(double weight) {
+  if (per_unit_.defined()) gradient_ = per_unit_ * weight;
+}
+
+void RouterBalance::clear() {
+  collecting_ = active_ = false;
+  counts_ = probs_ = rows_ = per_unit_ = gradient_ = torch::Tensor();
+}
+
+namespace {
+
+// Identity on the router probabilities whose backward adds the balance
+// loss's gradient, rows[r] * gradient[e], read from the balance when the
+// backward runs (after every layer has routed).
+class BalanceTap : public torch::autograd::Function<BalanceTap> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& probs,
+                               const torch::Tensor& rows, int64_t balance) {
+    ctx->saved_data["balance"] = balance;
+    ctx->saved_data["has_rows"] = rows.defined();
+    if (rows.defined()) ctx->saved_data["rows"] = rows;
+    ctx->saved_data["shape"] = probs.sizes().vec();
+    return probs.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* b = reinterpret_cast<const RouterBalance*>(ctx->saved_data["balance"].toInt());
+    auto g = grads.at(0);
+    const auto add = b->gradient();
+    if (add.defined()) {
+      auto extra = add.unsqueeze(0);
+      if (ctx->saved_data["has_rows"].toBool())
+        extra = ctx->saved_data["rows"].toTensor().to(add.scalar_type()).unsqueeze(1) * extra;
+      g = g.defined() ? g + extra : extra.expand(ctx->saved_data["shape"].toIntVector()).contiguous();
+    }
+    return {g, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor RouterBalance::route(const torch::Tensor& probs, const torch::Tensor& chosen, const torch::Tensor& rows) {
+  if (collecting_) {
+    torch::NoGradGuard no_grad;
+    const int64_t experts = probs.size(1), k = chosen.size(1);
+    const auto p = probs.detach();
+    const auto w = rows.defined() ? rows.to(p.device(), p.scalar_type())
+                                  : torch::ones({p.size(0)}, p.options());
+    auto counts = torch::zeros({experts}, p.options()).index_add_(0, chosen.reshape(-1), w.repeat_interleave(k));
+    auto sums = (p * w.unsqueeze(1)).sum(0);
+    auto d = w.sum();
+    counts_ = counts_.defined() ? counts_ + counts : counts;
+    probs_ = probs_.defined() ? probs_ + sums : sums;
+    rows_ = rows_.defined() ? rows_ + d : d;
+  }
+  if (!active_ || !torch::GradMode::is_enabled() || !probs.requires_grad()) return probs;
+  return BalanceTap::apply(probs, rows.defined() ? rows.detach() : torch::Tensor(), reinterpret_cast<int64_t>(this));
+}
+
+// ---------------------------------------------------------------- grouped products
+
+namespace {
+
+std::mutex native_mutex;
+std::map<std::pair<int, int>, bool> native_fails;  // (device type, dtype) where _grouped_mm threw
+
+// a [M, K] rows by group, b [E, K, N] -> [M, N]; or a [N, M] columns by
+// group, b [M, K] rows by group -> [E, N, K]. One product per group.
+torch::Tensor looped_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& offsets) {
+  const auto ends_t = offsets.to(torch::kCPU, torch::kInt64).contiguous();
+  const auto* ends = ends_t.data_ptr<int64_t>();
+  const int64_t groups = ends_t.numel();
+  if (b.dim() == 3) {
+    auto out = torch::empty({a.size(0), b.size(2)}, a.options());
+    int64_t start = 0;
+    for (int64_t e = 0; e < groups; ++e) {
+      const int64_t n = ends[e] - start;
+      if (n > 0) {
+        auto rows = out.narrow(0, start, n);
+        at::mm_out(rows, a.narrow(0, start, n), b[e]);
+      }
+      start = ends[e];
+    }
+    return out;
+  }
+  auto out = torch::zeros({groups, a.size(0), b.size(1)}, a.options());
+  int64_t start = 0;
+  for (int64_t e = 0; e < groups; ++e) {
+    const int64_t n = ends[e] - start;
+    if (n > 0) {
+      auto slab = out[e];
+      at::mm_out(slab, a.narrow(1, start, n), b.narrow(0, start, n));
+    }
+    start = ends[e];
+  }
+  return out;
+}
+
+// LibTorch's grouped matrix multiply where the device takes it for this
+// dtype (the CPU always; a GPU for bf16 on recent architectures), else one
+// product per group.
+torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& offsets) {
+  const auto key = std::make_pair(static_cast<int>(a.device().type()), static_cast<int>(a.scalar_type()));
+  bool native = true;
+  {
+    std::lock_guard<std::mutex> lock(native_mutex);
+    native = !native_fails.count(key);
+  }
+  if (native) {
+    try {
+      return at::_grouped_mm(a, b, offsets);
+    } catch (const c10::Error&) {
+      std::lock_guard<std::mutex> lock(native_mutex);
+      native_fails[key] = true;
+    }
+  }
+  return looped_mm(a, b, offsets);
+}
+
+class GroupedLinear : public torch::autograd::Function<GroupedLinear> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, const torch::Tensor& offsets) {
+    ctx->save_for_backward({x, weight, offsets});
+    return grouped_mm(x, weight.transpose(1, 2), offsets);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1], &offsets = saved[2];
+    const auto g = grads.at(0).contiguous();
+    torch::Tensor gx, gw;
+    if (ctx->needs_input_grad(0)) gx = grouped_mm(g, weight, offsets);
+    if (ctx->needs_input_grad(1)) gw = grouped_mm(g.t(), x, offsets);
+    return {gx, gw, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor grouped_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& offsets) {
+  // Under autocast both sides in its dtype, as a linear layer would be.
+  const auto device = x.device().type();
+  const auto dtype = at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device)
+                                                               : x.scalar_type();
+  if (x.size(0) == 0) return torch::zeros({0, weight.size(1)}, x.options().dtype(dtype));
+  return GroupedLinear::apply(x.to(dtype), weight.to(dtype), offsets);
+}
+
+// ---------------------------------------------------------------- modules
+
+RouterImpl::RouterImpl(int64_t experts, int64_t hidden) {
+  weight = register_parameter("weight", torch::empty({experts, hidden}));
+}
+
+ExpertsImpl::ExpertsImpl(int64_t experts, int64_t hidden, int64_t width) : experts_(experts), width_(width) {
+  gate_up_proj = register_parameter("gate_up_proj", torch::empty({experts, 2 * width, hidden}));
+  down_proj = register_parameter("down_proj", torch::empty({experts, hidden, width}));
+}
+
+torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& index, const torch::Tensor& weight) {
+  const int64_t k = index.size(1);
+  // Each (token, choice) pair sorted by expert, stably: an expert's rows keep
+  // token order, and each token's outputs add up in expert order.
+  const auto flat = index.reshape(-1);
+  const auto order = std::get<1>(flat.sort(/*stable=*/true, 0, false));
+  const auto token = order.div(k, "floor");
+  const auto offsets = at::bincount(flat, {}, experts_).cumsum(0).to(torch::kInt32);
+  const auto rows = x.index_select(0, token);
+  const auto h = grouped_linear(rows, gate_up_proj, offsets);
+  const auto act = torch::silu(h.narrow(1, 0, width_)) * h.narrow(1, width_, width_);
+  auto y = grouped_linear(act, down_proj, offsets);
+  // Weighted (Mixtral: in fp32) and summed per token in the input's dtype,
+  // as the reference adds them up.
+  y = (y * weight.reshape(-1).index_select(0, order).unsqueeze(1)).to(x.scalar_type());
+  return torch::zeros({x.size(0), x.size(1)}, x.options()).index_add(0, token, y);
+}
+
+SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, std::shared_ptr<RouterBalance> balance)
+    : top_k_(c.num_experts_per_tok),
+      renormalize_(c.norm_topk_prob),
+      fp32_weights_(c.router_weights_fp32),
+      jitter_(c.router_jitter_noise),
+      balance_(std::move(balance)) {
+  gate = register_module("gate", Router(c.num_experts, c.hidden_size));
+  experts = register_module("experts", Experts(c.num_experts, c.hidden_size, c.moe_intermediate_size));
+}
+
+torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, const torch::Tensor& rows, bool balanced) {
+  auto h = x.reshape({-1, x.size(-1)});
+  // Mixtral's jitter: the block's input (router's and experts') scaled by
+  // noise in training.
+  if (jitter_ > 0 && is_training()) h = h * torch::empty_like(h).uniform_(1.0 - jitter_, 1.0 + jitter_);
+  const auto logits = torch::linear(h, gate->weight);
+  // In fp32 (fp64 for an fp64 model), as the reference.
+  auto probs = torch::softmax(logits, -1, logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32);
+  torch::Tensor top, chosen;
+  {
+    torch::NoGradGuard no_grad;
+    chosen = std::get<1>(probs.topk(top_k_, -1));
+  }
+  if (balance_ && balanced) probs = balance_->route(probs, chosen, rows);
+  top = probs.gather(1, chosen);
+  if (renormalize_) top = top / top.sum(-1, /*keepdim=*/true);
+  if (!fp32_weights_) top = top.to(logits.scalar_type());
+  return experts->forward(h, chosen, top).view(x.sizes());
+}
+
+// ---------------------------------------------------------------- checkpoint layouts
+
+namespace {
+
+// A sparse layer's parameter: its layer prefix ("model.layers.L.") and what
+// follows "mlp.", or nullopt.
+std::optional<std::pair<std::string, std::string>> split_sparse(const ModelConfig& c, const std::string& name) {
+  if (!c.is_moe()) return std::nullopt;
+  const auto at = name.find(".mlp.");
+  if (at == std::string::npos) return std::nullopt;
+  const std::string rest = name.substr(at + 5);
+  if (rest != "gate.weight" && rest != "experts.gate_up_proj" && rest != "experts.down_proj") return std::nullopt;
+  return std::make_pair(name.substr(0, at + 1), rest);
+}
+
+// The published names of expert e's gate, up and down weights under `prefix`.
+std::array<std::string, 3> expert_names(const ModelConfig& c, const std::string& prefix, int64_t e) {
+  if (c.model_type == "mixtral") {
+    const std::string p = fmt::format("{}block_sparse_moe.experts.{}.", prefix, e);
+    return {p + "w1.weight", p + "w3.weight", p + "w2.weight"};
+  }
+  const std::string p = fmt::format("{}mlp.experts.{}.", prefix, e);
+  return {p + "gate_proj.weight", p + "up_proj.weight", p + "down_proj.weight"};
+}
+
+std::string router_name(const ModelConfig& c, const std::string& prefix) {
+  return prefix + (c.model_type == "mixtral" ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
+}
+
+}  // namespace
+
+std::optional<torch::Tensor> read_published_experts(const ModelConfig& c, const std::string& name,
+                                                    const ExpertTensorSource& get, const std::string& source,
+                                                    std::vector<std::string>* read) {
+  const auto sparse = split_sparse(c, name);
+  if (!sparse) return std::nullopt;
+  const auto& [prefix, rest] = *sparse;
+  if (rest == "gate.weight") {
+    const std::string n = router_name(c, prefix);
+    auto t = get(n);
+    if (!t) fail_input("{}: tensor `{}` is missing (the router of a sparse layer)", source, n);
+    if (t->dim() != 2 || t->size(0) != c.num_experts || t->size(1) != c.hidden_size)
+      fail_input("{}: tensor `{}` has shape {} but the model's config.json implies {}x{} (experts x hidden_size)",
+                 source, n, fmt::format("{}", fmt::join(t->sizes(), "x")), c.num_experts, c.hidden_size);
+    if (read) read->push_back(n);
+    return t;
+  }
+  const int64_t e_count = c.num_experts, width = c.moe_intermediate_size, hidden = c.hidden_size;
+  const bool gate_up = rest == "experts.gate_up_proj";
+  std::vector<torch::Tensor> parts;
+  parts.reserve(static_cast<size_t>(e_count));
+  for (int64_t e = 0; e < e_count; ++e) {
+    const auto names = expert_names(c, prefix, e);
+    auto fetch = [&](const std::string& n, std::vector<int64_t> shape) {
+      auto t = get(n);
+      if (!t)
+        fail_input("{}: tensor `{}` is missing (a {} model has {} experts in each sparse layer, each with its {} "
+                   "weights; or give the layer's experts fused as `{}mlp.{}`)",
+                   source, n, c.model_type, e_count,
+                   c.model_type == "mixtral" ? "w1, w2 and w3" : "gate_proj, up_proj and down_proj", prefix, rest);
+      if (t->sizes().vec() != shape)
+        fail_input("{}: tensor `{}` has shape {} but the model's config.json implies {}", source, n,
+                   fmt::format("{}", fmt::join(t->sizes(), "x")), fmt::format("{}", fmt::join(shape, "x")));
+      if (read) read->push_back(n);
+      return *t;
+    };
+    if (gate_up)
+      parts.push_back(torch::cat({fetch(names[0], {width, hidden}), fetch(names[1], {width, hidden})}, 0));
+    else
+      parts.push_back(fetch(names[2], {hidden, width}));
+  }
+  return torch::stack(parts);
+}
+
+std::vector<PublishedPart> published_parts(const ModelConfig& c, const std::string& name,
+                                           const std::vector<int64_t>& shape) {
+  const auto sparse = split_sparse(c, name);
+  if (!sparse) return {};
+  const auto& [prefix, rest] = *sparse;
+  if (rest == "gate.weight") {
+    if (c.model_type != "mixtral") return {};
+    return {{router_name(c, prefix), [](const torch::Tensor& t) { return t; }, shape}};
+  }
+  std::vector<PublishedPart> out;
+  const int64_t width = c.moe_intermediate_size, hidden = c.hidden_size;
+  for (int64_t e = 0; e < c.num_experts; ++e) {
+    const auto names = expert_names(c, prefix, e);
+    if (rest == "experts.gate_up_proj") {
+      out.push_back({names[0], [e, width](const torch::Tensor& t) { return t[e].narrow(0, 0, width); }, {width, hidden}});
+      out.push_back({names[1], [e, width](const torch::Tensor& t) { return t[e].narrow(0, width, width); },
+                     {width, hidden}});
+    } else {
+      out.push_back({names[2], [e](const torch::Tensor& t) { return t[e]; }, {hidden, width}});
+    }
+  }
+  return out;
+}
+
+}  // namespace trlx::model

@@ -1,0 +1,295 @@
+// Mixtures of experts (Qwen3-MoE, Mixtral) against transformers: tiny random
+// models, their logits, routing, load-balancing loss and greedy
+// continuations from scripts/fixtures/moe_fixtures.py, in the published
+// per-expert layout and transformers 5's fused one.
+#include "catch_torch.hpp"
+
+#include <filesystem>
+
+#include "core/error.hpp"
+#include "engine/activation_checkpointing.hpp"
+#include "io/safetensors.hpp"
+#include "model/generate.hpp"
+#include "model/loading.hpp"
+#include "model/moe.hpp"
+#include "model/saving.hpp"
+#include "helpers.hpp"
+#include "support.hpp"
+
+using namespace trlx;
+using model_test::max_diff_on_real;
+using model_test::models;
+using model_test::read_json;
+using Catch::Matchers::Contains;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kMain = {"qwen3_moe", "qwen3_moe_sparse_step", "mixtral", "mixtral_top1"};
+
+struct Fixture {
+  io::Checkpoint expected;
+  torch::Tensor ids, mask, pos;
+  explicit Fixture(const std::string& name)
+      : expected(io::Checkpoint::open(models() / name / "expected.safetensors")),
+        ids(expected.get("input_ids", true)),
+        mask(expected.get("attention_mask", true)),
+        pos(expected.get("position_ids", true)) {}
+  model::Batch batch() const { return {ids, mask, pos}; }
+};
+
+// The causal LM loss of transformers: mean over the labelled positions of
+// -log p(label | the tokens before).
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
+  auto lp = torch::log_softmax(logits.narrow(1, 0, logits.size(1) - 1), -1);
+  auto target = labels.narrow(1, 1, labels.size(1) - 1);
+  auto keep = target.ne(-100);
+  auto picked = lp.gather(-1, target.clamp_min(0).unsqueeze(-1)).squeeze(-1);
+  return -(picked.masked_select(keep)).mean();
+}
+
+// The load-balancing loss of one training forward of `m` on the fixture batch.
+torch::Tensor balance_loss(model::LanguageModelImpl& m, const Fixture& f) {
+  auto* balance = m.model->router_balance();
+  balance->begin();
+  m.forward(f.batch());
+  auto aux = balance->end();
+  balance->clear();
+  return aux;
+}
+
+std::vector<std::string> sorted_names(const fs::path& dir) {
+  auto names = io::Checkpoint::open_dir(dir).names();
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("MoE configs read as transformers reads them", "[model][moe]") {
+  auto q = model::load_model_config(models() / "qwen3_moe");
+  CHECK(q.is_moe());
+  CHECK(q.num_experts == 6);  // written as num_local_experts
+  CHECK(q.num_experts_per_tok == 3);
+  CHECK(q.moe_intermediate_size == 16);
+  CHECK(q.norm_topk_prob);
+  CHECK_FALSE(q.router_weights_fp32);
+  CHECK(q.router_aux_loss_coef == 0.05);
+  CHECK(q.sparse_layers == std::vector<bool>{true, false, true});  // mlp_only_layers [1]
+  CHECK(model::load_model_config(models() / "qwen3_moe_sparse_step").sparse_layers ==
+        std::vector<bool>{false, true, false});
+  auto x = model::load_model_config(models() / "mixtral");
+  CHECK(x.num_experts == 5);
+  CHECK(x.moe_intermediate_size == 24);  // Mixtral's experts are intermediate_size wide
+  CHECK(x.norm_topk_prob);
+  CHECK(x.router_weights_fp32);
+  CHECK(x.sliding_window == 4);
+  CHECK(x.sliding_layers == std::vector<bool>{true, true});
+  CHECK(x.sparse_layers == std::vector<bool>{true, true});
+  CHECK(x.head_dim == 8);  // head_dim null: hidden / heads
+  // Published Qwen3-MoE configs say num_experts.
+  auto published = model::parse_model_config(
+      R"({"model_type": "qwen3_moe", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8,
+          "num_hidden_layers": 2, "num_attention_heads": 2, "num_experts": 4, "num_experts_per_tok": 2,
+          "moe_intermediate_size": 4, "decoder_sparse_step": 1})",
+      "c.json");
+  CHECK(published.num_experts == 4);
+  CHECK_FALSE(published.norm_topk_prob);  // Qwen3MoeConfig's default
+  CHECK(published.router_aux_loss_coef == 0.001);
+}
+
+TEST_CASE("MoE logits and load-balancing loss equal transformers' in both checkpoint layouts", "[model][moe][golden]") {
+  for (const std::string name : {"qwen3_moe", "qwen3_moe_sparse_step", "mixtral", "mixtral_top1", "qwen3_moe_fused",
+                                 "mixtral_fused"}) {
+    INFO(name);
+    auto m = model::load_language_model(models() / name, model::HeadKind::CausalLM);
+    Fixture f(name);
+    torch::Tensor logits;
+    {
+      torch::NoGradGuard no_grad;
+      logits = m->forward(f.batch());
+    }
+    CHECK(max_diff_on_real(logits, f.expected.get("logits"), f.mask) < 1e-4);
+    const auto labels = f.expected.get("labels", true);
+    CHECK(std::abs(lm_loss(logits, labels).item<double>() - f.expected.get("loss").item<double>()) < 1e-5);
+    // The router loss over the sparse layers and the real tokens, pooled.
+    auto aux = balance_loss(*m, f);
+    REQUIRE(aux.defined());
+    CHECK(std::abs(aux.item<double>() - f.expected.get("aux_loss").item<double>()) < 1e-5);
+    const double total = lm_loss(logits, labels).item<double>() + m->config().router_aux_loss_coef * aux.item<double>();
+    CHECK(std::abs(total - f.expected.get("total_loss").item<double>()) < 1e-5);
+  }
+}
+
+TEST_CASE("MoE greedy continuations equal transformers' generate", "[model][moe][golden][generate]") {
+  for (const auto& name : kMain) {
+    INFO(name);
+    const auto j = read_json(models() / name / "generate.json");
+    auto m = model::load_language_model(models() / name, model::HeadKind::CausalLM);
+    std::vector<std::vector<int64_t>> prompts, expected;
+    for (const auto& p : j["prompts"]) prompts.push_back(p.get<std::vector<int64_t>>());
+    for (const auto& g : j["greedy"]) expected.push_back(g.get<std::vector<int64_t>>());
+    model::GenerationOptions o;
+    o.max_new_tokens = j["max_new_tokens"];
+    o.eos_token_ids = {j["eos_token_id"].get<int64_t>()};
+    for (int64_t slots : {0, 2}) {
+      INFO(slots << " slots");
+      o.max_batch = slots;
+      CHECK(model::generate(*m, prompts, o).completions == expected);
+    }
+  }
+}
+
+TEST_CASE("the load-balancing gradient reaches the routers as the loss's derivative, with and without recompute",
+          "[model][moe]") {
+  // float64 (the router's softmax too) so that a central difference is
+  // exact to many digits and no top-k choice moves.
+  auto m = model::load_language_model(models() / "qwen3_moe", model::HeadKind::CausalLM);
+  m->to(torch::kFloat64);
+  Fixture f("qwen3_moe");
+  auto& router = m->model->layers[2]->as<model::DecoderLayerImpl>()->moe->gate->weight;
+  // The last sparse layer's experts act after its router: nothing of the balance reaches them.
+  auto& expert = m->model->layers[2]->as<model::DecoderLayerImpl>()->moe->experts->down_proj;
+  const double weight = 0.7;
+  auto tapped_grads = [&] {
+    m->zero_grad();
+    auto* balance = m->model->router_balance();
+    balance->begin();
+    auto logits = m->forward(f.batch());
+    auto aux = balance->end();
+    balance->set_weight(weight);
+    // Nothing but the taps reaches the routers: the logits count 0.
+    (logits.sum() * 0.0).backward();
+    balance->clear();
+    return std::make_pair(router.grad().clone(), aux.item<double>());
+  };
+  auto [grad, aux] = tapped_grads();
+  CHECK(std::abs(aux - f.expected.get("aux_loss").item<double>()) < 1e-6);
+  // Central differences of weight * aux along a few router entries.
+  const double eps = 1e-6;
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{0, 0}, {3, 17}, {5, 31}}) {
+    INFO("router entry " << r << ", " << c);
+    auto at = [&](double delta) {
+      torch::NoGradGuard no_grad;
+      router[r][c] += delta;
+      torch::GradMode::set_enabled(true);
+      auto a = balance_loss(*m, f).item<double>();
+      torch::GradMode::set_enabled(false);
+      router[r][c] -= delta;
+      return a;
+    };
+    const double numeric = weight * (at(eps) - at(-eps)) / (2 * eps);
+    UNSCOPED_INFO("tap " << grad[r][c].item<double>() << " numeric " << numeric);
+    CHECK(std::abs(grad[r][c].item<double>() - numeric) < 1e-7 * std::max(1.0, std::abs(numeric)));
+  }
+  CHECK(expert.grad().abs().max().item<double>() == 0.0);
+  // Recomputed layers (gradient checkpointing) tap the same gradient, counted once.
+  engine::checkpoint_layers(*m, /*reentrant=*/false);
+  auto [again, aux_again] = tapped_grads();
+  CHECK(aux_again == aux);
+  CHECK(torch::allclose(again, grad, 1e-12, 1e-12));
+}
+
+TEST_CASE("grouped expert products equal one product per expert, forward and backward", "[model][moe]") {
+  torch::manual_seed(3);
+  const int64_t experts = 5, in = 12, out = 7;
+  // Rows per expert, one expert without any.
+  const std::vector<int64_t> counts = {3, 0, 4, 1, 6};
+  auto offsets = torch::tensor(counts, torch::kInt64).cumsum(0).to(torch::kInt32);
+  auto x = torch::randn({14, in}, torch::kFloat64).requires_grad_();
+  auto w = torch::randn({experts, out, in}, torch::kFloat64).requires_grad_();
+  auto y = model::grouped_linear(x, w, offsets);
+  auto g = torch::randn_like(y);
+  y.backward(g);
+  auto x2 = x.detach().clone().requires_grad_(), w2 = w.detach().clone().requires_grad_();
+  std::vector<torch::Tensor> parts;
+  int64_t start = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    parts.push_back(torch::matmul(x2.narrow(0, start, counts[e]), w2[e].t()));
+    start += counts[e];
+  }
+  auto y2 = torch::cat(parts);
+  y2.backward(g);
+  CHECK(torch::allclose(y, y2, 1e-12, 1e-12));
+  CHECK(torch::allclose(x.grad(), x2.grad(), 1e-12, 1e-12));
+  CHECK(torch::allclose(w.grad(), w2.grad(), 1e-12, 1e-12));
+  CHECK(w.grad()[1].abs().max().item<double>() == 0.0);
+}
+
+TEST_CASE("MoE models save in the published per-expert layout and load back to the same numbers", "[model][moe][save]") {
+  torch::NoGradGuard no_grad;
+  const auto tmp = fs::temp_directory_path() / "trlx_moe_save_test";
+  for (const auto& [name, published] : std::vector<std::pair<std::string, std::string>>{
+           {"qwen3_moe", "qwen3_moe"}, {"mixtral", "mixtral"}, {"qwen3_moe_fused", "qwen3_moe"},
+           {"mixtral_fused", "mixtral"}}) {
+    INFO(name);
+    fs::remove_all(tmp);
+    auto src = model::load_language_model(models() / name, model::HeadKind::CausalLM);
+    model::save_language_model(tmp, *src);
+    CHECK(sorted_names(tmp) == sorted_names(models() / published));
+    auto back = model::load_language_model(tmp, model::HeadKind::CausalLM);
+    Fixture f(name);
+    CHECK(torch::equal(src->forward(f.batch()), back->forward(f.batch())));
+    auto config = model::load_model_config(tmp);
+    CHECK(config.num_experts == src->config().num_experts);
+    CHECK(config.sparse_layers == src->config().sparse_layers);
+  }
+  fs::remove_all(tmp);
+}
+
+TEST_CASE("bad MoE checkpoints and configs name the tensor or the key", "[model][moe][errors]") {
+  const auto tmp = fs::temp_directory_path() / "trlx_moe_bad_test";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  auto copy_config = [&](const std::string& from) {
+    fs::copy_file(models() / from / "config.json", tmp / "config.json", fs::copy_options::overwrite_existing);
+  };
+  auto rewrite = [&](const std::string& from, const std::function<void(io::NamedTensors&)>& edit) {
+    auto ckpt = io::Checkpoint::open_dir(models() / from);
+    io::NamedTensors tensors;
+    for (const auto& n : ckpt.names()) tensors.emplace_back(n, ckpt.get(n, true));
+    edit(tensors);
+    io::save_checkpoint(tmp, tensors);
+    copy_config(from);
+  };
+  auto load_error = [&] {
+    return test::input_error_of([&] { model::load_language_model(tmp, model::HeadKind::CausalLM); });
+  };
+  rewrite("qwen3_moe", [](io::NamedTensors& t) {
+    t.erase(std::remove_if(t.begin(), t.end(),
+                           [](const auto& p) { return p.first == "model.layers.2.mlp.experts.4.up_proj.weight"; }),
+            t.end());
+  });
+  CHECK_THAT(load_error(), Contains("tensor `model.layers.2.mlp.experts.4.up_proj.weight` is missing"));
+  rewrite("mixtral", [](io::NamedTensors& t) {
+    for (auto& [n, v] : t)
+      if (n == "model.layers.1.block_sparse_moe.gate.weight") v = v.narrow(0, 0, 4).contiguous();
+  });
+  CHECK_THAT(load_error(), Contains("tensor `model.layers.1.block_sparse_moe.gate.weight` has shape 4x32"));
+  rewrite("mixtral", [](io::NamedTensors& t) {
+    for (auto& [n, v] : t)
+      if (n == "model.layers.0.block_sparse_moe.experts.2.w2.weight") v = v.t().contiguous();
+  });
+  CHECK_THAT(load_error(), Contains("`model.layers.0.block_sparse_moe.experts.2.w2.weight` has shape 24x32"));
+  rewrite("qwen3_moe_fused", [](io::NamedTensors& t) {
+    for (auto& [n, v] : t)
+      if (n == "model.layers.0.mlp.experts.down_proj") v = v.narrow(0, 0, 5).contiguous();
+  });
+  CHECK_THAT(load_error(), Contains("`model.layers.0.mlp.experts.down_proj` has shape 5x32x16"));
+  const std::string shape =
+      R"("vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2)";
+  CHECK_THAT(test::input_error_of([&] {
+               model::parse_model_config(R"({"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 5, )" +
+                                             shape + "}",
+                                         "c.json");
+             }),
+             Contains("c.json: `num_experts_per_tok` is 5; it must be between 1 and the 4 experts (`num_local_experts`)"));
+  CHECK_THAT(test::input_error_of([&] {
+               model::parse_model_config(R"({"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2,
+                                             "decoder_sparse_step": 0, )" + shape + "}",
+                                         "c.json");
+             }),
+             Contains("`decoder_sparse_step` must be positive"));
+  fs::remove_all(tmp);
+}
