@@ -21,7 +21,7 @@ AttentionPlan masked(const AttentionCall& c, const AttentionDevice& d) {
 }  // namespace
 
 AttentionPlan plan_attention(const AttentionCall& c, const AttentionDevice& d) {
-  if (c.softcap) return {AttentionPath::Softcapped, c.shape != AttentionShape::Causal || c.window};
+  if (c.softcap || c.sinks) return {AttentionPath::Unfused, c.shape != AttentionShape::Causal || c.window};
   const bool flash = flash_takes(c, d);
   switch (c.shape) {
     case AttentionShape::Causal:
@@ -47,13 +47,13 @@ const char* attention_path_name(AttentionPath p) {
     case AttentionPath::FlashTail: return "flash-causal-bottom-right";
     case AttentionPath::FlashDocuments: return "flash-varlen-documents";
     case AttentionPath::FlashDecode: return "flash-varlen-decode";
-    case AttentionPath::Softcapped: return "softcapped-unfused";
+    case AttentionPath::Unfused: return "unfused";
   }
   return "?";
 }
 
 std::string attention_kernel_name(const AttentionPlan& plan, const AttentionCall& call, const AttentionDevice& d) {
-  if (!d.cuda) return plan.path == AttentionPath::Softcapped ? "unfused (CPU)" : "SDPA (CPU)";
+  if (!d.cuda) return plan.path == AttentionPath::Unfused ? "unfused (CPU)" : "SDPA (CPU)";
   switch (plan.path) {
     case AttentionPath::SdpaCausal: return call.half ? "flash or cuDNN (SDPA's choice)" : "memory-efficient (fp32)";
     case AttentionPath::SdpaMasked:
@@ -62,7 +62,7 @@ std::string attention_kernel_name(const AttentionPlan& plan, const AttentionCall
     case AttentionPath::FlashTail:
     case AttentionPath::FlashDocuments:
     case AttentionPath::FlashDecode: return "flash";
-    case AttentionPath::Softcapped: return "unfused (soft-capping)";
+    case AttentionPath::Unfused: return "unfused (soft-capping or sinks)";
   }
   return "?";
 }

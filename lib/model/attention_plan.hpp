@@ -40,6 +40,7 @@ struct AttentionCall {
   bool half = false;     // fp16 or bf16
   int64_t head_dim = 64;
   bool softcap = false;  // tanh soft-capped scores (Gemma 2): no fused kernel takes them
+  bool sinks = false;    // a learned logit per head beside the keys (gpt-oss): none takes them either
 };
 
 // What the device offers, found once per device and dtype (attention_device
@@ -59,7 +60,7 @@ enum class AttentionPath {
   FlashTail,           // flash, bottom-right causal (and window), dense rows
   FlashDocuments,      // flash over cumulative document lengths
   FlashDecode,         // flash over each cache slot's used keys
-  Softcapped,          // the unfused soft-capping path
+  Unfused,             // scores made in full: soft-capping, attention sinks
 };
 
 struct AttentionPlan {

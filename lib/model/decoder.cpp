@@ -22,7 +22,8 @@ namespace F = torch::nn::functional;
 
 // ---------------------------------------------------------------- norms, rope, masks
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps, bool plus_one) : eps_(eps), plus_one_(plus_one) {
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, bool plus_one, bool scale_fp32)
+    : eps_(eps), plus_one_(plus_one), scale_fp32_(scale_fp32) {
   weight = register_parameter("weight", plus_one ? torch::zeros({dim}) : torch::ones({dim}));
 }
 
@@ -34,6 +35,7 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   auto var = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * torch::rsqrt(var + eps_);
   if (plus_one_) return (h * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
+  if (scale_fp32_) return (weight.to(torch::kFloat32) * h).to(x.scalar_type());
   return weight * h.to(x.scalar_type());
 }
 
@@ -362,6 +364,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer)
     q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, c.norm_plus_one));
     k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, c.norm_plus_one));
   }
+  if (c.attention_sinks) sinks = register_parameter("sinks", torch::empty({heads_}));
 }
 
 namespace {
@@ -381,17 +384,19 @@ torch::Dtype compute_dtype(c10::DeviceType device, torch::Dtype otherwise) {
   return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : otherwise;
 }
 
-// Attention with tanh soft-capped scores, which SDPA does not offer:
-// scores = cap * tanh(q k^T * scale / cap), masked, softmax in fp32.
-torch::Tensor softcapped_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& mask,
-                                   double scale, double cap) {
+// Attention with what SDPA does not offer: tanh soft-capped scores,
+// cap * tanh(q k^T * scale / cap) (Gemma 2), and sinks (gpt-oss), one logit
+// per head joining each query's softmax as one more key whose value is 0;
+// masked, softmax in fp32.
+torch::Tensor unfused_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& mask,
+                                double scale, std::optional<double> cap, const torch::Tensor& sinks) {
   const int64_t groups = q.size(1) / k.size(1);
   if (groups > 1) {
     k = k.repeat_interleave(groups, 1);
     v = v.repeat_interleave(groups, 1);
   }
   auto scores = torch::matmul(q, k.transpose(2, 3)) * scale;
-  scores = torch::tanh(scores / cap) * cap;
+  if (cap) scores = torch::tanh(scores / *cap) * *cap;
   if (mask.defined()) {
     if (mask.scalar_type() == torch::kBool)
       scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
@@ -400,6 +405,11 @@ torch::Tensor softcapped_attention(const torch::Tensor& q, torch::Tensor k, torc
   } else if (q.size(2) == k.size(2)) {
     auto causal = torch::ones({q.size(2), k.size(2)}, torch::dtype(torch::kBool).device(q.device())).tril();
     scores = scores.masked_fill(causal.logical_not(), -std::numeric_limits<double>::infinity());
+  }
+  if (sinks.defined()) {
+    auto sink = sinks.to(scores.scalar_type()).view({1, -1, 1, 1}).expand({scores.size(0), -1, scores.size(2), 1});
+    auto weights = torch::softmax(torch::cat({scores, sink}, -1), -1, torch::kFloat32);
+    return torch::matmul(weights.narrow(-1, 0, scores.size(-1)).to(q.scalar_type()), v);
   }
   auto weights = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
   return torch::matmul(weights, v);
@@ -584,8 +594,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   torch::Tensor out;  // [B, H, Tq, D]
   switch (attn.path) {
-    case AttentionPath::Softcapped:
-      out = softcapped_attention(q, k, v, mask, scale_, *softcap_);
+    case AttentionPath::Unfused:
+      out = unfused_attention(q, k, v, mask, scale_, softcap_, sinks);
       break;
     case AttentionPath::SdpaCausal:
       // No mask: causal over the same positions.
@@ -667,7 +677,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer, std::sha
     moe = register_module("mlp", SparseMoe(c, std::move(balance)));
   else
     mlp = register_module("mlp", MLP(c));
-  auto norm = [&] { return RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_plus_one); };
+  auto norm = [&] { return RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_plus_one, c.norm_weight_fp32); };
   input_layernorm = register_module("input_layernorm", norm());
   post_attention_layernorm = register_module("post_attention_layernorm", norm());
   if (c.sandwich_norms) {
@@ -702,7 +712,7 @@ DecoderModelImpl::DecoderModelImpl(const ModelConfig& c) : config_(c) {
   layers = register_module("layers", torch::nn::ModuleList());
   if (c.is_moe()) router_balance_ = std::make_shared<RouterBalance>();
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i, router_balance_));
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_plus_one));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_plus_one, c.norm_weight_fp32));
   rope_ = std::make_shared<Rotary>(c, c.rope);
   if (c.sliding_rope) sliding_rope_ = std::make_shared<Rotary>(c, *c.sliding_rope);
 }
@@ -770,6 +780,7 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     call.half = mask_dtype == torch::kBFloat16 || mask_dtype == torch::kHalf;
     call.head_dim = config_.head_dim;
     call.softcap = config_.attn_logit_softcapping.has_value();
+    call.sinks = config_.attention_sinks;
     return plan_attention(call, caps);
   };
   // The last layer's queries start at `from`: from the bottom right where

@@ -109,13 +109,14 @@ TORCH_MODULE(Embedding);
 // applied in fp32 before the cast back.
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps, bool plus_one = false);
+  // scale_fp32 (gpt-oss): the weight multiplies in fp32, before the cast back.
+  RMSNormImpl(int64_t dim, double eps, bool plus_one = false, bool scale_fp32 = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
  private:
   double eps_;
-  bool plus_one_ = false;
+  bool plus_one_ = false, scale_fp32_ = false;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -236,6 +237,7 @@ class AttentionImpl : public torch::nn::Module {
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   Linear qkv_proj{nullptr};  // fused_projections: q, k, v rows in that order
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  torch::Tensor sinks;  // gpt-oss: [heads], each head's logit beside its keys
 
  private:
   int64_t layer_, heads_, kv_heads_, head_dim_;

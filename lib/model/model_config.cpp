@@ -17,7 +17,7 @@ using nlohmann::json;
 
 const std::vector<std::string>& supported_model_types() {
   static const std::vector<std::string> t = {"llama",  "mistral", "qwen2",       "qwen3",     "phi3",
-                                             "gemma",  "gemma2",  "gemma3_text", "qwen3_moe", "mixtral"};
+                                             "gemma",  "gemma2",  "gemma3_text", "qwen3_moe", "mixtral", "gpt_oss"};
   return t;
 }
 
@@ -143,8 +143,18 @@ void read_rope(ModelConfig& c, const json& j, const Reader& r) {
     fail_input("{}: `rope_scaling` must be an object or null", r.source());
   }
   const bool gemma3 = c.model_type == "gemma3_text";
+  // gpt-oss's config class fills in its yarn rope when the file has none.
+  static const json gpt_oss_rope = {{"rope_type", "yarn"}, {"factor", 32.0}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
+                                    {"truncate", false}, {"original_max_position_embeddings", 4096}};
+  if (!params && c.model_type == "gpt_oss") {
+    params = &gpt_oss_rope;
+    where = "rope_parameters (gpt_oss's default)";
+  }
   RopeConfig base;
-  base.theta = r.number("rope_theta", gemma3 || c.model_type == "mixtral" ? 1000000.0 : 10000.0);
+  base.theta = r.number("rope_theta", gemma3                      ? 1000000.0
+                                      : c.model_type == "mixtral" ? 1000000.0
+                                      : c.model_type == "gpt_oss" ? 150000.0
+                                                                  : 10000.0);
   base.partial_rotary_factor = r.number("partial_rotary_factor", 1.0);
   // Phi-3's config carries original_max_position_embeddings at the top,
   // which transformers copies into the rope parameters.
@@ -191,20 +201,40 @@ void read_rope(ModelConfig& c, const json& j, const Reader& r) {
 // num_local_experts, the attribute it maps to), Mixtral num_local_experts;
 // Mixtral's experts have intermediate_size, Qwen3-MoE's moe_intermediate_size.
 void read_experts(ModelConfig& c, const json& j, const Reader& r) {
-  const bool qwen = c.model_type == "qwen3_moe", mixtral = c.model_type == "mixtral";
+  const bool qwen = c.model_type == "qwen3_moe", mixtral = c.model_type == "mixtral", oss = c.model_type == "gpt_oss";
   c.sparse_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
-  if (!qwen && !mixtral) return;
+  if (!qwen && !mixtral && !oss) return;
   const char* count_key = j.contains("num_local_experts") && !j["num_local_experts"].is_null() ? "num_local_experts"
                           : qwen                                                                 ? "num_experts"
                                                                                                  : "num_local_experts";
-  c.num_experts = r.opt_integer(count_key).value_or(qwen ? 128 : 8);
-  c.num_experts_per_tok = r.opt_integer("num_experts_per_tok").value_or(qwen ? 8 : 2);
+  c.num_experts = r.opt_integer(count_key).value_or(qwen || oss ? 128 : 8);
+  // Published gpt-oss configs also say experts_per_token.
+  c.num_experts_per_tok =
+      r.opt_integer("num_experts_per_tok").value_or(r.opt_integer("experts_per_token").value_or(qwen ? 8 : oss ? 4 : 2));
   if (c.num_experts < 0) fail_input("{}: `{}` must not be negative, found {}", r.source(), count_key, c.num_experts);
   c.moe_intermediate_size = qwen ? r.opt_integer("moe_intermediate_size").value_or(768) : c.intermediate_size;
   c.norm_topk_prob = qwen ? r.boolean("norm_topk_prob", false) : true;
   c.router_weights_fp32 = mixtral;
   c.router_aux_loss_coef = r.number("router_aux_loss_coef", 0.001);
   c.output_router_logits = r.boolean("output_router_logits", false);
+  if (oss) {
+    c.norm_topk_prob = false;  // the softmax over the chosen logits sums to 1 already
+    c.router_bias = c.router_softmax_after_topk = c.expert_bias = c.experts_interleaved = true;
+    c.swiglu_limit = r.number("swiglu_limit", 7.0);
+    c.swiglu_alpha = r.number("swiglu_alpha", 1.702);
+    if (!(*c.swiglu_limit > 0)) fail_input("{}: `swiglu_limit` must be positive, found {}", r.source(), *c.swiglu_limit);
+    if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
+      const auto& q = j["quantization_config"];
+      const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+                                     ? q["quant_method"].get<std::string>()
+                                     : std::string();
+      if (method != "mxfp4")
+        fail_input("{}: quantization_config.quant_method `{}` is not supported for gpt_oss (trlx reads the published "
+                   "MXFP4 experts, dequantized on load)",
+                   r.source(), method);
+      c.mxfp4_experts = true;
+    }
+  }
   if (mixtral) {
     c.router_jitter_noise = r.number("router_jitter_noise", 0.0);
     if (c.router_jitter_noise < 0 || c.router_jitter_noise >= 1)
@@ -283,7 +313,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
                c.num_attention_heads, c.num_key_value_heads);
   const bool gemma = c.model_type == "gemma" || c.model_type == "gemma2" || c.model_type == "gemma3_text";
   // Gemma's classes default head_dim to 256 rather than deriving it.
-  c.head_dim = r.opt_integer("head_dim").value_or(gemma ? 256 : 0);
+  c.head_dim = r.opt_integer("head_dim").value_or(gemma ? 256 : c.model_type == "gpt_oss" ? 64 : 0);
   if (c.head_dim <= 0) {
     if (c.hidden_size % c.num_attention_heads != 0)
       fail_input("{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is not given",
@@ -293,14 +323,17 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   if (c.head_dim % 2 != 0) fail_input("{}: head_dim {} must be even for rotary embeddings", source, c.head_dim);
   // Defaults where a key is absent are those of the model type's config class.
   const int64_t default_max_positions = c.model_type == "phi3"                                  ? 4096
-                                        : c.model_type == "gemma3_text" || c.model_type == "mixtral" ? 131072
+                                        : c.model_type == "gemma3_text" || c.model_type == "mixtral" ||
+                                                  c.model_type == "gpt_oss"
+                                            ? 131072
                                         : c.model_type == "qwen3_moe"                           ? 32768
                                         : gemma                                                 ? 8192
                                                                                                 : 2048;
   c.max_position_embeddings = r.opt_integer("max_position_embeddings").value_or(default_max_positions);
   if (c.max_position_embeddings <= 0)
     fail_input("{}: `max_position_embeddings` must be positive, found {}", source, c.max_position_embeddings);
-  c.rms_norm_eps = r.number("rms_norm_eps", c.model_type == "phi3" || c.model_type == "mixtral" ? 1e-5 : 1e-6);
+  c.rms_norm_eps = r.number(
+      "rms_norm_eps", c.model_type == "phi3" || c.model_type == "mixtral" || c.model_type == "gpt_oss" ? 1e-5 : 1e-6);
   read_rope(c, j, r);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", gemma);
   if (gemma) {
@@ -330,6 +363,11 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
                source);
   c.mlp_bias = r.boolean("mlp_bias", false);
   if (c.model_type == "llama" || gemma) c.attention_bias = r.boolean("attention_bias", false);
+  if (c.model_type == "gpt_oss") {
+    c.attention_bias = r.boolean("attention_bias", true);
+    c.attention_sinks = true;
+    c.norm_weight_fp32 = true;
+  }
   if (c.model_type == "phi3") c.fused_projections = true;
   if (gemma) {
     c.norm_plus_one = true;
@@ -367,12 +405,14 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   } else if (c.model_type == "phi3" && window) {
     c.sliding_window = window;  // every layer, as Mistral
     c.sliding_layers.assign(c.sliding_layers.size(), true);
-  } else if (c.model_type == "gemma2" || c.model_type == "gemma3_text") {
+  } else if (c.model_type == "gemma2" || c.model_type == "gemma3_text" || c.model_type == "gpt_oss") {
     // Sliding and global layers alternate: by layer_types, else every
-    // other layer (Gemma 2) or five of every six (Gemma 3).
-    const int64_t every = c.model_type == "gemma2" ? 2 : r.opt_integer("sliding_window_pattern").value_or(6);
+    // other layer (Gemma 2, gpt-oss) or five of every six (Gemma 3).
+    const int64_t every = c.model_type == "gemma3_text" ? r.opt_integer("sliding_window_pattern").value_or(6) : 2;
     if (every <= 0) fail_input("{}: `sliding_window_pattern` must be positive", source);
-    c.sliding_window = j.contains("sliding_window") ? window : std::optional<int64_t>(4096);
+    c.sliding_window = j.contains("sliding_window")
+                           ? window
+                           : std::optional<int64_t>(c.model_type == "gpt_oss" ? 128 : 4096);
     if (j.contains("layer_types") && j["layer_types"].is_array()) {
       const auto& lt = j["layer_types"];
       if (lt.size() != c.sliding_layers.size())

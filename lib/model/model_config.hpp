@@ -1,7 +1,7 @@
 #pragma once
 // A decoder-only model's shape, read from a Hugging Face config.json
 // (Llama, Mistral, Qwen2, Qwen3, Phi-3/Phi-4, Gemma, Gemma 2, Gemma 3 text,
-// and the mixtures of experts Qwen3-MoE and Mixtral),
+// and the mixtures of experts Qwen3-MoE, Mixtral and gpt-oss),
 // in both the older rope_theta/rope_scaling form and the newer
 // rope_parameters form.
 #include <filesystem>
@@ -29,7 +29,7 @@ struct RopeConfig {
 };
 
 struct ModelConfig {
-  std::string model_type;  // llama | mistral | qwen2 | qwen3 | phi3 | gemma | gemma2 | gemma3_text | qwen3_moe | mixtral
+  std::string model_type;  // llama | mistral | qwen2 | qwen3 | phi3 | gemma | gemma2 | gemma3_text | qwen3_moe | mixtral | gpt_oss
   std::vector<std::string> architectures;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -83,6 +83,24 @@ struct ModelConfig {
   bool output_router_logits = false;  // the config asks for the load-balancing loss (CPO and ORPO read it)
   std::vector<bool> sparse_layers;
   bool is_moe() const { return num_experts > 0; }
+  // gpt-oss's experts: a bias on the router and on each expert projection,
+  // the mixing weights a softmax over the chosen experts' logits only, the
+  // weights stored [E, in, out] with gate and up columns interleaved, and
+  // the clamped SwiGLU (up + 1) * g * sigmoid(alpha * g), g = min(gate,
+  // limit), up clamped to +-limit.
+  bool router_bias = false;
+  bool router_softmax_after_topk = false;
+  bool expert_bias = false;
+  bool experts_interleaved = false;
+  std::optional<double> swiglu_limit;
+  double swiglu_alpha = 1.702;
+  // gpt-oss: a learned logit per head beside the keys (attention sinks),
+  // and RMSNorm scaling in fp32 before the cast back.
+  bool attention_sinks = false;
+  bool norm_weight_fp32 = false;
+  // The expert weights come MXFP4-packed (*_blocks, *_scales), as published
+  // gpt-oss checkpoints store them; they are dequantized on load.
+  bool mxfp4_experts = false;
 
   // The config.json as read, so that saving keeps keys trlx does not model.
   std::string raw_json;

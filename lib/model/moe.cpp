@@ -49,15 +49,19 @@ namespace {
 // Identity on the router probabilities whose backward adds the balance
 // loss's gradient, rows[r] * gradient[e], read from the balance when the
 // backward runs (after every layer has routed).
+// Identity on the router logits whose backward adds the balance loss's
+// gradient, rows[r] * p[r, j] * (g[j] - sum_e p[r, e] g[e]) (through the
+// softmax over all experts), with g read from the balance when the backward
+// runs (after every layer has routed).
 class BalanceTap : public torch::autograd::Function<BalanceTap> {
  public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& probs,
-                               const torch::Tensor& rows, int64_t balance) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
+                               const torch::Tensor& probs, const torch::Tensor& rows, int64_t balance) {
     ctx->saved_data["balance"] = balance;
+    ctx->saved_data["probs"] = probs;
     ctx->saved_data["has_rows"] = rows.defined();
     if (rows.defined()) ctx->saved_data["rows"] = rows;
-    ctx->saved_data["shape"] = probs.sizes().vec();
-    return probs.clone();
+    return logits.clone();
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -65,18 +69,21 @@ class BalanceTap : public torch::autograd::Function<BalanceTap> {
     auto g = grads.at(0);
     const auto add = b->gradient();
     if (add.defined()) {
-      auto extra = add.unsqueeze(0);
+      const auto p = ctx->saved_data["probs"].toTensor();
+      auto extra = p * (add.unsqueeze(0) - (p * add.unsqueeze(0)).sum(1, /*keepdim=*/true));
       if (ctx->saved_data["has_rows"].toBool())
-        extra = ctx->saved_data["rows"].toTensor().to(add.scalar_type()).unsqueeze(1) * extra;
-      g = g.defined() ? g + extra : extra.expand(ctx->saved_data["shape"].toIntVector()).contiguous();
+        extra = ctx->saved_data["rows"].toTensor().to(p.scalar_type()).unsqueeze(1) * extra;
+      if (g.defined()) extra = extra.to(g.scalar_type());
+      g = g.defined() ? g + extra : extra;
     }
-    return {g, torch::Tensor(), torch::Tensor()};
+    return {g, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-torch::Tensor RouterBalance::route(const torch::Tensor& probs, const torch::Tensor& chosen, const torch::Tensor& rows) {
+torch::Tensor RouterBalance::route(const torch::Tensor& logits, const torch::Tensor& probs, const torch::Tensor& chosen,
+                                   const torch::Tensor& rows) {
   if (collecting_) {
     torch::NoGradGuard no_grad;
     const int64_t experts = probs.size(1), k = chosen.size(1);
@@ -90,8 +97,9 @@ torch::Tensor RouterBalance::route(const torch::Tensor& probs, const torch::Tens
     probs_ = probs_.defined() ? probs_ + sums : sums;
     rows_ = rows_.defined() ? rows_ + d : d;
   }
-  if (!active_ || !torch::GradMode::is_enabled() || !probs.requires_grad()) return probs;
-  return BalanceTap::apply(probs, rows.defined() ? rows.detach() : torch::Tensor(), reinterpret_cast<int64_t>(this));
+  if (!active_ || !torch::GradMode::is_enabled() || !logits.requires_grad()) return logits;
+  return BalanceTap::apply(logits, probs.detach(), rows.defined() ? rows.detach() : torch::Tensor(),
+                           reinterpret_cast<int64_t>(this));
 }
 
 // ---------------------------------------------------------------- grouped products
@@ -186,13 +194,29 @@ torch::Tensor grouped_linear(const torch::Tensor& x, const torch::Tensor& weight
 
 // ---------------------------------------------------------------- modules
 
-RouterImpl::RouterImpl(int64_t experts, int64_t hidden) {
+RouterImpl::RouterImpl(int64_t experts, int64_t hidden, bool with_bias) {
   weight = register_parameter("weight", torch::empty({experts, hidden}));
+  if (with_bias) bias = register_parameter("bias", torch::empty({experts}));
 }
 
-ExpertsImpl::ExpertsImpl(int64_t experts, int64_t hidden, int64_t width) : experts_(experts), width_(width) {
-  gate_up_proj = register_parameter("gate_up_proj", torch::empty({experts, 2 * width, hidden}));
-  down_proj = register_parameter("down_proj", torch::empty({experts, hidden, width}));
+ExpertsImpl::ExpertsImpl(const ModelConfig& c)
+    : experts_(c.num_experts),
+      width_(c.moe_intermediate_size),
+      interleaved_(c.experts_interleaved),
+      limit_(c.swiglu_limit),
+      alpha_(c.swiglu_alpha) {
+  const int64_t e = c.num_experts, h = c.hidden_size, w = c.moe_intermediate_size;
+  if (interleaved_) {
+    gate_up_proj = register_parameter("gate_up_proj", torch::empty({e, h, 2 * w}));
+    down_proj = register_parameter("down_proj", torch::empty({e, w, h}));
+  } else {
+    gate_up_proj = register_parameter("gate_up_proj", torch::empty({e, 2 * w, h}));
+    down_proj = register_parameter("down_proj", torch::empty({e, h, w}));
+  }
+  if (c.expert_bias) {
+    gate_up_proj_bias = register_parameter("gate_up_proj_bias", torch::empty({e, 2 * w}));
+    down_proj_bias = register_parameter("down_proj_bias", torch::empty({e, h}));
+  }
 }
 
 torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& index, const torch::Tensor& weight) {
@@ -200,13 +224,33 @@ torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& 
   // Each (token, choice) pair sorted by expert, stably: an expert's rows keep
   // token order, and each token's outputs add up in expert order.
   const auto flat = index.reshape(-1);
-  const auto order = std::get<1>(flat.sort(/*stable=*/true, 0, false));
+  const auto [sorted, order] = flat.sort(/*stable=*/true, 0, false);
   const auto token = order.div(k, "floor");
   const auto offsets = at::bincount(flat, {}, experts_).cumsum(0).to(torch::kInt32);
   const auto rows = x.index_select(0, token);
-  const auto h = grouped_linear(rows, gate_up_proj, offsets);
-  const auto act = torch::silu(h.narrow(1, 0, width_)) * h.narrow(1, width_, width_);
-  auto y = grouped_linear(act, down_proj, offsets);
+  // Both weights as [E, out, in] (gpt-oss stores them [E, in, out]).
+  const auto w1 = interleaved_ ? gate_up_proj.transpose(1, 2) : gate_up_proj;
+  const auto w2 = interleaved_ ? down_proj.transpose(1, 2) : down_proj;
+  auto h = grouped_linear(rows, w1, offsets);
+  if (gate_up_proj_bias.defined()) h = h + gate_up_proj_bias.index_select(0, sorted).to(h.scalar_type());
+  torch::Tensor gate, up;
+  if (interleaved_) {
+    gate = h.slice(1, 0, 2 * width_, 2);
+    up = h.slice(1, 1, 2 * width_, 2);
+  } else {
+    gate = h.narrow(1, 0, width_);
+    up = h.narrow(1, width_, width_);
+  }
+  torch::Tensor act;
+  if (limit_) {
+    // gpt-oss: (up + 1) * g * sigmoid(alpha * g), g = min(gate, limit).
+    const auto g = gate.clamp_max(*limit_);
+    act = (up.clamp(-*limit_, *limit_) + 1) * (g * torch::sigmoid(g * alpha_));
+  } else {
+    act = torch::silu(gate) * up;
+  }
+  auto y = grouped_linear(act, w2, offsets);
+  if (down_proj_bias.defined()) y = y + down_proj_bias.index_select(0, sorted).to(y.scalar_type());
   // Weighted (Mixtral: in fp32) and summed per token in the input's dtype,
   // as the reference adds them up.
   y = (y * weight.reshape(-1).index_select(0, order).unsqueeze(1)).to(x.scalar_type());
@@ -217,10 +261,12 @@ SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, std::shared_ptr<RouterBalance
     : top_k_(c.num_experts_per_tok),
       renormalize_(c.norm_topk_prob),
       fp32_weights_(c.router_weights_fp32),
+      softmax_after_topk_(c.router_softmax_after_topk),
       jitter_(c.router_jitter_noise),
       balance_(std::move(balance)) {
-  gate = register_module("gate", Router(c.num_experts, c.hidden_size));
-  experts = register_module("experts", Experts(c.num_experts, c.hidden_size, c.moe_intermediate_size));
+  // gpt-oss names its router `router`, the others `gate`.
+  gate = register_module(c.router_bias ? "router" : "gate", Router(c.num_experts, c.hidden_size, c.router_bias));
+  experts = register_module("experts", Experts(c));
 }
 
 torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, const torch::Tensor& rows, bool balanced) {
@@ -228,18 +274,27 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, const torch::Tensor
   // Mixtral's jitter: the block's input (router's and experts') scaled by
   // noise in training.
   if (jitter_ > 0 && is_training()) h = h * torch::empty_like(h).uniform_(1.0 - jitter_, 1.0 + jitter_);
-  const auto logits = torch::linear(h, gate->weight);
-  // In fp32 (fp64 for an fp64 model), as the reference.
-  auto probs = torch::softmax(logits, -1, logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32);
-  torch::Tensor top, chosen;
+  auto logits = torch::linear(h, gate->weight, gate->bias);
+  const auto prob_dtype = logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32;
+  torch::Tensor chosen, top;
   {
     torch::NoGradGuard no_grad;
-    chosen = std::get<1>(probs.topk(top_k_, -1));
+    chosen = std::get<1>(logits.topk(top_k_, -1));  // the top-k of the softmax too
   }
-  if (balance_ && balanced) probs = balance_->route(probs, chosen, rows);
-  top = probs.gather(1, chosen);
-  if (renormalize_) top = top / top.sum(-1, /*keepdim=*/true);
-  if (!fp32_weights_) top = top.to(logits.scalar_type());
+  if (balance_ && balanced) {
+    // The balance sees the softmax over all experts (in fp32, fp64 for an
+    // fp64 model), whatever the mixing weights are.
+    const auto all = torch::softmax(logits.detach(), -1, prob_dtype);
+    logits = balance_->route(logits, all, chosen, rows);
+  }
+  if (softmax_after_topk_) {
+    // gpt-oss: a softmax over the chosen logits, in their dtype.
+    top = torch::softmax(logits.gather(1, chosen), -1);
+  } else {
+    top = torch::softmax(logits, -1, prob_dtype).gather(1, chosen);
+    if (renormalize_) top = top / top.sum(-1, /*keepdim=*/true);
+    if (!fp32_weights_) top = top.to(logits.scalar_type());
+  }
   return experts->forward(h, chosen, top).view(x.sizes());
 }
 
@@ -274,9 +329,48 @@ std::string router_name(const ModelConfig& c, const std::string& prefix) {
 
 }  // namespace
 
+torch::Tensor dequantize_mxfp4(const torch::Tensor& blocks, const torch::Tensor& scales) {
+  // E2M1: sign, 2 exponent bits, 1 mantissa bit.
+  static const std::vector<float> values = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                            -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  const auto lut = torch::tensor(values, torch::kFloat32);
+  const auto b = blocks.to(torch::kCPU).contiguous();
+  const int64_t e = b.size(0), r = b.size(1), g = b.size(2);
+  // Low nibble first: column 2j, then 2j + 1.
+  const auto codes = torch::stack({b.bitwise_and(0x0F), b.bitwise_right_shift(4)}, -1).to(torch::kInt64);
+  auto v = lut.index_select(0, codes.reshape(-1)).view({e, r, g, 32});
+  const auto exponent = scales.to(torch::kCPU).to(torch::kInt32).sub(127).to(torch::kFloat32);
+  v = v * torch::exp2(exponent).unsqueeze(-1);
+  return v.view({e, r, g * 32}).transpose(1, 2).contiguous();
+}
+
 std::optional<torch::Tensor> read_published_experts(const ModelConfig& c, const std::string& name,
                                                     const ExpertTensorSource& get, const std::string& source,
                                                     std::vector<std::string>* read) {
+  if (c.experts_interleaved) {
+    // gpt-oss: the experts as saved (the parameter's own name), or MXFP4-packed.
+    const bool weight = name.size() > 13 && (name.ends_with(".experts.gate_up_proj") || name.ends_with(".experts.down_proj"));
+    if (!weight) return std::nullopt;
+    const auto blocks = get(name + "_blocks"), scales = get(name + "_scales");
+    if (!blocks || !scales)
+      fail_input("{}: tensor `{}` is missing, and so is its MXFP4 form (`{}_blocks` and `{}_scales`)", source, name, name,
+                 name);
+    const int64_t rows = name.ends_with("gate_up_proj") ? 2 * c.moe_intermediate_size : c.hidden_size;
+    const int64_t in = name.ends_with("gate_up_proj") ? c.hidden_size : c.moe_intermediate_size;
+    const std::vector<int64_t> want_blocks = {c.num_experts, rows, in / 32, 16}, want_scales = {c.num_experts, rows, in / 32};
+    if (in % 32 != 0 || blocks->scalar_type() != torch::kUInt8 || scales->scalar_type() != torch::kUInt8 ||
+        blocks->sizes().vec() != want_blocks || scales->sizes().vec() != want_scales)
+      fail_input("{}: `{}_blocks` ({}) and `{}_scales` ({}) are not the MXFP4 form of a {}x{}x{} expert weight (uint8 "
+                 "{} and {})",
+                 source, name, fmt::format("{}", fmt::join(blocks->sizes(), "x")), name,
+                 fmt::format("{}", fmt::join(scales->sizes(), "x")), c.num_experts, in, rows,
+                 fmt::format("{}", fmt::join(want_blocks, "x")), fmt::format("{}", fmt::join(want_scales, "x")));
+    if (read) {
+      read->push_back(name + "_blocks");
+      read->push_back(name + "_scales");
+    }
+    return dequantize_mxfp4(*blocks, *scales);
+  }
   const auto sparse = split_sparse(c, name);
   if (!sparse) return std::nullopt;
   const auto& [prefix, rest] = *sparse;
@@ -319,6 +413,7 @@ std::optional<torch::Tensor> read_published_experts(const ModelConfig& c, const 
 
 std::vector<PublishedPart> published_parts(const ModelConfig& c, const std::string& name,
                                            const std::vector<int64_t>& shape) {
+  if (c.experts_interleaved) return {};  // gpt-oss: saved as held (transformers' dequantized layout)
   const auto sparse = split_sparse(c, name);
   if (!sparse) return {};
   const auto& [prefix, rest] = *sparse;

@@ -1,9 +1,12 @@
 #pragma once
-// Mixture-of-experts blocks (Qwen3-MoE, Mixtral) with Hugging Face's
-// parameter names as transformers 5 holds them in memory:
+// Mixture-of-experts blocks (Qwen3-MoE, Mixtral, gpt-oss) with Hugging
+// Face's parameter names as transformers 5 holds them in memory:
 //   mlp.gate.weight          [E, H]      the router
 //   mlp.experts.gate_up_proj [E, 2I, H]  each expert's gate rows, then its up rows
 //   mlp.experts.down_proj    [E, H, I]
+// and gpt-oss's: mlp.router.weight [E, H] and .bias [E];
+// mlp.experts.gate_up_proj [E, H, 2I] (gate and up columns interleaved) with
+// gate_up_proj_bias [E, 2I], down_proj [E, I, H] with down_proj_bias [E, H].
 // The experts run by groups: tokens are sorted by their chosen experts and
 // each expert multiplies its own rows once (one grouped matrix multiply for
 // all experts where LibTorch has one), forward and backward; nothing is
@@ -54,12 +57,15 @@ class RouterBalance {
   // Whether blocks tap their probabilities (collecting, or the backward of a collection).
   bool active() const { return active_; }
 
-  // Called by a block with its router probabilities [N, E] (float32; float64 in an fp64 model), the
-  // chosen experts [N, k] and the rows' weights [N] (undefined: all 1):
-  // counts them when collecting and returns the probabilities through the tap.
-  torch::Tensor route(const torch::Tensor& probs, const torch::Tensor& chosen, const torch::Tensor& rows);
+  // Called by a block with its router logits [N, E], their softmax over
+  // all experts (float32; float64 in an fp64 model), the chosen experts
+  // [N, k] and the rows' weights [N] (undefined: all 1): counts them when
+  // collecting and returns the logits through the tap, whose backward adds
+  // d aux / d logits = p * (g - sum_e p_e g_e) per row (g below).
+  torch::Tensor route(const torch::Tensor& logits, const torch::Tensor& probs, const torch::Tensor& chosen,
+                      const torch::Tensor& rows);
 
-  // What the taps' backward adds per unit of row weight: [E] (undefined: nothing).
+  // d aux / d p per unit of row weight, times the weight: [E] (undefined: nothing).
   torch::Tensor gradient() const { return gradient_; }
 
  private:
@@ -76,21 +82,26 @@ torch::Tensor grouped_linear(const torch::Tensor& x, const torch::Tensor& weight
 
 class RouterImpl : public torch::nn::Module {
  public:
-  RouterImpl(int64_t experts, int64_t hidden);
+  RouterImpl(int64_t experts, int64_t hidden, bool with_bias);
   torch::Tensor weight;  // [E, H]
+  torch::Tensor bias;    // [E] (gpt-oss)
 };
 TORCH_MODULE(Router);
 
 class ExpertsImpl : public torch::nn::Module {
  public:
-  ExpertsImpl(int64_t experts, int64_t hidden, int64_t width);
+  explicit ExpertsImpl(const ModelConfig& c);
   // x [N, H]; index [N, k] the chosen experts and weight [N, k] their
   // mixing weights: sum_j weight[:, j] * expert_{index[:, j]}(x), [N, H].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& index, const torch::Tensor& weight);
   torch::Tensor gate_up_proj, down_proj;
+  torch::Tensor gate_up_proj_bias, down_proj_bias;  // gpt-oss
 
  private:
   int64_t experts_, width_;
+  bool interleaved_;
+  std::optional<double> limit_;
+  double alpha_;
 };
 TORCH_MODULE(Experts);
 
@@ -106,7 +117,7 @@ class SparseMoeImpl : public torch::nn::Module {
 
  private:
   int64_t top_k_;
-  bool renormalize_, fp32_weights_;
+  bool renormalize_, fp32_weights_, softmax_after_topk_;
   double jitter_;
   std::shared_ptr<RouterBalance> balance_;
 };
@@ -114,8 +125,9 @@ TORCH_MODULE(SparseMoe);
 
 // The checkpoint tensor for parameter `name` of an MoE model from the
 // published per-expert layout: the experts stacked (gate and up rows
-// concatenated), Mixtral's block_sparse_moe names read for mlp's. nullopt
-// when `name` is no expert or router parameter. `read` gets the checkpoint
+// concatenated), Mixtral's block_sparse_moe names read for mlp's; gpt-oss's
+// MXFP4 blocks and scales dequantized. nullopt when `name` is no expert or
+// router parameter. `read` gets the checkpoint
 // names used. A missing expert tensor, or one of the wrong shape, is an
 // InputError naming `source` and the tensor.
 using ExpertTensorSource = std::function<std::optional<torch::Tensor>(const std::string& name)>;
@@ -133,5 +145,12 @@ struct PublishedPart {
 };
 std::vector<PublishedPart> published_parts(const ModelConfig& c, const std::string& name,
                                            const std::vector<int64_t>& shape);
+
+// MXFP4 weights as published gpt-oss checkpoints pack them: `blocks` [E, R,
+// G, 16] uint8, two 4-bit E2M1 codes a byte (the low nibble the even
+// column), `scales` [E, R, G] uint8 exponents biased by 127, one per 32
+// values; the matrix [E, G * 32, R] (transposed, as the experts use it) in
+// float32, exactly.
+torch::Tensor dequantize_mxfp4(const torch::Tensor& blocks, const torch::Tensor& scales);
 
 }  // namespace trlx::model

@@ -35,6 +35,7 @@ std::string class_prefix(const std::string& model_type) {
   if (model_type == "gemma3_text") return "Gemma3";
   if (model_type == "qwen3_moe") return "Qwen3Moe";
   if (model_type == "mixtral") return "Mixtral";
+  if (model_type == "gpt_oss") return "GptOss";
   return "Qwen3";
 }
 
@@ -94,6 +95,8 @@ std::string config_json(const ModelConfig& c, HeadKind head, torch::Dtype dtype)
       j["router_jitter_noise"] = c.router_jitter_noise;
     }
   }
+  // Experts read from MXFP4 are saved dequantized.
+  if (c.mxfp4_experts) j.erase("quantization_config");
   j.erase("torch_dtype");
   j["dtype"] = dtype_name(dtype);
   if (head == HeadKind::SequenceClassification) {

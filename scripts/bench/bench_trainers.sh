@@ -35,7 +35,9 @@
 #
 # MODEL=moe trains a Qwen3-MoE-shaped model instead (~57M parameters, 16
 # experts of which 4 per token, ~19M active); its MFU counts the active
-# parameters only. TRL runs transformers' default experts implementation.
+# parameters only. TRL runs transformers' default experts implementation
+# (grouped_mm in transformers 5, the kernel trlx calls too), or the one
+# TRL_EXPERTS names (eager: transformers' loop over experts).
 #
 # Needs python3 with trl and peft (dev time). Environment: TRAINERS (default
 # "dpo kto reward cpo orpo"), MODES (default "full lora"), THREADS (default
@@ -170,7 +172,9 @@ if trainer == "reward":
     model = AutoModelForSequenceClassification.from_pretrained(work + "/m25", num_labels=1, dtype=torch.float32)
     model.config.pad_token_id = tok.pad_token_id
 else:
-    model = AutoModelForCausalLM.from_pretrained(work + "/m25", dtype=torch.float32)
+    import os  # TRL_EXPERTS: an experts_implementation for an MoE model (default: transformers')
+    kw = {"experts_implementation": os.environ["TRL_EXPERTS"]} if os.environ.get("TRL_EXPERTS") else {}
+    model = AutoModelForCausalLM.from_pretrained(work + "/m25", dtype=torch.float32, **kw)
 peft_config = None
 if mode == "lora":
     from peft import LoraConfig

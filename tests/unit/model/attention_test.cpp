@@ -144,7 +144,10 @@ TEST_CASE("each attention case takes its fused form on a GPU and the masked form
   CHECK(path(S::Causal, cpu(), true) == P::SdpaMasked);
   // Soft-capped scores (Gemma 2) have no fused kernel anywhere; they read a
   // mask for every case but plain causal.
-  CHECK(path(S::Causal, g, false, true, true, 128, /*softcap=*/true) == P::Softcapped);
+  CHECK(path(S::Causal, g, false, true, true, 128, /*softcap=*/true) == P::Unfused);
+  // So do attention sinks (gpt-oss).
+  CHECK(model::plan_attention({S::Documents, false, true, true, 64, false, /*sinks=*/true}, g).path == P::Unfused);
+  CHECK(model::plan_attention({S::Documents, false, true, true, 64, false, true}, g).needs_mask);
   CHECK_FALSE(model::plan_attention({S::Causal, false, true, true, 128, true}, g).needs_mask);
   CHECK(model::plan_attention({S::Decode, false, true, true, 128, true}, g).needs_mask);
   // Only the masked paths read a mask.

@@ -1,7 +1,8 @@
-// Mixtures of experts (Qwen3-MoE, Mixtral) against transformers: tiny random
-// models, their logits, routing, load-balancing loss and greedy
-// continuations from scripts/fixtures/moe_fixtures.py, in the published
-// per-expert layout and transformers 5's fused one.
+// Mixtures of experts (Qwen3-MoE, Mixtral, gpt-oss) against transformers:
+// tiny random models, their logits, routing, load-balancing loss and greedy
+// continuations from scripts/fixtures/moe_fixtures.py (in the published
+// per-expert layout and transformers 5's fused one) and
+// scripts/fixtures/gpt_oss_fixtures.py (with its MXFP4-packed twin).
 #include "catch_torch.hpp"
 
 #include <filesystem>
@@ -26,7 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kMain = {"qwen3_moe", "qwen3_moe_sparse_step", "mixtral", "mixtral_top1"};
+const std::vector<std::string> kMain = {"qwen3_moe", "qwen3_moe_sparse_step", "mixtral", "mixtral_top1", "gpt_oss",
+                                        "gpt_oss_top3"};
 
 struct Fixture {
   io::Checkpoint expected;
@@ -101,7 +103,7 @@ TEST_CASE("MoE configs read as transformers reads them", "[model][moe]") {
 
 TEST_CASE("MoE logits and load-balancing loss equal transformers' in both checkpoint layouts", "[model][moe][golden]") {
   for (const std::string name : {"qwen3_moe", "qwen3_moe_sparse_step", "mixtral", "mixtral_top1", "qwen3_moe_fused",
-                                 "mixtral_fused"}) {
+                                 "mixtral_fused", "gpt_oss", "gpt_oss_top3"}) {
     INFO(name);
     auto m = model::load_language_model(models() / name, model::HeadKind::CausalLM);
     Fixture f(name);
@@ -222,7 +224,7 @@ TEST_CASE("MoE models save in the published per-expert layout and load back to t
   const auto tmp = fs::temp_directory_path() / "trlx_moe_save_test";
   for (const auto& [name, published] : std::vector<std::pair<std::string, std::string>>{
            {"qwen3_moe", "qwen3_moe"}, {"mixtral", "mixtral"}, {"qwen3_moe_fused", "qwen3_moe"},
-           {"mixtral_fused", "mixtral"}}) {
+           {"mixtral_fused", "mixtral"}, {"gpt_oss", "gpt_oss"}}) {
     INFO(name);
     fs::remove_all(tmp);
     auto src = model::load_language_model(models() / name, model::HeadKind::CausalLM);
@@ -291,5 +293,66 @@ TEST_CASE("bad MoE checkpoints and configs name the tensor or the key", "[model]
                                          "c.json");
              }),
              Contains("`decoder_sparse_step` must be positive"));
+  fs::remove_all(tmp);
+}
+
+TEST_CASE("gpt-oss configs read as transformers reads them", "[model][moe]") {
+  auto c = model::load_model_config(models() / "gpt_oss");
+  CHECK(c.attention_sinks);
+  CHECK(c.attention_bias);
+  CHECK(c.router_bias);
+  CHECK(c.router_softmax_after_topk);
+  CHECK(c.experts_interleaved);
+  CHECK(c.swiglu_limit == 1.5);
+  CHECK(c.swiglu_alpha == 1.702);
+  CHECK(c.sliding_layers == std::vector<bool>{true, false});
+  CHECK(c.sliding_window == 4);
+  CHECK(c.rope.type == "yarn");
+  CHECK(c.rope.factor == 32.0);
+  CHECK_FALSE(c.rope.truncate);
+  auto top3 = model::load_model_config(models() / "gpt_oss_top3");
+  CHECK(top3.swiglu_alpha == 1.2);
+  CHECK(top3.sliding_layers == std::vector<bool>{false, true, true});
+  CHECK(top3.rope.truncate);  // no key: transformers' default
+  // The published layout: experts_per_token, rope_scaling, MXFP4 experts.
+  auto packed = model::load_model_config(models() / "gpt_oss_mxfp4");
+  CHECK(packed.mxfp4_experts);
+  CHECK(packed.num_experts_per_tok == 2);
+  CHECK(packed.rope.theta == 150000.0);
+  CHECK(packed.swiglu_alpha == 1.702);
+}
+
+TEST_CASE("MXFP4 experts dequantize to transformers' values bit for bit, and the packed model gives its logits",
+          "[model][moe][golden]") {
+  auto expected = io::Checkpoint::open(models() / "gpt_oss_mxfp4" / "expected_dequantized.safetensors");
+  // Several blocks per row, signed zeros included: compared as bits.
+  auto probe = model::dequantize_mxfp4(expected.get("probe.blocks", true), expected.get("probe.scales", true));
+  CHECK(torch::equal(probe.view(torch::kInt32), expected.get("probe.float32", true).view(torch::kInt32)));
+  CHECK(torch::equal(probe.to(torch::kBFloat16).view(torch::kInt16),
+                     expected.get("probe.bfloat16", true).view(torch::kInt16)));
+  auto m = model::load_language_model(models() / "gpt_oss_mxfp4", model::HeadKind::CausalLM, "bfloat16");
+  for (const std::string layer : {"0", "1"})
+    for (const std::string w : {"gate_up_proj", "down_proj"}) {
+      const std::string name = "model.layers." + layer + ".mlp.experts." + w;
+      INFO(name);
+      torch::Tensor got;
+      for (const auto& p : m->named_parameters(true))
+        if (p.key() == name) got = p.value();
+      REQUIRE(got.defined());
+      CHECK(torch::equal(got.view(torch::kInt16), expected.get(name, true).view(torch::kInt16)));
+    }
+  torch::NoGradGuard no_grad;
+  auto fp32 = model::load_language_model(models() / "gpt_oss_mxfp4", model::HeadKind::CausalLM, "float32");
+  auto ids = expected.get("input_ids", true), mask = expected.get("attention_mask", true);
+  auto logits = fp32->forward({ids, mask, expected.get("position_ids", true)});
+  CHECK(max_diff_on_real(logits, expected.get("logits"), mask) < 1e-4);
+  // Saved dequantized, without the quantization config: loads as a plain gpt_oss.
+  const auto tmp = fs::temp_directory_path() / "trlx_mxfp4_save_test";
+  fs::remove_all(tmp);
+  model::save_language_model(tmp, *fp32);
+  CHECK_FALSE(model::load_model_config(tmp).mxfp4_experts);
+  CHECK(sorted_names(tmp) == sorted_names(models() / "gpt_oss"));
+  auto back = model::load_language_model(tmp, model::HeadKind::CausalLM);
+  CHECK(torch::equal(back->forward({ids, mask, {}}), fp32->forward({ids, mask, {}})));
   fs::remove_all(tmp);
 }
