@@ -66,12 +66,33 @@ std::string config_json(const ModelConfig& c, HeadKind head, torch::Dtype dtype)
   if (!j.contains("rope_parameters") && !j.contains("rope_theta")) {
     ordered_json rope = {{"rope_theta", c.rope.theta}, {"rope_type", c.rope.type}};
     if (c.rope.type != "default") rope["factor"] = c.rope.factor;
+    if (c.rope.type == "yarn") {
+      rope["beta_fast"] = c.rope.beta_fast;
+      rope["beta_slow"] = c.rope.beta_slow;
+      rope["truncate"] = c.rope.truncate;
+      rope["original_max_position_embeddings"] = c.rope.original_max_position_embeddings;
+    }
     j["rope_parameters"] = rope;
+  }
+  if (c.raw_json.empty() && c.sliding_window && !j.contains("sliding_window")) {  // a new model (init-model)
+    j["sliding_window"] = *c.sliding_window;
+    ordered_json types = ordered_json::array();
+    for (bool sliding : c.sliding_layers) types.push_back(sliding ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
   }
   if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
   if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
   if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
   else if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids;
+  if (c.model_type == "gpt_oss") {
+    j["attention_bias"] = c.attention_bias;
+    if (!j.contains("num_local_experts")) j["num_local_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    j["router_aux_loss_coef"] = c.router_aux_loss_coef;
+    if (!j.contains("output_router_logits")) j["output_router_logits"] = false;
+    j["swiglu_limit"] = c.swiglu_limit.value_or(7.0);
+    j["swiglu_alpha"] = c.swiglu_alpha;
+  }
   if (c.model_type == "qwen3_moe" || c.model_type == "mixtral") {
     // The experts as the model type's config class names them (a config
     // read from a file keeps its own keys, e.g. Qwen3-MoE's num_experts).
@@ -205,8 +226,8 @@ void save_language_model(const std::filesystem::path& dir, LanguageModelImpl& m,
 ModelConfig new_model_config(const NewModelSpec& s) {
   ModelConfig c;
   bool known = false;
-  for (const auto* t : {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral"}) known |= s.arch == t;
-  if (!known) fail_input("--arch `{}` is not one of llama, mistral, qwen2, qwen3, qwen3_moe, mixtral", s.arch);
+  for (const auto* t : {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss"}) known |= s.arch == t;
+  if (!known) fail_input("--arch `{}` is not one of llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss", s.arch);
   if (s.vocab_size <= 0) fail_input("a new model needs a vocab_size (or a tokenizer to take it from)");
   c.model_type = s.arch;
   c.vocab_size = s.vocab_size;
@@ -230,7 +251,23 @@ ModelConfig new_model_config(const NewModelSpec& s) {
   c.qk_norm = s.arch == "qwen3" || s.arch == "qwen3_moe";
   c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
   c.sparse_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
-  if (s.arch == "qwen3_moe" || s.arch == "mixtral") {
+  if (s.arch == "gpt_oss") {
+    // gpt-oss: biased attention with sinks, sliding and full layers in
+    // turn (window 128), its yarn rope, biased router and experts.
+    c.attention_bias = c.attention_sinks = c.norm_weight_fp32 = true;
+    c.rms_norm_eps = 1e-5;
+    c.sliding_window = 128;
+    for (size_t i = 0; i < c.sliding_layers.size(); ++i) c.sliding_layers[i] = i % 2 == 0;
+    c.rope.type = "yarn";
+    c.rope.factor = 32.0;
+    c.rope.beta_fast = 32.0;
+    c.rope.beta_slow = 1.0;
+    c.rope.truncate = false;
+    c.rope.original_max_position_embeddings = 4096;
+    c.router_bias = c.router_softmax_after_topk = c.expert_bias = c.experts_interleaved = true;
+    c.swiglu_limit = 7.0;
+  }
+  if (s.arch == "qwen3_moe" || s.arch == "mixtral" || s.arch == "gpt_oss") {
     if (s.num_experts <= 0) fail_input("--num_experts must be positive, found {}", s.num_experts);
     if (s.num_experts_per_tok <= 0 || s.num_experts_per_tok > s.num_experts)
       fail_input("--num_experts_per_tok is {}; it must be between 1 and the {} experts (--num_experts)",
@@ -239,7 +276,7 @@ ModelConfig new_model_config(const NewModelSpec& s) {
     c.num_experts_per_tok = s.num_experts_per_tok;
     c.moe_intermediate_size = s.moe_intermediate_size > 0 ? s.moe_intermediate_size : c.intermediate_size;
     if (s.arch == "mixtral") c.intermediate_size = c.moe_intermediate_size;  // Mixtral's experts are its MLPs
-    c.norm_topk_prob = true;
+    c.norm_topk_prob = s.arch != "gpt_oss";
     c.router_weights_fp32 = s.arch == "mixtral";
     c.router_aux_loss_coef = 0.001;
     c.sparse_layers.assign(c.sparse_layers.size(), true);
@@ -258,7 +295,7 @@ void init_weights(LanguageModelImpl& m, uint64_t seed) {
     auto& t = p.value();
     if (n.find("norm") != std::string::npos) {
       t.fill_(m.config().norm_plus_one ? 0.0 : 1.0);  // Gemma's norms scale by 1 + weight
-    } else if (n.size() > 5 && n.substr(n.size() - 5) == ".bias") {
+    } else if (n.ends_with(".bias") || n.ends_with("_bias")) {
       t.zero_();
     } else {
       t.copy_(at::normal(0.0, 0.02, t.sizes(), gen, t.options().dtype(torch::kFloat32)));

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mixtures of experts through the real binary: `init-model` writes small
-# Qwen3-MoE and Mixtral models; SFT adds and logs the load-balancing loss;
+# Qwen3-MoE, Mixtral and gpt-oss models; SFT adds and logs the load-balancing loss;
 # 2-rank DDP, ZeRO-2, ZeRO-3 and FSDP (each decoder layer with its experts
 # one unit) end with the same model (through `trlx score`) and log the same
 # losses (one process's without the balance loss, which is per rank); LoRA
@@ -99,6 +99,23 @@ check "same_metric aux_loss '$TMP/lora_multi_gpu' '$TMP/lora_zero3'"
 "$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $SFT $SAVERS --router_aux_loss_coef 0 --model_name_or_path \
   "$TMP/mixtral" --per_device_train_batch_size 4 --output_dir "$TMP/lora_noaux" >"$TMP/lora_noaux.log" 2>&1
 check "[ $? = 0 ] && ! same_metric grad_norm '$TMP/lora_multi_gpu' '$TMP/lora_noaux' 1e-4"
+
+# gpt-oss (attention sinks, biased experts): one process and 2 ranks under
+# FSDP and ZeRO-3 train the same model (balance loss off, as above).
+"$TRLX" init-model --arch gpt_oss --hidden_size 64 --intermediate_size 32 --num_layers 2 --num_heads 4 \
+  --num_kv_heads 2 --num_experts 5 --num_experts_per_tok 2 --tokenizer examples/tiny-model \
+  --out "$TMP/gpt_oss" >"$TMP/init3.log" 2>&1
+check "[ $? = 0 ] || { cat '$TMP/init3.log'; false; }"
+"$TRLX" sft $SFT --model_name_or_path "$TMP/gpt_oss" --per_device_train_batch_size 8 --router_aux_loss_coef 0 \
+  --output_dir "$TMP/oss_one" >"$TMP/oss_one.log" 2>&1
+check "[ $? = 0 ] || { tail -20 '$TMP/oss_one.log'; false; }"
+for preset in zero3 fsdp; do
+  "$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $SFT --model_name_or_path "$TMP/gpt_oss" --router_aux_loss_coef 0 \
+    --per_device_train_batch_size 4 --accelerate_config $preset --output_dir "$TMP/oss_$preset" >"$TMP/oss_$preset.log" 2>&1
+  rc=$?
+  check "[ $rc = 0 ] || { tail -20 '$TMP/oss_$preset.log'; false; }"
+  check "same_scores '$TMP/oss_one' '$TMP/oss_$preset' && same_metric loss '$TMP/oss_one' '$TMP/oss_$preset'"
+done
 
 # DPO and GRPO on an MoE model: they train and log aux_loss.
 "$TRLX" dpo --config configs/dpo.yaml --model_name_or_path "$TMP/qwen_moe" --max_steps 2 --logging_steps 1 \
