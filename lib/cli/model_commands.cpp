@@ -70,8 +70,8 @@ int run_init_model(std::vector<std::string> args) {
   std::string tokenizer_dir, out_dir, dtype = "float32", head = "lm";
   uint64_t seed = 0;
   int64_t num_labels = 1;
-  app.add_option("--arch", spec.arch, "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral or gpt_oss")->capture_default_str();
-  app.add_option("--num_experts", spec.num_experts, "Experts per layer (qwen3_moe, mixtral, gpt_oss)")->capture_default_str();
+  app.add_option("--arch", spec.arch, "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss or deepseek_v3")->capture_default_str();
+  app.add_option("--num_experts", spec.num_experts, "Experts per layer (qwen3_moe, mixtral, gpt_oss, deepseek_v3)")->capture_default_str();
   app.add_option("--num_experts_per_tok", spec.num_experts_per_tok, "Experts each token is routed to")
       ->capture_default_str();
   app.add_option("--moe_intermediate_size", spec.moe_intermediate_size,

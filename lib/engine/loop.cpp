@@ -151,7 +151,11 @@ double router_aux_coefficient(const Trainer& trainer, const model::ModelConfig& 
     fail_input("router_aux_loss_coef is {} but the model (model_type `{}`) is not a mixture of experts, so there is "
                "no load-balancing loss to weight: remove the field (or set it to 0)",
                *field, model.model_type);
-  if (!model.is_moe()) return 0.0;
+  if (field && *field != 0 && !model.router_balance_loss)
+    fail_input("router_aux_loss_coef is {} but a {} model has no load-balancing loss (its router balances the experts "
+               "with a correction bias instead): remove the field (or set it to 0)",
+               *field, model.model_type);
+  if (!model.is_moe() || !model.router_balance_loss) return 0.0;
   switch (trainer.router_aux_loss()) {
     case Trainer::RouterAuxLoss::ForMixtures:
       return field.value_or(model.router_aux_loss_coef);

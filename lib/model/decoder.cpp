@@ -40,7 +40,7 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 }
 
 std::pair<torch::Tensor, double> rope_frequencies(const ModelConfig& c, const RopeConfig& r, int64_t seq_len) {
-  const int64_t dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * r.partial_rotary_factor);
+  const int64_t dim = rotary_dims(c, r);
   // theta^(2i/dim) for i < dim/2, in fp32 as the reference computes it.
   auto exponents = torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(dim);
   auto powers = [&](double base) { return torch::pow(torch::tensor(base, torch::kFloat32), exponents); };
@@ -106,7 +106,7 @@ std::pair<torch::Tensor, double> rope_frequencies(const ModelConfig& c, const Ro
 Rotary::Rotary(const ModelConfig& model, const RopeConfig& rope)
     : model_(model),
       rope_(rope),
-      rotary_dim_(static_cast<int64_t>(static_cast<double>(model.head_dim) * rope.partial_rotary_factor)),
+      rotary_dim_(rotary_dims(model, rope)),
       cached_len_(model.max_position_embeddings) {
   std::tie(inv_freq_, scale_) = rope_frequencies(model_, rope_);
   original_inv_freq_ = inv_freq_;
@@ -349,9 +349,31 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, int64_t layer)
       heads_(c.num_attention_heads),
       kv_heads_(c.num_key_value_heads),
       head_dim_(c.head_dim),
+      v_dim_(c.kv_lora_rank > 0 ? c.v_head_dim : c.head_dim),
+      nope_dim_(c.qk_nope_head_dim),
+      rope_dim_(c.qk_rope_head_dim),
+      kv_rank_(c.kv_lora_rank),
+      interleave_(c.rope_interleave),
       scale_(c.attention_scale > 0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim))),
       softcap_(c.attn_logit_softcapping) {
   const bool qkv_bias = c.attention_bias || c.qkv_bias;
+  if (c.kv_lora_rank > 0) {
+    // Latent attention (DeepSeek-V3); its two norms keep eps 1e-6 whatever rms_norm_eps says.
+    if (c.q_lora_rank > 0) {
+      q_a_proj = register_module("q_a_proj", linear(c.hidden_size, c.q_lora_rank, c.attention_bias));
+      q_a_layernorm = register_module("q_a_layernorm", RMSNorm(c.q_lora_rank, 1e-6));
+      q_b_proj = register_module("q_b_proj", linear(c.q_lora_rank, heads_ * head_dim_, false));
+    } else {
+      q_proj = register_module("q_proj", linear(c.hidden_size, heads_ * head_dim_, false));
+    }
+    kv_a_proj_with_mqa =
+        register_module("kv_a_proj_with_mqa", linear(c.hidden_size, c.kv_lora_rank + c.qk_rope_head_dim, c.attention_bias));
+    kv_a_layernorm = register_module("kv_a_layernorm", RMSNorm(c.kv_lora_rank, 1e-6));
+    kv_b_proj = register_module("kv_b_proj",
+                                linear(c.kv_lora_rank, heads_ * (c.qk_nope_head_dim + c.v_head_dim), false));
+    o_proj = register_module("o_proj", linear(heads_ * c.v_head_dim, c.hidden_size, c.attention_bias));
+    return;
+  }
   if (c.fused_projections) {
     qkv_proj = register_module("qkv_proj", linear(c.hidden_size, (heads_ + 2 * kv_heads_) * head_dim_, qkv_bias));
   } else {
@@ -519,7 +541,35 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   const int64_t b = x.size(0), t = x.size(1), s = attn.query_start, tq = t - s;
   TORCH_CHECK(s == 0 || (!cache && s > 0 && s < t), "queries must start inside the sequence, without a KV cache");
   torch::Tensor q, k, v;
-  if (qkv_proj) {
+  if (kv_a_proj_with_mqa) {
+    // Latent attention: per head [rope | nope] (the rotary dims first, so
+    // that the partial rotary below turns them; q.k is the same in any
+    // order both share), values padded with zeros to the key width.
+    const auto xq = s ? x.narrow(1, s, tq) : x;
+    q = (q_a_proj ? q_b_proj->forward(q_a_layernorm->forward(q_a_proj->forward(xq))) : q_proj->forward(xq))
+            .view({b, tq, heads_, head_dim_});
+    const auto ckv = kv_a_proj_with_mqa->forward(x);
+    auto k_pe = ckv.narrow(-1, kv_rank_, rope_dim_).view({b, t, 1, rope_dim_});
+    const auto kv = kv_b_proj->forward(kv_a_layernorm->forward(ckv.narrow(-1, 0, kv_rank_)))
+                        .view({b, t, heads_, nope_dim_ + v_dim_});
+    auto q_pe = q.narrow(-1, nope_dim_, rope_dim_);
+    if (interleave_) {
+      // Pairs (2i, 2i + 1) turn together: even dims first, then odd, for rotate-half.
+      auto split = [](const torch::Tensor& t) {
+        auto sz = t.sizes().vec();
+        auto shape = sz;
+        shape.back() /= 2;
+        shape.push_back(2);
+        return t.reshape(shape).transpose(-1, -2).reshape(sz);
+      };
+      q_pe = split(q_pe);
+      k_pe = split(k_pe);
+    }
+    q = torch::cat({q_pe, q.narrow(-1, 0, nope_dim_)}, -1);
+    k = torch::cat({k_pe.expand({b, t, heads_, rope_dim_}), kv.narrow(-1, 0, nope_dim_)}, -1);
+    v = kv.narrow(-1, nope_dim_, v_dim_);
+    if (v_dim_ < head_dim_) v = torch::constant_pad_nd(v, {0, head_dim_ - v_dim_});
+  } else if (qkv_proj) {
     auto qkv = qkv_proj->forward(x);
     q = qkv.narrow(-1, 0, heads_ * head_dim_).narrow(1, s, tq).reshape({b, tq, heads_, head_dim_});
     k = qkv.narrow(-1, heads_ * head_dim_, kv_heads_ * head_dim_).view({b, t, kv_heads_, head_dim_});
@@ -644,18 +694,21 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
       break;
     }
   }
-  out = out.transpose(1, 2).reshape({b, tq, heads_ * head_dim_});
+  out = out.transpose(1, 2);
+  if (v_dim_ < head_dim_) out = out.narrow(-1, 0, v_dim_);  // latent attention's padded values
+  out = out.reshape({b, tq, heads_ * v_dim_});
   return o_proj->forward(out);
 }
 
-MLPImpl::MLPImpl(const ModelConfig& c) : gelu_(c.hidden_act == "gelu_pytorch_tanh") {
+MLPImpl::MLPImpl(const ModelConfig& c, int64_t width) : gelu_(c.hidden_act == "gelu_pytorch_tanh") {
+  const int64_t w = width > 0 ? width : c.intermediate_size;
   if (c.fused_projections) {
-    gate_up_proj = register_module("gate_up_proj", linear(c.hidden_size, 2 * c.intermediate_size, c.mlp_bias));
+    gate_up_proj = register_module("gate_up_proj", linear(c.hidden_size, 2 * w, c.mlp_bias));
   } else {
-    gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-    up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+    gate_proj = register_module("gate_proj", linear(c.hidden_size, w, c.mlp_bias));
+    up_proj = register_module("up_proj", linear(c.hidden_size, w, c.mlp_bias));
   }
-  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
+  down_proj = register_module("down_proj", linear(w, c.hidden_size, c.mlp_bias));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
@@ -673,10 +726,14 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer, std::shared_ptr<RouterBalance> balance) {
   self_attn = register_module("self_attn", Attention(c, layer));
-  if (c.is_moe() && c.sparse_layers[static_cast<size_t>(layer)])
+  if (c.is_moe() && c.sparse_layers[static_cast<size_t>(layer)]) {
     moe = register_module("mlp", SparseMoe(c, std::move(balance)));
-  else
+    // DeepSeek-V3: experts every token runs through, beside the routed ones.
+    if (c.n_shared_experts > 0)
+      shared_experts = moe->register_module("shared_experts", MLP(c, c.moe_intermediate_size * c.n_shared_experts));
+  } else {
     mlp = register_module("mlp", MLP(c));
+  }
   auto norm = [&] { return RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_plus_one, c.norm_weight_fp32); };
   input_layernorm = register_module("input_layernorm", norm());
   post_attention_layernorm = register_module("post_attention_layernorm", norm());
@@ -693,7 +750,9 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
   auto attn = self_attn->forward(input_layernorm->forward(x), cos, sin, plan, cache);
   const int64_t query_start = plan.query_start;
   auto feed_forward = [&](const torch::Tensor& h) {
-    return moe ? moe->forward(h, plan.router_rows, plan.balance) : mlp->forward(h);
+    if (!moe) return mlp->forward(h);
+    auto y = moe->forward(h, plan.router_rows, plan.balance);
+    return shared_experts ? y + shared_experts->forward(h) : y;
   };
   const auto residual = query_start ? x.narrow(1, query_start, x.size(1) - query_start) : x;
   if (pre_feedforward_layernorm) {
@@ -710,7 +769,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
 DecoderModelImpl::DecoderModelImpl(const ModelConfig& c) : config_(c) {
   embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, c.pad_token_id));
   layers = register_module("layers", torch::nn::ModuleList());
-  if (c.is_moe()) router_balance_ = std::make_shared<RouterBalance>();
+  if (c.is_moe() && c.router_balance_loss) router_balance_ = std::make_shared<RouterBalance>();
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i, router_balance_));
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, c.norm_plus_one, c.norm_weight_fp32));
   rope_ = std::make_shared<Rotary>(c, c.rope);

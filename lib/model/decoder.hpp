@@ -237,10 +237,16 @@ class AttentionImpl : public torch::nn::Module {
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   Linear qkv_proj{nullptr};  // fused_projections: q, k, v rows in that order
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  // Latent attention (DeepSeek-V3): q_a_proj -> q_a_layernorm -> q_b_proj
+  // (or q_proj), kv_a_proj_with_mqa -> kv_a_layernorm -> kv_b_proj.
+  Linear q_a_proj{nullptr}, q_b_proj{nullptr}, kv_a_proj_with_mqa{nullptr}, kv_b_proj{nullptr};
+  RMSNorm q_a_layernorm{nullptr}, kv_a_layernorm{nullptr};
   torch::Tensor sinks;  // gpt-oss: [heads], each head's logit beside its keys
 
  private:
   int64_t layer_, heads_, kv_heads_, head_dim_;
+  int64_t v_dim_, nope_dim_, rope_dim_, kv_rank_;  // latent attention's widths (v_dim_: head_dim_ otherwise)
+  bool interleave_;
   double scale_;
   std::optional<double> softcap_;
 };
@@ -248,7 +254,8 @@ TORCH_MODULE(Attention);
 
 class MLPImpl : public torch::nn::Module {
  public:
-  explicit MLPImpl(const ModelConfig& c);
+  // width: the hidden width (0: intermediate_size).
+  explicit MLPImpl(const ModelConfig& c, int64_t width = 0);
   torch::Tensor forward(const torch::Tensor& x);
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   Linear gate_up_proj{nullptr};  // fused_projections: gate rows, then up rows
@@ -271,6 +278,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
   SparseMoe moe{nullptr};  // a sparse layer's experts, in place of mlp (named "mlp" as in transformers)
+  MLP shared_experts{nullptr};  // DeepSeek-V3: mlp.shared_experts, a child of moe
   bool sliding = false;     // attends within the sliding window
   bool local_rope = false;  // a sliding layer by the config: Gemma 3 gives it sliding_rope
 };

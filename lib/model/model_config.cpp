@@ -17,7 +17,8 @@ using nlohmann::json;
 
 const std::vector<std::string>& supported_model_types() {
   static const std::vector<std::string> t = {"llama",  "mistral", "qwen2",       "qwen3",     "phi3",
-                                             "gemma",  "gemma2",  "gemma3_text", "qwen3_moe", "mixtral", "gpt_oss"};
+                                             "gemma",  "gemma2",  "gemma3_text", "qwen3_moe", "mixtral", "gpt_oss",
+                                             "deepseek_v3"};
   return t;
 }
 
@@ -112,7 +113,7 @@ void read_rope_params(RopeConfig& rope, const json& params, const Reader& p, con
     rope.truncate = p.boolean("truncate", true);
   }
   if (rope.type == "longrope") {
-    const int64_t half = static_cast<int64_t>(static_cast<double>(c.head_dim) * rope.partial_rotary_factor) / 2;
+    const int64_t half = rotary_dims(c, rope) / 2;
     for (auto [key, out] : {std::pair{"short_factor", &rope.short_factor}, {"long_factor", &rope.long_factor}}) {
       if (!params.contains(key) || !params[key].is_array())
         fail_input("{}: {}.{} must be a list of {} numbers for rope_type longrope", p.source(), where, key, half);
@@ -189,11 +190,77 @@ void read_rope(ModelConfig& c, const json& j, const Reader& r) {
   for (const auto* rope : {&c.rope, c.sliding_rope ? &*c.sliding_rope : nullptr}) {
     if (!rope) continue;
     const double f = rope->partial_rotary_factor;
-    const auto dims = static_cast<int64_t>(static_cast<double>(c.head_dim) * f);
+    const auto dims = rotary_dims(c, *rope);
     if (!(f > 0 && f <= 1) || dims < 2 || dims % 2 != 0)
       fail_input("{}: partial_rotary_factor {} gives {} rotary dims of head_dim {}; they must be even and at least 2",
                  r.source(), f, dims, c.head_dim);
   }
+}
+
+// DeepSeek-V3's experts: grouped sigmoid routing with a correction bias,
+// shared experts, the first first_k_dense_replace layers dense. No
+// load-balancing loss.
+void read_deepseek_experts(ModelConfig& c, const json& j, const Reader& r) {
+  c.num_experts = r.opt_integer("n_routed_experts").value_or(256);
+  c.num_experts_per_tok = r.opt_integer("num_experts_per_tok").value_or(8);
+  c.moe_intermediate_size = r.opt_integer("moe_intermediate_size").value_or(2048);
+  c.n_shared_experts = r.opt_integer("n_shared_experts").value_or(1);
+  c.n_group = r.opt_integer("n_group").value_or(8);
+  c.topk_group = r.opt_integer("topk_group").value_or(4);
+  c.norm_topk_prob = r.boolean("norm_topk_prob", true);
+  c.routed_scaling_factor = r.number("routed_scaling_factor", 2.5);
+  c.router_sigmoid_groups = true;
+  c.router_weights_fp32 = true;
+  c.router_balance_loss = false;
+  c.router_aux_loss_coef = 0.0;
+  c.output_router_logits = r.boolean("output_router_logits", false);
+  if (j.contains("quantization_config") && !j["quantization_config"].is_null())
+    fail_input("{}: quantization_config is set (DeepSeek-V3 is published in FP8); trlx reads bf16 or fp32 weights of "
+               "deepseek_v3 models: give a dequantized checkpoint",
+               r.source());
+  if (c.num_experts <= 0) fail_input("{}: `n_routed_experts` must be positive, found {}", r.source(), c.num_experts);
+  if (c.n_group <= 0 || c.num_experts % c.n_group != 0)
+    fail_input("{}: `n_group` ({}) must divide n_routed_experts ({})", r.source(), c.n_group, c.num_experts);
+  if (c.n_group > 1 && c.num_experts / c.n_group < 2)
+    fail_input("{}: n_group {} leaves fewer than 2 experts in a group (n_routed_experts {}); a group is scored by "
+               "its two best",
+               r.source(), c.n_group, c.num_experts);
+  if (c.topk_group <= 0 || c.topk_group > c.n_group)
+    fail_input("{}: `topk_group` is {}; it must be between 1 and n_group ({})", r.source(), c.topk_group, c.n_group);
+  const int64_t reachable = c.topk_group * (c.num_experts / c.n_group);
+  if (c.num_experts_per_tok <= 0 || c.num_experts_per_tok > reachable)
+    fail_input("{}: `num_experts_per_tok` is {}; it must be between 1 and the {} experts of the topk_group groups kept "
+               "(n_routed_experts {}, n_group {}, topk_group {})",
+               r.source(), c.num_experts_per_tok, reachable, c.num_experts, c.n_group, c.topk_group);
+  if (c.moe_intermediate_size <= 0 || c.n_shared_experts < 0)
+    fail_input("{}: `moe_intermediate_size` must be positive and `n_shared_experts` not negative", r.source());
+  const int64_t dense = r.opt_integer("first_k_dense_replace").value_or(3);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sparse_layers[static_cast<size_t>(i)] = i >= dense;
+}
+
+// DeepSeek-V3's multi-head latent attention. Its config.json's head_dim is
+// the rotary width; each head's query and key are nope + rope wide, and
+// the softmax scale grows with yarn's mscale_all_dim.
+void read_latent_attention(ModelConfig& c, const Reader& r) {
+  c.q_lora_rank = r.opt_integer("q_lora_rank").value_or(0);
+  c.kv_lora_rank = r.opt_integer("kv_lora_rank").value_or(512);
+  c.qk_nope_head_dim = r.opt_integer("qk_nope_head_dim").value_or(128);
+  c.qk_rope_head_dim = r.opt_integer("qk_rope_head_dim").value_or(64);
+  c.v_head_dim = r.opt_integer("v_head_dim").value_or(128);
+  c.rope_interleave = r.boolean("rope_interleave", true);
+  for (auto [key, v] : {std::pair{"kv_lora_rank", c.kv_lora_rank}, {"qk_nope_head_dim", c.qk_nope_head_dim},
+                        {"qk_rope_head_dim", c.qk_rope_head_dim}, {"v_head_dim", c.v_head_dim}})
+    if (v <= 0) fail_input("{}: `{}` must be positive, found {}", r.source(), key, v);
+  if (c.q_lora_rank < 0) fail_input("{}: `q_lora_rank` must be positive or null, found {}", r.source(), c.q_lora_rank);
+  c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  c.rope_head_dim = c.qk_rope_head_dim;
+  if (c.v_head_dim > c.head_dim)
+    fail_input("{}: v_head_dim {} is wider than qk_nope_head_dim + qk_rope_head_dim ({}); trlx pads values to the key "
+               "width and does not build wider ones",
+               r.source(), c.v_head_dim, c.head_dim);
+  if (c.num_key_value_heads != c.num_attention_heads)
+    fail_input("{}: num_key_value_heads ({}) must equal num_attention_heads ({}) for latent attention", r.source(),
+               c.num_key_value_heads, c.num_attention_heads);
 }
 
 // Qwen3-MoE and Mixtral: the experts, the router and which layers route.
@@ -203,6 +270,10 @@ void read_rope(ModelConfig& c, const json& j, const Reader& r) {
 void read_experts(ModelConfig& c, const json& j, const Reader& r) {
   const bool qwen = c.model_type == "qwen3_moe", mixtral = c.model_type == "mixtral", oss = c.model_type == "gpt_oss";
   c.sparse_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
+  if (c.model_type == "deepseek_v3") {
+    read_deepseek_experts(c, j, r);
+    return;
+  }
   if (!qwen && !mixtral && !oss) return;
   const char* count_key = j.contains("num_local_experts") && !j["num_local_experts"].is_null() ? "num_local_experts"
                           : qwen                                                                 ? "num_experts"
@@ -320,6 +391,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
                  source, c.hidden_size, c.num_attention_heads);
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
+  if (c.model_type == "deepseek_v3") read_latent_attention(c, r);
   if (c.head_dim % 2 != 0) fail_input("{}: head_dim {} must be even for rotary embeddings", source, c.head_dim);
   // Defaults where a key is absent are those of the model type's config class.
   const int64_t default_max_positions = c.model_type == "phi3"                                  ? 4096
@@ -335,6 +407,16 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   c.rms_norm_eps = r.number(
       "rms_norm_eps", c.model_type == "phi3" || c.model_type == "mixtral" || c.model_type == "gpt_oss" ? 1e-5 : 1e-6);
   read_rope(c, j, r);
+  if (c.model_type == "deepseek_v3") {
+    c.attention_bias = r.boolean("attention_bias", false);
+    // DeepSeek scales the softmax by yarn's mscale(factor, mscale_all_dim) squared.
+    double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    if (c.rope.type == "yarn" && c.rope.mscale_all_dim && *c.rope.mscale_all_dim != 0 && c.rope.factor > 1) {
+      const double m = 0.1 * *c.rope.mscale_all_dim * std::log(c.rope.factor) + 1.0;
+      scale *= m * m;
+    }
+    c.attention_scale = scale;
+  }
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", gemma);
   if (gemma) {
     // Gemma names the MLP activation hidden_act (its first releases say
@@ -454,6 +536,11 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   if (j.contains("id2label") && j["id2label"].is_object()) c.num_labels = static_cast<int64_t>(j["id2label"].size());
   c.num_labels = r.opt_integer("num_labels").value_or(c.num_labels);
   return c;
+}
+
+int64_t rotary_dims(const ModelConfig& c, const RopeConfig& rope) {
+  if (c.rope_head_dim > 0) return c.rope_head_dim;
+  return static_cast<int64_t>(static_cast<double>(c.head_dim) * rope.partial_rotary_factor);
 }
 
 ModelConfig load_model_config(const std::filesystem::path& dir) {

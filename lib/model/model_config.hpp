@@ -1,7 +1,7 @@
 #pragma once
 // A decoder-only model's shape, read from a Hugging Face config.json
 // (Llama, Mistral, Qwen2, Qwen3, Phi-3/Phi-4, Gemma, Gemma 2, Gemma 3 text,
-// and the mixtures of experts Qwen3-MoE, Mixtral and gpt-oss),
+// and the mixtures of experts Qwen3-MoE, Mixtral, gpt-oss and DeepSeek-V3),
 // in both the older rope_theta/rope_scaling form and the newer
 // rope_parameters form.
 #include <filesystem>
@@ -29,7 +29,7 @@ struct RopeConfig {
 };
 
 struct ModelConfig {
-  std::string model_type;  // llama | mistral | qwen2 | qwen3 | phi3 | gemma | gemma2 | gemma3_text | qwen3_moe | mixtral | gpt_oss
+  std::string model_type;  // llama | mistral | qwen2 | qwen3 | phi3 | gemma | gemma2 | gemma3_text | qwen3_moe | mixtral | gpt_oss | deepseek_v3
   std::vector<std::string> architectures;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -101,6 +101,28 @@ struct ModelConfig {
   // The expert weights come MXFP4-packed (*_blocks, *_scales), as published
   // gpt-oss checkpoints store them; they are dequantized on load.
   bool mxfp4_experts = false;
+  // The model has a load-balancing loss (not DeepSeek-V3, which balances
+  // its experts with a correction bias instead).
+  bool router_balance_loss = true;
+  // DeepSeek-V3's routing: sigmoid scores, chosen (with a per-expert
+  // correction bias, mlp.gate.e_score_correction_bias) among the
+  // topk_group best of n_group groups of experts, mixed by the unbiased
+  // scores (normalized if norm_topk_prob) times routed_scaling_factor; and
+  // shared experts every token runs through (an MLP of
+  // n_shared_experts * moe_intermediate_size).
+  bool router_sigmoid_groups = false;
+  int64_t n_group = 1, topk_group = 1, n_shared_experts = 0;
+  double routed_scaling_factor = 1.0;
+  // DeepSeek-V3's multi-head latent attention (kv_lora_rank > 0): queries
+  // through a low-rank q_a_proj/q_b_proj (q_lora_rank > 0) or q_proj, keys
+  // and values through kv_a_proj_with_mqa and kv_b_proj; each head's query
+  // and key are qk_nope_head_dim + qk_rope_head_dim wide (head_dim holds
+  // their sum), its value v_head_dim; one rotary key per token shared by
+  // every head, interleaved pairs when rope_interleave.
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool rope_interleave = false;
+  // Rotary dims when not head_dim * partial_rotary_factor (MLA: qk_rope_head_dim).
+  int64_t rope_head_dim = 0;
 
   // The config.json as read, so that saving keeps keys trlx does not model.
   std::string raw_json;
@@ -108,6 +130,8 @@ struct ModelConfig {
 
 // Reads and checks `dir/config.json`. Errors name the file and the key.
 ModelConfig load_model_config(const std::filesystem::path& dir);
+// The number of leading dims of each head that rotary embeddings turn.
+int64_t rotary_dims(const ModelConfig& c, const RopeConfig& rope);
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
 const std::vector<std::string>& supported_model_types();
 

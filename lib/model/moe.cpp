@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <array>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -194,9 +195,12 @@ torch::Tensor grouped_linear(const torch::Tensor& x, const torch::Tensor& weight
 
 // ---------------------------------------------------------------- modules
 
-RouterImpl::RouterImpl(int64_t experts, int64_t hidden, bool with_bias) {
+RouterImpl::RouterImpl(int64_t experts, int64_t hidden, bool with_bias, bool with_correction) {
   weight = register_parameter("weight", torch::empty({experts, hidden}));
   if (with_bias) bias = register_parameter("bias", torch::empty({experts}));
+  if (with_correction)
+    e_score_correction_bias =
+        register_parameter("e_score_correction_bias", torch::empty({experts}), /*requires_grad=*/false);
 }
 
 ExpertsImpl::ExpertsImpl(const ModelConfig& c)
@@ -262,10 +266,15 @@ SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, std::shared_ptr<RouterBalance
       renormalize_(c.norm_topk_prob),
       fp32_weights_(c.router_weights_fp32),
       softmax_after_topk_(c.router_softmax_after_topk),
+      sigmoid_groups_(c.router_sigmoid_groups),
+      groups_(c.n_group),
+      groups_kept_(c.topk_group),
+      scaling_(c.routed_scaling_factor),
       jitter_(c.router_jitter_noise),
       balance_(std::move(balance)) {
   // gpt-oss names its router `router`, the others `gate`.
-  gate = register_module(c.router_bias ? "router" : "gate", Router(c.num_experts, c.hidden_size, c.router_bias));
+  gate = register_module(c.router_bias ? "router" : "gate",
+                         Router(c.num_experts, c.hidden_size, c.router_bias, c.router_sigmoid_groups));
   experts = register_module("experts", Experts(c));
 }
 
@@ -274,6 +283,14 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, const torch::Tensor
   // Mixtral's jitter: the block's input (router's and experts') scaled by
   // noise in training.
   if (jitter_ > 0 && is_training()) h = h * torch::empty_like(h).uniform_(1.0 - jitter_, 1.0 + jitter_);
+  if (sigmoid_groups_) {
+    // DeepSeek-V3: the router in fp32, mixing by the unbiased scores.
+    const auto scores = torch::sigmoid(torch::linear(h.to(torch::kFloat32), gate->weight.to(torch::kFloat32)));
+    const auto chosen = choose_in_groups(scores);
+    auto top = scores.gather(1, chosen);
+    if (renormalize_) top = top / (top.sum(-1, /*keepdim=*/true) + 1e-20);
+    return experts->forward(h, chosen, top * scaling_).view(x.sizes());
+  }
   auto logits = torch::linear(h, gate->weight, gate->bias);
   const auto prob_dtype = logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat32;
   torch::Tensor chosen, top;
@@ -296,6 +313,23 @@ torch::Tensor SparseMoeImpl::forward(const torch::Tensor& x, const torch::Tensor
     if (!fp32_weights_) top = top.to(logits.scalar_type());
   }
   return experts->forward(h, chosen, top).view(x.sizes());
+}
+
+torch::Tensor SparseMoeImpl::choose_in_groups(const torch::Tensor& scores) const {
+  torch::NoGradGuard no_grad;
+  auto choice = scores + gate->e_score_correction_bias.to(scores.scalar_type());
+  const int64_t n = choice.size(0), e = choice.size(1);
+  if (groups_ > 1) {
+    const auto group_scores = std::get<0>(choice.view({n, groups_, e / groups_}).topk(2, -1)).sum(-1);
+    const auto kept = std::get<1>(group_scores.topk(groups_kept_, -1));
+    const auto keep = torch::zeros({n, groups_}, choice.options().dtype(torch::kBool))
+                          .scatter_(1, kept, true)
+                          .unsqueeze(-1)
+                          .expand({n, groups_, e / groups_})
+                          .reshape({n, e});
+    choice = choice.masked_fill(keep.logical_not(), -std::numeric_limits<double>::infinity());
+  }
+  return std::get<1>(choice.topk(top_k_, -1));
 }
 
 // ---------------------------------------------------------------- checkpoint layouts

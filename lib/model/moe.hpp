@@ -82,9 +82,12 @@ torch::Tensor grouped_linear(const torch::Tensor& x, const torch::Tensor& weight
 
 class RouterImpl : public torch::nn::Module {
  public:
-  RouterImpl(int64_t experts, int64_t hidden, bool with_bias);
+  RouterImpl(int64_t experts, int64_t hidden, bool with_bias, bool with_correction);
   torch::Tensor weight;  // [E, H]
   torch::Tensor bias;    // [E] (gpt-oss)
+  // [E] (DeepSeek-V3): added to the scores for choosing only; frozen (a
+  // buffer in transformers, kept in checkpoints).
+  torch::Tensor e_score_correction_bias;
 };
 TORCH_MODULE(Router);
 
@@ -116,8 +119,15 @@ class SparseMoeImpl : public torch::nn::Module {
   Experts experts{nullptr};
 
  private:
+  // DeepSeek-V3's choice: sigmoid scores plus the correction bias, the
+  // best topk_group of n_group groups (each scored by its two best), the
+  // top k among them.
+  torch::Tensor choose_in_groups(const torch::Tensor& scores) const;
+
   int64_t top_k_;
-  bool renormalize_, fp32_weights_, softmax_after_topk_;
+  bool renormalize_, fp32_weights_, softmax_after_topk_, sigmoid_groups_;
+  int64_t groups_, groups_kept_;
+  double scaling_;
   double jitter_;
   std::shared_ptr<RouterBalance> balance_;
 };

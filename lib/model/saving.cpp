@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <unordered_map>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -57,7 +59,8 @@ std::string config_json(const ModelConfig& c, HeadKind head, torch::Dtype dtype)
   j["num_hidden_layers"] = c.num_hidden_layers;
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.num_key_value_heads;
-  j["head_dim"] = c.head_dim;
+  // DeepSeek-V3's config names the rotary width head_dim.
+  j["head_dim"] = c.kv_lora_rank > 0 ? c.qk_rope_head_dim : c.head_dim;
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j[c.model_type == "gemma2" || c.model_type == "gemma3_text" ? "hidden_activation" : "hidden_act"] = c.hidden_act;
@@ -92,6 +95,26 @@ std::string config_json(const ModelConfig& c, HeadKind head, torch::Dtype dtype)
     if (!j.contains("output_router_logits")) j["output_router_logits"] = false;
     j["swiglu_limit"] = c.swiglu_limit.value_or(7.0);
     j["swiglu_alpha"] = c.swiglu_alpha;
+  }
+  if (c.model_type == "deepseek_v3" && c.raw_json.empty()) {  // a new model (init-model)
+    j["n_routed_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    j["moe_intermediate_size"] = c.moe_intermediate_size;
+    j["n_shared_experts"] = c.n_shared_experts;
+    j["n_group"] = c.n_group;
+    j["topk_group"] = c.topk_group;
+    j["routed_scaling_factor"] = c.routed_scaling_factor;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    int64_t dense = 0;
+    while (dense < c.num_hidden_layers && !c.sparse_layers[static_cast<size_t>(dense)]) ++dense;
+    j["first_k_dense_replace"] = dense;
+    j["q_lora_rank"] = c.q_lora_rank > 0 ? ordered_json(c.q_lora_rank) : ordered_json(nullptr);
+    j["kv_lora_rank"] = c.kv_lora_rank;
+    j["qk_nope_head_dim"] = c.qk_nope_head_dim;
+    j["qk_rope_head_dim"] = c.qk_rope_head_dim;
+    j["v_head_dim"] = c.v_head_dim;
+    j["rope_interleave"] = c.rope_interleave;
+    j["attention_bias"] = c.attention_bias;
   }
   if (c.model_type == "qwen3_moe" || c.model_type == "mixtral") {
     // The experts as the model type's config class names them (a config
@@ -226,8 +249,10 @@ void save_language_model(const std::filesystem::path& dir, LanguageModelImpl& m,
 ModelConfig new_model_config(const NewModelSpec& s) {
   ModelConfig c;
   bool known = false;
-  for (const auto* t : {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss"}) known |= s.arch == t;
-  if (!known) fail_input("--arch `{}` is not one of llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss", s.arch);
+  for (const auto* t : {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3"})
+    known |= s.arch == t;
+  if (!known)
+    fail_input("--arch `{}` is not one of llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss, deepseek_v3", s.arch);
   if (s.vocab_size <= 0) fail_input("a new model needs a vocab_size (or a tokenizer to take it from)");
   c.model_type = s.arch;
   c.vocab_size = s.vocab_size;
@@ -267,7 +292,25 @@ ModelConfig new_model_config(const NewModelSpec& s) {
     c.router_bias = c.router_softmax_after_topk = c.expert_bias = c.experts_interleaved = true;
     c.swiglu_limit = 7.0;
   }
-  if (s.arch == "qwen3_moe" || s.arch == "mixtral" || s.arch == "gpt_oss") {
+  if (s.arch == "deepseek_v3") {
+    // Latent attention with a plain q_proj, keys and values through a rank
+    // of hidden / 2, a rotary key half a head wide; one shared expert, one
+    // group, the first layer dense.
+    c.kv_lora_rank = std::max<int64_t>(2, s.hidden_size / 2);
+    c.qk_nope_head_dim = c.head_dim;
+    c.qk_rope_head_dim = std::max<int64_t>(2, c.head_dim / 2 / 2 * 2);
+    c.v_head_dim = c.head_dim;
+    c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+    c.rope_head_dim = c.qk_rope_head_dim;
+    c.rope_interleave = true;
+    c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    c.num_key_value_heads = c.num_attention_heads;
+    c.router_sigmoid_groups = true;
+    c.n_shared_experts = 1;
+    c.routed_scaling_factor = 1.0;
+    c.router_balance_loss = false;
+  }
+  if (s.arch == "qwen3_moe" || s.arch == "mixtral" || s.arch == "gpt_oss" || s.arch == "deepseek_v3") {
     if (s.num_experts <= 0) fail_input("--num_experts must be positive, found {}", s.num_experts);
     if (s.num_experts_per_tok <= 0 || s.num_experts_per_tok > s.num_experts)
       fail_input("--num_experts_per_tok is {}; it must be between 1 and the {} experts (--num_experts)",
@@ -277,9 +320,10 @@ ModelConfig new_model_config(const NewModelSpec& s) {
     c.moe_intermediate_size = s.moe_intermediate_size > 0 ? s.moe_intermediate_size : c.intermediate_size;
     if (s.arch == "mixtral") c.intermediate_size = c.moe_intermediate_size;  // Mixtral's experts are its MLPs
     c.norm_topk_prob = s.arch != "gpt_oss";
-    c.router_weights_fp32 = s.arch == "mixtral";
-    c.router_aux_loss_coef = 0.001;
+    c.router_weights_fp32 = s.arch == "mixtral" || s.arch == "deepseek_v3";
+    c.router_aux_loss_coef = s.arch == "deepseek_v3" ? 0.0 : 0.001;
     c.sparse_layers.assign(c.sparse_layers.size(), true);
+    if (s.arch == "deepseek_v3" && c.num_hidden_layers > 1) c.sparse_layers[0] = false;
   }
   c.bos_token_id = s.bos_token_id;
   c.pad_token_id = s.pad_token_id;

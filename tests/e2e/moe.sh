@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mixtures of experts through the real binary: `init-model` writes small
-# Qwen3-MoE, Mixtral and gpt-oss models; SFT adds and logs the load-balancing loss;
+# Qwen3-MoE, Mixtral, gpt-oss and DeepSeek-V3 models; SFT adds and logs the load-balancing loss;
 # 2-rank DDP, ZeRO-2, ZeRO-3 and FSDP (each decoder layer with its experts
 # one unit) end with the same model (through `trlx score`) and log the same
 # losses (one process's without the balance loss, which is per rank); LoRA
@@ -116,6 +116,25 @@ for preset in zero3 fsdp; do
   check "[ $rc = 0 ] || { tail -20 '$TMP/oss_$preset.log'; false; }"
   check "same_scores '$TMP/oss_one' '$TMP/oss_$preset' && same_metric loss '$TMP/oss_one' '$TMP/oss_$preset'"
 done
+
+# DeepSeek-V3 (latent attention, grouped sigmoid routing, shared experts) has
+# no balance loss: 2 ranks under ZeRO-3 and FSDP equal one process as they are.
+"$TRLX" init-model --arch deepseek_v3 --hidden_size 64 --intermediate_size 64 --moe_intermediate_size 16 \
+  --num_layers 2 --num_heads 4 --num_experts 6 --num_experts_per_tok 2 --tokenizer examples/tiny-model \
+  --out "$TMP/deepseek" >"$TMP/init4.log" 2>&1
+check "[ $? = 0 ] || { cat '$TMP/init4.log'; false; }"
+"$TRLX" sft $SFT --model_name_or_path "$TMP/deepseek" --per_device_train_batch_size 8 --output_dir "$TMP/ds_one" \
+  >"$TMP/ds_one.log" 2>&1
+check "[ $? = 0 ] && ! grep -q aux_loss '$TMP/ds_one/metrics.jsonl' || { tail -20 '$TMP/ds_one.log'; false; }"
+for preset in zero3 fsdp; do
+  "$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $SFT --model_name_or_path "$TMP/deepseek" \
+    --per_device_train_batch_size 4 --accelerate_config $preset --output_dir "$TMP/ds_$preset" >"$TMP/ds_$preset.log" 2>&1
+  rc=$?
+  check "[ $rc = 0 ] || { tail -20 '$TMP/ds_$preset.log'; false; }"
+  check "same_scores '$TMP/ds_one' '$TMP/ds_$preset' && same_metric loss '$TMP/ds_one' '$TMP/ds_$preset'"
+done
+refused "no load-balancing loss" sft $SFT --model_name_or_path "$TMP/deepseek" --router_aux_loss_coef 0.01 \
+  --output_dir "$TMP/ds_coef"
 
 # DPO and GRPO on an MoE model: they train and log aux_loss.
 "$TRLX" dpo --config configs/dpo.yaml --model_name_or_path "$TMP/qwen_moe" --max_steps 2 --logging_steps 1 \

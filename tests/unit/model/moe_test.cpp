@@ -28,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::vector<std::string> kMain = {"qwen3_moe", "qwen3_moe_sparse_step", "mixtral", "mixtral_top1", "gpt_oss",
-                                        "gpt_oss_top3"};
+                                        "gpt_oss_top3", "deepseek_v3", "deepseek_v3_noqlora"};
 
 struct Fixture {
   io::Checkpoint expected;
@@ -103,7 +103,7 @@ TEST_CASE("MoE configs read as transformers reads them", "[model][moe]") {
 
 TEST_CASE("MoE logits and load-balancing loss equal transformers' in both checkpoint layouts", "[model][moe][golden]") {
   for (const std::string name : {"qwen3_moe", "qwen3_moe_sparse_step", "mixtral", "mixtral_top1", "qwen3_moe_fused",
-                                 "mixtral_fused", "gpt_oss", "gpt_oss_top3"}) {
+                                 "mixtral_fused", "gpt_oss", "gpt_oss_top3", "deepseek_v3", "deepseek_v3_noqlora"}) {
     INFO(name);
     auto m = model::load_language_model(models() / name, model::HeadKind::CausalLM);
     Fixture f(name);
@@ -115,6 +115,11 @@ TEST_CASE("MoE logits and load-balancing loss equal transformers' in both checkp
     CHECK(max_diff_on_real(logits, f.expected.get("logits"), f.mask) < 1e-4);
     const auto labels = f.expected.get("labels", true);
     CHECK(std::abs(lm_loss(logits, labels).item<double>() - f.expected.get("loss").item<double>()) < 1e-5);
+    if (!m->model->router_balance()) {
+      // DeepSeek-V3 has none (transformers computes no aux_loss for it).
+      CHECK(name.rfind("deepseek", 0) == 0);
+      continue;
+    }
     // The router loss over the sparse layers and the real tokens, pooled.
     auto aux = balance_loss(*m, f);
     REQUIRE(aux.defined());
@@ -224,7 +229,7 @@ TEST_CASE("MoE models save in the published per-expert layout and load back to t
   const auto tmp = fs::temp_directory_path() / "trlx_moe_save_test";
   for (const auto& [name, published] : std::vector<std::pair<std::string, std::string>>{
            {"qwen3_moe", "qwen3_moe"}, {"mixtral", "mixtral"}, {"qwen3_moe_fused", "qwen3_moe"},
-           {"mixtral_fused", "mixtral"}, {"gpt_oss", "gpt_oss"}}) {
+           {"mixtral_fused", "mixtral"}, {"gpt_oss", "gpt_oss"}, {"deepseek_v3", "deepseek_v3"}}) {
     INFO(name);
     fs::remove_all(tmp);
     auto src = model::load_language_model(models() / name, model::HeadKind::CausalLM);
@@ -355,4 +360,41 @@ TEST_CASE("MXFP4 experts dequantize to transformers' values bit for bit, and the
   auto back = model::load_language_model(tmp, model::HeadKind::CausalLM);
   CHECK(torch::equal(back->forward({ids, mask, {}}), fp32->forward({ids, mask, {}})));
   fs::remove_all(tmp);
+}
+
+TEST_CASE("DeepSeek-V3 configs read as transformers reads them", "[model][moe]") {
+  auto c = model::load_model_config(models() / "deepseek_v3");
+  CHECK(c.head_dim == 20);  // qk_nope 12 + qk_rope 8 (config.json's head_dim is the rotary width)
+  CHECK(c.rope_head_dim == 8);
+  CHECK(c.q_lora_rank == 24);
+  CHECK(c.kv_lora_rank == 16);
+  CHECK(c.v_head_dim == 10);
+  CHECK(c.rope_interleave);
+  CHECK(c.num_experts == 9);
+  CHECK(c.n_group == 3);
+  CHECK(c.topk_group == 2);
+  CHECK(c.n_shared_experts == 1);
+  CHECK(c.routed_scaling_factor == 2.5);
+  CHECK_FALSE(c.router_balance_loss);
+  CHECK(c.sparse_layers == std::vector<bool>{false, true, true});  // first_k_dense_replace 1
+  // The softmax scale: 20^-0.5 times mscale(4, 0.8)^2.
+  const double m = 0.1 * 0.8 * std::log(4.0) + 1.0;
+  CHECK(std::abs(c.attention_scale - m * m / std::sqrt(20.0)) < 1e-12);
+  auto plain = model::load_model_config(models() / "deepseek_v3_noqlora");
+  CHECK(plain.q_lora_rank == 0);
+  CHECK(plain.attention_scale == 1.0 / std::sqrt(24.0));
+  const std::string shape =
+      R"("vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2)";
+  CHECK_THAT(test::input_error_of([&] {
+               model::parse_model_config(R"({"model_type": "deepseek_v3", "n_routed_experts": 8, "n_group": 4,
+                                             "topk_group": 1, "num_experts_per_tok": 3, )" + shape + "}",
+                                         "c.json");
+             }),
+             Contains("`num_experts_per_tok` is 3; it must be between 1 and the 2 experts of the topk_group groups kept"));
+  CHECK_THAT(test::input_error_of([&] {
+               model::parse_model_config(R"({"model_type": "deepseek_v3", "quantization_config": {"quant_method": "fp8"},
+                                             )" + shape + "}",
+                                         "c.json");
+             }),
+             Contains("give a dequantized checkpoint"));
 }
