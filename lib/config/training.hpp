@@ -275,7 +275,9 @@ void add_trainer_only_fields(SchemaBuilder<C>& b) {
       .not_built("trlx tokenizes the whole dataset before training; streaming is not built");
   b.field(&T::lora_target_parameters, "lora_target_parameters", std::nullopt,
           "Parameters (not modules) that get LoRA adapters, such as fused expert weights.")
-      .not_built("adapters go on the modules of lora_target_modules");
+      .not_built("LoRA on parameters (PEFT's target_parameters, e.g. the fused expert weights of a mixture of "
+                 "experts) is not built; adapters go on the linear modules lora_target_modules names (attention and "
+                 "dense projections)");
 }
 
 // TRL's fields of some trainers only, not built in trlx.
