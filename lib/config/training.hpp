@@ -274,10 +274,9 @@ void add_trainer_only_fields(SchemaBuilder<C>& b) {
   b.field(&T::dataset_streaming, "dataset_streaming", false, "Stream the dataset instead of loading it.")
       .not_built("trlx tokenizes the whole dataset before training; streaming is not built");
   b.field(&T::lora_target_parameters, "lora_target_parameters", std::nullopt,
-          "Parameters (not modules) that get LoRA adapters, such as fused expert weights.")
-      .not_built("LoRA on parameters (PEFT's target_parameters, e.g. the fused expert weights of a mixture of "
-                 "experts) is not built; adapters go on the linear modules lora_target_modules names (attention and "
-                 "dense projections)");
+          "Parameters (not modules) that get LoRA adapters: the stacked expert weights of a mixture of experts "
+          "(e.g. mlp.experts.gate_up_proj, mlp.experts.down_proj), one adapter per expert as PEFT's "
+          "target_parameters. Needs lora_dropout 0.");
 }
 
 // TRL's fields of some trainers only, not built in trlx.

@@ -37,6 +37,7 @@ model::LoraConfig lora_config(const config::TrainingConfig& c) {
   l.alpha = static_cast<double>(c.lora_alpha);
   l.dropout = c.lora_dropout;
   l.target_modules = c.lora_target_modules;
+  l.target_parameters = c.lora_target_parameters;
   l.modules_to_save = c.lora_modules_to_save;
   l.use_rslora = c.use_rslora;
   l.use_dora = c.use_dora;

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -45,7 +46,7 @@ std::string leaf_name(const std::string& name) {
 // Names of LoRA's own submodules (adapters, originals) never take part in
 // matching.
 bool is_lora_internal(const std::string& name) {
-  for (const char* part : {"lora_A", "lora_B", kMagnitude, kOriginal}) {
+  for (const char* part : {"lora_A", "lora_B", kMagnitude, kOriginal, "base_layer"}) {
     const std::string p = part;
     if (name == p || ends_with(name, "." + p) || name.find("." + p + ".") != std::string::npos ||
         name.rfind(p + ".", 0) == 0)
@@ -139,6 +140,23 @@ void copy_tokenizer_files(const fs::path& from, const fs::path& to) {
 
 }  // namespace
 
+namespace {
+
+// The experts module and adapter of an adapted expert weight's full name
+// (<experts module>.gate_up_proj or .down_proj).
+std::pair<std::string, ExpertAdapter*> expert_adapter(torch::OrderedDict<std::string, std::shared_ptr<torch::nn::Module>>& named,
+                                                      const std::string& name) {
+  const auto dot = name.rfind('.');
+  const std::string module = name.substr(0, dot), weight = name.substr(dot + 1);
+  auto* e = named.contains(module) ? dynamic_cast<ExpertsImpl*>(named[module].get()) : nullptr;
+  if (!e) fail("`{}` is no adapted expert weight", name);
+  auto* a = weight == "gate_up_proj" ? &e->gate_up_lora : &e->down_lora;
+  if (!a->defined()) fail("`{}` has no adapter (merged already?)", name);
+  return {module, a};
+}
+
+}  // namespace
+
 double LoraInfo::scale() const {
   return config.use_rslora ? config.alpha / std::sqrt(static_cast<double>(config.r))
                            : config.alpha / static_cast<double>(config.r);
@@ -147,6 +165,9 @@ double LoraInfo::scale() const {
 bool has_lora(LanguageModelImpl& m) {
   for (const auto& item : m.named_modules("", false)) {
     if (auto* l = dynamic_cast<LinearImpl*>(item.value().get()); l && l->lora_A) return true;
+    if (auto* e = dynamic_cast<ExpertsImpl*>(item.value().get());
+        e && (e->gate_up_lora.defined() || e->down_lora.defined()))
+      return true;
     if (ends_with(item.key(), std::string(".") + kOriginal) || item.key() == kOriginal) return true;
   }
   return false;
@@ -214,6 +235,8 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
       listed.insert(leaf_name(n.name));
     }
     if (targets.empty()) fail_input("lora_target_modules: all-linear found no linear layer outside the head");
+  } else if (!config.target_modules && config.target_parameters) {
+    // Expert weights only (below).
   } else {
     const auto wanted = config.target_modules ? *config.target_modules : default_targets(m.config().model_type);
     if (wanted.empty()) fail_input("lora_target_modules is an empty list; name modules (e.g. q_proj) or all-linear");
@@ -240,6 +263,52 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
     }
   }
   info.target_modules.assign(listed.begin(), listed.end());
+
+  // Expert weights (target_parameters): each experts module's stacked weights.
+  struct ExpertTarget {
+    std::string module;
+    ExpertsImpl* experts;
+    bool gate_up, down;
+  };
+  std::vector<ExpertTarget> expert_targets;
+  if (config.target_parameters) {
+    const auto& wanted = *config.target_parameters;
+    if (wanted.empty()) fail_input("lora_target_parameters is an empty list; name expert weights or leave it unset");
+    if (config.dropout != 0.0)
+      fail_input("lora_target_parameters needs lora_dropout 0 (found {}): an adapter on a stacked weight cannot drop "
+                 "inputs, and PEFT refuses it too",
+                 config.dropout);
+    if (config.use_dora) fail_input("lora_target_parameters does not work with use_dora (PEFT refuses it too)");
+    std::set<std::string> available;
+    std::set<std::string> hit_targets;
+    for (const auto& n : modules) {
+      auto* e = dynamic_cast<ExpertsImpl*>(n.module.get());
+      if (!e) continue;
+      ExpertTarget t{n.name, e, false, false};
+      for (const char* w : {"gate_up_proj", "down_proj"}) {
+        const std::string full = n.name + "." + w;
+        available.insert(std::string("mlp.experts.") + w);
+        for (const auto& want : wanted)
+          if (target_matches(full, want)) {
+            (std::string(w) == "gate_up_proj" ? t.gate_up : t.down) = true;
+            hit_targets.insert(want);
+          }
+      }
+      if (!t.gate_up && !t.down) continue;
+      if (e->interleaved())
+        fail_input("lora_target_parameters: adapters on {}'s stacked experts (stored [experts, in, out]) are not built; "
+                   "target its attention with lora_target_modules",
+                   m.config().model_type);
+      expert_targets.push_back(t);
+    }
+    for (const auto& want : wanted)
+      if (!hit_targets.count(want))
+        fail_input("lora_target_parameters: `{}` matches no expert weight of this {} model{}", want,
+                   m.config().model_type,
+                   available.empty() ? " (it has no experts)"
+                                     : fmt::format("; expert weights: {}", join_sorted(available)));
+    info.target_parameters = wanted;
+  }
 
   torch::NoGradGuard no_grad;
   for (auto& p : m.parameters(true)) p.requires_grad_(false);
@@ -285,6 +354,45 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
     }
     info.adapted.push_back(n.name);
   }
+  for (const auto& t : expert_targets) {
+    auto& e = *t.experts;
+    const int64_t experts = e.num_experts();
+    // PEFT's nesting: the experts' last adapted weight (in registration
+    // order) outermost, the others under base_layer.
+    const int adapted = (t.gate_up ? 1 : 0) + (t.down ? 1 : 0);
+    int index = 0;
+    for (auto [wanted, weight, adapter] : {std::tuple{t.gate_up, &e.gate_up_proj, &e.gate_up_lora},
+                                           std::tuple{t.down, &e.down_proj, &e.down_lora}}) {
+      if (!wanted) continue;
+      const int64_t out = weight->size(1), in = weight->size(2);
+      const auto base = m.placed_dtype(*weight);
+      const bool narrow = base == torch::kBFloat16 || base == torch::kFloat16;
+      auto opts = weight->options().dtype(config.adapter_dtype.value_or(narrow ? torch::kFloat32 : base));
+      auto a = torch::empty({config.r * experts, in}, torch::kFloat32);
+      torch::nn::init::kaiming_uniform_(a, std::sqrt(5.0));
+      std::string infix;
+      for (int k = index + 1; k < adapted; ++k) infix += "base_layer.";
+      // Registered as PEFT names them: <experts>.<infix>lora_A.weight.
+      torch::nn::Module* holder = &e;
+      std::shared_ptr<torch::nn::Module> nested;
+      for (int k = index + 1; k < adapted; ++k) {
+        auto child = holder->named_children().contains("base_layer") ? holder->named_children()["base_layer"]
+                                                                     : holder->register_module("base_layer",
+                                                                                               std::make_shared<torch::nn::Module>());
+        holder = child.get();
+      }
+      auto mod_a = std::make_shared<torch::nn::Module>(), mod_b = std::make_shared<torch::nn::Module>();
+      adapter->A = mod_a->register_parameter("weight", a.to(opts), /*requires_grad=*/true);
+      adapter->B = mod_b->register_parameter("weight", torch::zeros({out, config.r * experts}, opts), true);
+      holder->register_module("lora_A", mod_a);
+      holder->register_module("lora_B", mod_b);
+      adapter->scale = scale;
+      adapter->infix = infix;
+      info.adapted_parameters.push_back(t.module + (weight == &e.gate_up_proj ? ".gate_up_proj" : ".down_proj"));
+      ++index;
+    }
+    e.lora_enabled = true;
+  }
   for (const auto& n : to_copy) {
     // The registered parameters become the trained copies (their names stay
     // the model's own, as the adapter file stores them); the originals move
@@ -300,9 +408,13 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
   }
   info.trainable_parameters = count(m, true);
   info.total_parameters = count(m, false);
-  log::info("{}: r {}, alpha {}, scale {:.4g}, adapters on {} layers ({}), {} module(s) trained in full{}; "
+  log::info("{}: r {}, alpha {}, scale {:.4g}, adapters on {} layers ({}){}, {} module(s) trained in full{}; "
             "{} trainable of {} parameters ({:.3f}%)",
             config.use_dora ? "DoRA" : "LoRA", config.r, config.alpha, scale, info.adapted.size(), fmt::join(info.target_modules, ", "),
+            info.adapted_parameters.empty()
+                ? std::string()
+                : fmt::format(" and {} expert weights ({}; one adapter per expert)", info.adapted_parameters.size(),
+                              fmt::join(info.target_parameters, ", ")),
             info.copied.size(), info.copied.empty() ? "" : fmt::format(" ({})", fmt::join(info.copied, ", ")),
             info.trainable_parameters, info.total_parameters,
             100.0 * static_cast<double>(info.trainable_parameters) / static_cast<double>(info.total_parameters));
@@ -317,6 +429,13 @@ AdaptersDisabled::AdaptersDisabled(LanguageModelImpl& m) {
       s.linear = l;
       s.enabled = l->lora_enabled;
       l->lora_enabled = false;
+      saved_.push_back(std::move(s));
+    }
+    if (auto* e = dynamic_cast<ExpertsImpl*>(&module); e && (e->gate_up_lora.defined() || e->down_lora.defined())) {
+      Saved s;
+      s.experts = e;
+      s.enabled = e->lora_enabled;
+      e->lora_enabled = false;
       saved_.push_back(std::move(s));
     }
     auto children = module.named_children();
@@ -340,6 +459,7 @@ AdaptersDisabled::AdaptersDisabled(LanguageModelImpl& m) {
 AdaptersDisabled::~AdaptersDisabled() {
   for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
     if (it->linear) it->linear->lora_enabled = it->enabled;
+    if (it->experts) it->experts->lora_enabled = it->enabled;
     if (it->weight_slot) *it->weight_slot = it->weight;
     if (it->bias_slot) *it->bias_slot = it->bias;
   }
@@ -355,6 +475,11 @@ void save_adapter(const fs::path& dir, LanguageModelImpl& m, const LoraInfo& inf
     tensors.emplace_back(kPrefix + name + ".lora_B.weight", l->lora_B->weight.detach());
     if (l->lora_magnitude.defined())
       tensors.emplace_back(kPrefix + name + ".lora_magnitude_vector", l->lora_magnitude.detach());
+  }
+  for (const auto& name : info.adapted_parameters) {
+    const auto [module, adapter] = expert_adapter(named, name);
+    tensors.emplace_back(kPrefix + module + "." + adapter->infix + "lora_A.weight", adapter->A.detach());
+    tensors.emplace_back(kPrefix + module + "." + adapter->infix + "lora_B.weight", adapter->B.detach());
   }
   for (const auto& name : info.copied)
     for (const auto& p : named[name]->named_parameters(false))
@@ -396,7 +521,8 @@ void save_adapter(const fs::path& dir, LanguageModelImpl& m, const LoraInfo& inf
   j["rank_pattern"] = nlohmann::json::object();
   j["revision"] = o.revision ? nlohmann::json(*o.revision) : nlohmann::json(nullptr);
   j["target_modules"] = info.target_modules;
-  j["target_parameters"] = nullptr;
+  j["target_parameters"] = info.target_parameters.empty() ? nlohmann::json(nullptr)
+                                                          : nlohmann::json(info.target_parameters);
   j["task_type"] = m.head_kind() == HeadKind::SequenceClassification ? "SEQ_CLS" : "CAUSAL_LM";
   j["trainable_token_indices"] = nullptr;
   j["use_bdlora"] = nullptr;
@@ -459,7 +585,7 @@ LoraConfig read_adapter_config(const fs::path& dir) {
     fail_input("{}: peft_type is `{}`; trlx reads LoRA adapters only (peft_type LORA)", f,
                j.contains("peft_type") ? j["peft_type"].dump() : "missing");
   for (const char* key : {"use_qalora", "lora_bias", "alpha_pattern", "rank_pattern", "layers_to_transform",
-                          "layers_pattern", "layer_replication", "exclude_modules", "target_parameters",
+                          "layers_pattern", "layer_replication", "exclude_modules",
                           "trainable_token_indices", "alora_invocation_tokens", "use_bdlora", "fan_in_fan_out"})
     if (truthy(key))
       fail_input("{}: `{}` is set ({}); trlx supports LoRA, rsLoRA and DoRA adapters only (no patterns, layer "
@@ -489,6 +615,8 @@ LoraConfig read_adapter_config(const fs::path& dir) {
     }
     if (j.contains("modules_to_save") && !j["modules_to_save"].is_null())
       c.modules_to_save = j["modules_to_save"].get<std::vector<std::string>>();
+    // Expert weights (PEFT writes the list in any order: it is a set).
+    if (truthy("target_parameters")) c.target_parameters = j["target_parameters"].get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
     fail_input("{}: {}", f, e.what());
   }
@@ -548,6 +676,11 @@ LoraInfo load_adapter(const fs::path& dir, LanguageModelImpl& m, std::optional<t
     fill(l->lora_B->weight, kPrefix + name + ".lora_B.weight");
     if (l->lora_magnitude.defined()) fill(l->lora_magnitude, kPrefix + name + ".lora_magnitude_vector");
   }
+  for (const auto& name : info.adapted_parameters) {
+    const auto [module, adapter] = expert_adapter(named, name);
+    fill(adapter->A, kPrefix + module + "." + adapter->infix + "lora_A.weight");
+    fill(adapter->B, kPrefix + module + "." + adapter->infix + "lora_B.weight");
+  }
   for (const auto& name : info.copied)
     for (auto& p : named[name]->named_parameters(false)) fill(p.value(), kPrefix + name + "." + p.key());
   for (const auto& t : file.tensors()) {
@@ -587,6 +720,20 @@ void merge_lora(LanguageModelImpl& m) {
       l->lora_scale = 0.0;
       l->lora_enabled = true;
     }
+  }
+  // Expert weights: each expert's delta folded in, the adapters dropped.
+  for (const auto& item : m.named_modules("", false)) {
+    auto* e = dynamic_cast<ExpertsImpl*>(item.value().get());
+    if (!e) continue;
+    for (auto [weight, adapter] : {std::pair{&e->gate_up_proj, &e->gate_up_lora}, {&e->down_proj, &e->down_lora}}) {
+      if (!adapter->defined()) continue;
+      const auto delta = adapter->delta(e->num_experts()).to(torch::kFloat32);
+      weight->copy_((weight->to(torch::kFloat32) + delta.to(weight->device())).to(weight->scalar_type()));
+      *adapter = ExpertAdapter();
+    }
+    for (const char* name : {"lora_A", "lora_B", "base_layer"})
+      if (e->named_children().contains(name)) e->unregister_module(name);
+    e->lora_enabled = true;
   }
   // The copies already are the modules' registered weights; the originals go.
   for (const auto& item : m.named_modules("", false))

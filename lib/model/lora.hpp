@@ -27,6 +27,11 @@ struct LoraConfig {
   // (q_proj, v_proj for llama, mistral, qwen2, qwen3 and the Gemmas; Phi-3
   // has none).
   std::optional<std::vector<std::string>> target_modules;
+  // Stacked expert weights of a mixture of experts (PEFT's
+  // target_parameters): a parameter name or a suffix after a "." (e.g.
+  // mlp.experts.gate_up_proj); each gets an adapter per expert
+  // (model/moe.hpp, ExpertAdapter). lora_dropout must be 0 and DoRA off.
+  std::optional<std::vector<std::string>> target_parameters;
   // Modules trained in full: the model keeps the original for the
   // disabled-adapter view and trains a copy, which the adapter file carries.
   // A name matches every module whose full name ends with it. A
@@ -49,6 +54,8 @@ struct LoraInfo {
   // modules_to_save as adapter_config.json lists them.
   std::vector<std::string> modules_to_save;
   std::vector<std::string> adapted;  // full names of the linear layers with adapters
+  std::vector<std::string> target_parameters;    // as adapter_config.json lists them
+  std::vector<std::string> adapted_parameters;   // full names of the expert weights with adapters
   std::vector<std::string> copied;   // full names of the modules_to_save modules
   int64_t trainable_parameters = 0;
   int64_t total_parameters = 0;  // base + adapters + copies
@@ -82,6 +89,7 @@ class AdaptersDisabled {
   // the originals of a modules_to_save copy), with the values to restore.
   struct Saved {
     LinearImpl* linear = nullptr;
+    ExpertsImpl* experts = nullptr;
     bool enabled = true;
     torch::Tensor* weight_slot = nullptr;
     torch::Tensor* bias_slot = nullptr;

@@ -223,6 +223,13 @@ ExpertsImpl::ExpertsImpl(const ModelConfig& c)
   }
 }
 
+torch::Tensor ExpertAdapter::delta(int64_t experts) const {
+  const int64_t rank = A.size(0) / experts;
+  const auto a = A.view({experts, rank, A.size(1)});
+  const auto b = B.view({B.size(0), rank, experts}).permute({2, 0, 1});  // [E, out, r]
+  return torch::bmm(b, a) * scale;
+}
+
 torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& index, const torch::Tensor& weight) {
   const int64_t k = index.size(1);
   // Each (token, choice) pair sorted by expert, stably: an expert's rows keep
@@ -232,9 +239,12 @@ torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& 
   const auto token = order.div(k, "floor");
   const auto offsets = at::bincount(flat, {}, experts_).cumsum(0).to(torch::kInt32);
   const auto rows = x.index_select(0, token);
-  // Both weights as [E, out, in] (gpt-oss stores them [E, in, out]).
-  const auto w1 = interleaved_ ? gate_up_proj.transpose(1, 2) : gate_up_proj;
-  const auto w2 = interleaved_ ? down_proj.transpose(1, 2) : down_proj;
+  // Both weights as [E, out, in] (gpt-oss stores them [E, in, out]), with
+  // their adapters' deltas where LoRA is on.
+  auto w1 = interleaved_ ? gate_up_proj.transpose(1, 2) : gate_up_proj;
+  auto w2 = interleaved_ ? down_proj.transpose(1, 2) : down_proj;
+  if (lora_enabled && gate_up_lora.defined()) w1 = w1 + gate_up_lora.delta(experts_).to(w1.scalar_type());
+  if (lora_enabled && down_lora.defined()) w2 = w2 + down_lora.delta(experts_).to(w2.scalar_type());
   auto h = grouped_linear(rows, w1, offsets);
   if (gate_up_proj_bias.defined()) h = h + gate_up_proj_bias.index_select(0, sorted).to(h.scalar_type());
   torch::Tensor gate, up;

@@ -91,6 +91,22 @@ class RouterImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Router);
 
+// A LoRA adapter on one stacked expert weight [E, out, in], as PEFT's
+// target_parameters puts it: A [r * E, in] (expert e's rows e*r ..
+// e*r + r - 1), B [out, r * E] (expert e's columns e, E + e, ...), so that
+// expert e's weight is W_e + scale * B_e A_e. Its tensors are registered
+// under `infix` + "lora_A.weight" / "lora_B.weight" in the experts module
+// (PEFT nests one wrapper per adapted weight: all but the last of the
+// experts' adapted weights sit under "base_layer.").
+struct ExpertAdapter {
+  torch::Tensor A, B;
+  double scale = 0.0;
+  std::string infix;
+  bool defined() const { return A.defined(); }
+  // scale * B_e A_e for every expert: [E, out, in].
+  torch::Tensor delta(int64_t experts) const;
+};
+
 class ExpertsImpl : public torch::nn::Module {
  public:
   explicit ExpertsImpl(const ModelConfig& c);
@@ -99,6 +115,12 @@ class ExpertsImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& index, const torch::Tensor& weight);
   torch::Tensor gate_up_proj, down_proj;
   torch::Tensor gate_up_proj_bias, down_proj_bias;  // gpt-oss
+  // LoRA on the stacked weights (PEFT's target_parameters); used while
+  // lora_enabled.
+  ExpertAdapter gate_up_lora, down_lora;
+  bool lora_enabled = true;
+  int64_t num_experts() const { return experts_; }
+  bool interleaved() const { return interleaved_; }
 
  private:
   int64_t experts_, width_;

@@ -37,6 +37,16 @@ PY"
 # SFT logs aux_loss, and its loss carries router_aux_loss_coef (the config's
 # 0.001 by default) times it: a run with a large coefficient logs a larger loss.
 SFT="--config configs/sft.yaml --max_steps 4 --logging_steps 1 --save_strategy no --eval_strategy no --bf16 false"
+# on_two_ranks OUT MODEL PRESET [FLAGS...]: SFT of $TMP/MODEL on 2 ranks x 4
+# rows under the accelerate preset into $TMP/OUT; checks that it ran.
+on_two_ranks() {
+  local out=$1 model=$2 preset=$3
+  shift 3
+  "$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $SFT "$@" --model_name_or_path "$TMP/$model" \
+    --per_device_train_batch_size 4 --accelerate_config "$preset" --output_dir "$TMP/$out" >"$TMP/$out.log" 2>&1
+  local rc=$?
+  check "[ $rc = 0 ] || { tail -20 '$TMP/$out.log'; false; }"
+}
 for model in qwen_moe mixtral; do
   "$TRLX" sft $SFT --model_name_or_path "$TMP/$model" --per_device_train_batch_size 8 \
     --output_dir "$TMP/one_$model" >"$TMP/one_$model.log" 2>&1
@@ -63,16 +73,8 @@ PY"
   --output_dir "$TMP/one_noaux" >"$TMP/one_noaux.log" 2>&1
 check "[ $? = 0 ] && ! grep -q aux_loss '$TMP/one_noaux/metrics.jsonl'"
 for preset in multi_gpu zero2 zero3 fsdp; do
-  for aux in default 0; do
-    coef=()
-    [ $aux = 0 ] && coef=(--router_aux_loss_coef 0)
-    out="$TMP/${preset}_$aux"
-    "$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $SFT --model_name_or_path "$TMP/qwen_moe" \
-      --per_device_train_batch_size 4 --accelerate_config $preset ${coef[@]+"${coef[@]}"} --output_dir "$out" \
-      >"$out.log" 2>&1
-    rc=$?
-    check "[ $rc = 0 ] || { tail -20 '$out.log'; false; }"
-  done
+  on_two_ranks "${preset}_default" qwen_moe $preset
+  on_two_ranks "${preset}_0" qwen_moe $preset --router_aux_loss_coef 0
   check "same_scores '$TMP/one_noaux' '$TMP/${preset}_0' && same_metric loss '$TMP/one_noaux' '$TMP/${preset}_0'"
   check "same_scores '$TMP/multi_gpu_default' '$TMP/${preset}_default'"
   check "same_metric loss '$TMP/multi_gpu_default' '$TMP/${preset}_default'"
@@ -86,19 +88,12 @@ check "! same_metric aux_loss '$TMP/one_qwen_moe' '$TMP/multi_gpu_default' 1e-6"
 # the recompute), a large coefficient so that it counts: ZeRO-3 equals DDP.
 SAVERS="--use_peft true --lora_r 4 --lora_dropout 0 --lora_target_modules all-linear --gradient_checkpointing true
         --router_aux_loss_coef 0.5"
-for preset in multi_gpu zero3; do
-  "$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $SFT $SAVERS --model_name_or_path "$TMP/mixtral" \
-    --per_device_train_batch_size 4 --accelerate_config $preset --output_dir "$TMP/lora_$preset" \
-    >"$TMP/lora_$preset.log" 2>&1
-  rc=$?
-  check "[ $rc = 0 ] || { tail -20 '$TMP/lora_$preset.log'; false; }"
-done
+for preset in multi_gpu zero3; do on_two_ranks "lora_$preset" mixtral $preset $SAVERS; done
 check "same_metric loss '$TMP/lora_multi_gpu' '$TMP/lora_zero3' && same_metric grad_norm '$TMP/lora_multi_gpu' '$TMP/lora_zero3'"
 check "same_metric aux_loss '$TMP/lora_multi_gpu' '$TMP/lora_zero3'"
 # The balance moves the adapters: the coefficient changes the gradient.
-"$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $SFT $SAVERS --router_aux_loss_coef 0 --model_name_or_path \
-  "$TMP/mixtral" --per_device_train_batch_size 4 --output_dir "$TMP/lora_noaux" >"$TMP/lora_noaux.log" 2>&1
-check "[ $? = 0 ] && ! same_metric grad_norm '$TMP/lora_multi_gpu' '$TMP/lora_noaux' 1e-4"
+on_two_ranks lora_noaux mixtral multi_gpu $SAVERS --router_aux_loss_coef 0
+check "! same_metric grad_norm '$TMP/lora_multi_gpu' '$TMP/lora_noaux' 1e-4"
 
 # gpt-oss (attention sinks, biased experts): one process and 2 ranks under
 # FSDP and ZeRO-3 train the same model (balance loss off, as above).
@@ -110,10 +105,7 @@ check "[ $? = 0 ] || { cat '$TMP/init3.log'; false; }"
   --output_dir "$TMP/oss_one" >"$TMP/oss_one.log" 2>&1
 check "[ $? = 0 ] || { tail -20 '$TMP/oss_one.log'; false; }"
 for preset in zero3 fsdp; do
-  "$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $SFT --model_name_or_path "$TMP/gpt_oss" --router_aux_loss_coef 0 \
-    --per_device_train_batch_size 4 --accelerate_config $preset --output_dir "$TMP/oss_$preset" >"$TMP/oss_$preset.log" 2>&1
-  rc=$?
-  check "[ $rc = 0 ] || { tail -20 '$TMP/oss_$preset.log'; false; }"
+  on_two_ranks "oss_$preset" gpt_oss $preset --router_aux_loss_coef 0
   check "same_scores '$TMP/oss_one' '$TMP/oss_$preset' && same_metric loss '$TMP/oss_one' '$TMP/oss_$preset'"
 done
 
@@ -127,14 +119,27 @@ check "[ $? = 0 ] || { cat '$TMP/init4.log'; false; }"
   >"$TMP/ds_one.log" 2>&1
 check "[ $? = 0 ] && ! grep -q aux_loss '$TMP/ds_one/metrics.jsonl' || { tail -20 '$TMP/ds_one.log'; false; }"
 for preset in zero3 fsdp; do
-  "$TRLX" launch --nproc_per_node 2 -- "$TRLX" sft $SFT --model_name_or_path "$TMP/deepseek" \
-    --per_device_train_batch_size 4 --accelerate_config $preset --output_dir "$TMP/ds_$preset" >"$TMP/ds_$preset.log" 2>&1
-  rc=$?
-  check "[ $rc = 0 ] || { tail -20 '$TMP/ds_$preset.log'; false; }"
+  on_two_ranks "ds_$preset" deepseek $preset
   check "same_scores '$TMP/ds_one' '$TMP/ds_$preset' && same_metric loss '$TMP/ds_one' '$TMP/ds_$preset'"
 done
 refused "no load-balancing loss" sft $SFT --model_name_or_path "$TMP/deepseek" --router_aux_loss_coef 0.01 \
   --output_dir "$TMP/ds_coef"
+
+# LoRA on the experts themselves (lora_target_parameters, PEFT's
+# target_parameters): ZeRO-3 trains the adapters DDP does, the adapter
+# records its expert weights, and merge-lora folds them in.
+EXPERT_LORA="--use_peft true --lora_r 4 --lora_dropout 0 --lora_target_modules q_proj v_proj
+             --lora_target_parameters mlp.experts.gate_up_proj mlp.experts.down_proj --learning_rate 1e-2"
+for preset in multi_gpu zero3; do on_two_ranks "elora_$preset" qwen_moe $preset $EXPERT_LORA; done
+check "grep -q 'expert weights (mlp.experts.gate_up_proj, mlp.experts.down_proj; one adapter per expert)' '$TMP/elora_zero3.log'"
+check "same_metric loss '$TMP/elora_multi_gpu' '$TMP/elora_zero3' && same_metric grad_norm '$TMP/elora_multi_gpu' '$TMP/elora_zero3'"
+check "python3 -c \"import json,sys; c=json.load(open(sys.argv[1])); sys.exit(0 if sorted(c['target_parameters']) == ['mlp.experts.down_proj', 'mlp.experts.gate_up_proj'] else 1)\" '$TMP/elora_zero3/adapter_config.json'"
+"$TRLX" merge-lora --base "$TMP/qwen_moe" --adapter "$TMP/elora_zero3" --out "$TMP/elora_merged" >"$TMP/merge.log" 2>&1
+check "[ $? = 0 ] || { cat '$TMP/merge.log'; false; }"
+# The merged model scores as the base with the adapter does (score reads adapters).
+check "same_scores '$TMP/elora_zero3' '$TMP/elora_merged' 1e-4"
+refused "needs lora_dropout 0" sft $SFT --model_name_or_path "$TMP/qwen_moe" --use_peft true --lora_dropout 0.1 \
+  --lora_target_modules q_proj --lora_target_parameters mlp.experts.down_proj --output_dir "$TMP/elora_bad"
 
 # DPO and GRPO on an MoE model: they train and log aux_loss.
 "$TRLX" dpo --config configs/dpo.yaml --model_name_or_path "$TMP/qwen_moe" --max_steps 2 --logging_steps 1 \

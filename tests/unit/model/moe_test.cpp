@@ -6,12 +6,14 @@
 #include "catch_torch.hpp"
 
 #include <filesystem>
+#include <map>
 
 #include "core/error.hpp"
 #include "engine/activation_checkpointing.hpp"
 #include "io/safetensors.hpp"
 #include "model/generate.hpp"
 #include "model/loading.hpp"
+#include "model/lora.hpp"
 #include "model/moe.hpp"
 #include "model/saving.hpp"
 #include "helpers.hpp"
@@ -59,6 +61,14 @@ torch::Tensor balance_loss(model::LanguageModelImpl& m, const Fixture& f) {
   auto aux = balance->end();
   balance->clear();
   return aux;
+}
+
+std::vector<std::string> sorted_names_of(const fs::path& file) {
+  std::vector<std::string> names;
+  const auto opened = io::SafetensorsFile::open(file);  // tensors() refers into it
+  for (const auto& t : opened.tensors()) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::vector<std::string> sorted_names(const fs::path& dir) {
@@ -397,4 +407,95 @@ TEST_CASE("DeepSeek-V3 configs read as transformers reads them", "[model][moe]")
                                          "c.json");
              }),
              Contains("give a dequantized checkpoint"));
+}
+
+TEST_CASE("PEFT's adapters on stacked expert weights (target_parameters): logits on, off and merged, deltas, gradients",
+          "[model][moe][lora][golden]") {
+  // scripts/fixtures/moe_lora_fixtures.py: r 4, alpha 8 on q_proj, v_proj and
+  // both expert weights, B random so that the deltas matter.
+  for (const std::string name : {"qwen3_moe", "mixtral"}) {
+    INFO(name);
+    const auto dir = test::data_dir() / "moe_lora";
+    auto expected = io::Checkpoint::open(dir / (name + "_expected.safetensors"));
+    auto m = model::load_language_model(models() / name, model::HeadKind::CausalLM);
+    const auto info = model::load_adapter(dir / (name + "_adapter"), *m, std::nullopt);
+    CHECK(info.adapted_parameters.size() == 2 * static_cast<size_t>(std::count(
+                                                    m->config().sparse_layers.begin(), m->config().sparse_layers.end(), true)));
+    auto ids = expected.get("input_ids", true), mask = expected.get("attention_mask", true);
+    auto pos = expected.get("position_ids", true);
+    model::Batch batch{ids, mask, pos};
+    {
+      torch::NoGradGuard no_grad;
+      CHECK(max_diff_on_real(m->forward(batch), expected.get("logits_lora"), mask) < 1e-4);
+      {
+        model::AdaptersDisabled off(*m);
+        CHECK(max_diff_on_real(m->forward(batch), expected.get("logits_base"), mask) < 1e-4);
+      }
+      auto& e = *m->model->layers[0]->as<model::DecoderLayerImpl>()->moe->experts;
+      CHECK((e.gate_up_lora.delta(e.num_experts()) - expected.get("delta.model.layers.0.mlp.experts.gate_up_proj"))
+                .abs()
+                .max()
+                .item<double>() < 1e-6);
+      CHECK((e.down_lora.delta(e.num_experts()) - expected.get("delta.model.layers.0.mlp.experts.down_proj"))
+                .abs()
+                .max()
+                .item<double>() < 1e-6);
+    }
+    // One step's loss and every adapter tensor's gradient (no balance loss).
+    auto logits = m->forward(batch);
+    auto loss = lm_loss(logits, expected.get("labels", true));
+    CHECK(std::abs(loss.item<double>() - expected.get("loss").item<double>()) < 1e-5);
+    loss.backward();
+    auto file = io::SafetensorsFile::open(dir / (name + "_adapter") / "adapter_model.safetensors");
+    std::map<std::string, torch::Tensor> by_saved_name;
+    for (const auto& p : m->named_parameters(true)) {
+      if (!p.value().requires_grad()) continue;
+      by_saved_name["base_model.model." + p.key()] = p.value();
+    }
+    size_t compared = 0;
+    for (const auto& t : file.tensors()) {
+      INFO(t.name);
+      REQUIRE(by_saved_name.count(t.name));
+      const auto want = expected.get("grad." + t.name);
+      CHECK((by_saved_name[t.name].grad() - want).abs().max().item<double>() < 1e-5 * std::max(1.0, want.abs().max().item<double>()));
+      ++compared;
+    }
+    CHECK(compared == file.tensors().size());
+    // Saved again: PEFT's names, shapes and target_parameters.
+    const auto tmp = fs::temp_directory_path() / "trlx_moe_lora_test";
+    fs::remove_all(tmp);
+    model::save_adapter(tmp, *m, info, {});
+    const auto saved_names = sorted_names_of(tmp / "adapter_model.safetensors");
+    CHECK(saved_names == sorted_names_of(dir / (name + "_adapter") / "adapter_model.safetensors"));
+    CHECK(read_json(tmp / "adapter_config.json")["target_parameters"].size() == 2);
+    // Merged: the deltas folded into the experts, PEFT's merged logits.
+    torch::NoGradGuard no_grad;
+    model::merge_lora(*m);
+    CHECK_FALSE(model::has_lora(*m));
+    CHECK(max_diff_on_real(m->forward(batch), expected.get("logits_merged"), mask) < 1e-4);
+    fs::remove_all(tmp);
+  }
+}
+
+TEST_CASE("adapters on expert weights refuse what PEFT refuses, naming the field", "[model][moe][lora][errors]") {
+  auto m = model::load_language_model(models() / "qwen3_moe", model::HeadKind::CausalLM);
+  model::LoraConfig c;
+  c.r = 2;
+  c.target_modules = std::vector<std::string>{"q_proj"};
+  c.target_parameters = std::vector<std::string>{"mlp.experts.gate_up_proj"};
+  c.dropout = 0.1;
+  CHECK_THAT(test::input_error_of([&] { model::apply_lora(*m, c); }), Contains("needs lora_dropout 0"));
+  c.dropout = 0.0;
+  c.target_parameters = std::vector<std::string>{"mlp.experts.w1"};
+  CHECK_THAT(test::input_error_of([&] { model::apply_lora(*m, c); }),
+             Contains("`mlp.experts.w1` matches no expert weight of this qwen3_moe model; expert weights: "
+                      "mlp.experts.down_proj, mlp.experts.gate_up_proj"));
+  auto oss = model::load_language_model(models() / "gpt_oss", model::HeadKind::CausalLM);
+  c.target_parameters = std::vector<std::string>{"mlp.experts.down_proj"};
+  CHECK_THAT(test::input_error_of([&] { model::apply_lora(*oss, c); }), Contains("are not built"));
+  // Only the expert weights: no target_modules needed (Qwen3-MoE has no default).
+  c.target_modules.reset();
+  auto info = model::apply_lora(*m, c);
+  CHECK(info.adapted.empty());
+  CHECK(info.adapted_parameters.size() == 2);
 }
