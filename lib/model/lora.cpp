@@ -295,10 +295,6 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
           }
       }
       if (!t.gate_up && !t.down) continue;
-      if (e->interleaved())
-        fail_input("lora_target_parameters: adapters on {}'s stacked experts (stored [experts, in, out]) are not built; "
-                   "target its attention with lora_target_modules",
-                   m.config().model_type);
       expert_targets.push_back(t);
     }
     for (const auto& want : wanted)
@@ -364,7 +360,8 @@ LoraInfo apply_lora(LanguageModelImpl& m, const LoraConfig& config) {
     for (auto [wanted, weight, adapter] : {std::tuple{t.gate_up, &e.gate_up_proj, &e.gate_up_lora},
                                            std::tuple{t.down, &e.down_proj, &e.down_lora}}) {
       if (!wanted) continue;
-      const int64_t out = weight->size(1), in = weight->size(2);
+      // [E, out, in], or [E, in, out] where the experts store them so (gpt-oss).
+      const int64_t out = weight->size(e.interleaved() ? 2 : 1), in = weight->size(e.interleaved() ? 1 : 2);
       const auto base = m.placed_dtype(*weight);
       const bool narrow = base == torch::kBFloat16 || base == torch::kFloat16;
       auto opts = weight->options().dtype(config.adapter_dtype.value_or(narrow ? torch::kFloat32 : base));
@@ -727,7 +724,8 @@ void merge_lora(LanguageModelImpl& m) {
     if (!e) continue;
     for (auto [weight, adapter] : {std::pair{&e->gate_up_proj, &e->gate_up_lora}, {&e->down_proj, &e->down_lora}}) {
       if (!adapter->defined()) continue;
-      const auto delta = adapter->delta(e->num_experts()).to(torch::kFloat32);
+      auto delta = adapter->delta(e->num_experts()).to(torch::kFloat32);
+      if (e->interleaved()) delta = delta.transpose(1, 2);  // stored [E, in, out]
       weight->copy_((weight->to(torch::kFloat32) + delta.to(weight->device())).to(weight->scalar_type()));
       *adapter = ExpertAdapter();
     }

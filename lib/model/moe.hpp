@@ -91,7 +91,8 @@ class RouterImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Router);
 
-// A LoRA adapter on one stacked expert weight [E, out, in], as PEFT's
+// A LoRA adapter on one stacked expert weight [E, out, in] (gpt-oss stores
+// it [E, in, out]: the same adapter, its delta transposed there), as PEFT's
 // target_parameters puts it: A [r * E, in] (expert e's rows e*r ..
 // e*r + r - 1), B [out, r * E] (expert e's columns e, E + e, ...), so that
 // expert e's weight is W_e + scale * B_e A_e. Its tensors are registered

@@ -138,6 +138,12 @@ check "python3 -c \"import json,sys; c=json.load(open(sys.argv[1])); sys.exit(0 
 check "[ $? = 0 ] || { cat '$TMP/merge.log'; false; }"
 # The merged model scores as the base with the adapter does (score reads adapters).
 check "same_scores '$TMP/elora_zero3' '$TMP/elora_merged' 1e-4"
+# gpt-oss stores its experts [experts, in, out]: the same adapters, merged the other way round.
+"$TRLX" sft $SFT $EXPERT_LORA --model_name_or_path "$TMP/gpt_oss" --per_device_train_batch_size 8 \
+  --output_dir "$TMP/elora_oss" >"$TMP/elora_oss.log" 2>&1
+check "[ $? = 0 ] || { tail -20 '$TMP/elora_oss.log'; false; }"
+"$TRLX" merge-lora --base "$TMP/gpt_oss" --adapter "$TMP/elora_oss" --out "$TMP/elora_oss_merged" >"$TMP/merge2.log" 2>&1
+check "[ $? = 0 ] && same_scores '$TMP/elora_oss' '$TMP/elora_oss_merged' 1e-4"
 refused "needs lora_dropout 0" sft $SFT --model_name_or_path "$TMP/qwen_moe" --use_peft true --lora_dropout 0.1 \
   --lora_target_modules q_proj --lora_target_parameters mlp.experts.down_proj --output_dir "$TMP/elora_bad"
 
