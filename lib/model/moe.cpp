@@ -47,9 +47,6 @@ void RouterBalance::clear() {
 
 namespace {
 
-// Identity on the router probabilities whose backward adds the balance
-// loss's gradient, rows[r] * gradient[e], read from the balance when the
-// backward runs (after every layer has routed).
 // Identity on the router logits whose backward adds the balance loss's
 // gradient, rows[r] * p[r, j] * (g[j] - sum_e p[r, e] g[e]) (through the
 // softmax over all experts), with g read from the balance when the backward
