@@ -359,10 +359,13 @@ std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const s
       auto loss = out.loss_sum / denom;
       if (aux.defined()) {
         // As the reference adds it: coef * aux per micro-batch, averaged over
-        // the update's micro-batches and (the gradients being summed here)
-        // over the ranks. Its gradient reaches the routers through their
-        // taps (model/moe.hpp) with the same weight and the loss scale.
-        const double weight = router_aux_coef_ / static_cast<double>(batches.size() * world_size());
+        // the update's micro-batches and over the ranks (here, where the
+        // strategy sums the ranks' gradients; it averages them itself
+        // without average_tokens_across_devices). Its gradient reaches the
+        // routers through their taps (model/moe.hpp) with the same weight
+        // and the loss scale.
+        const double ranks = config_.average_tokens_across_devices ? static_cast<double>(world_size()) : 1.0;
+        const double weight = router_aux_coef_ / (static_cast<double>(batches.size()) * ranks);
         balance->set_weight(standing_in_ ? 0.0 : weight * scale);
         loss = loss + aux * weight;
         out.metrics.add_per_batch("aux_loss", aux.to(torch::kFloat64),

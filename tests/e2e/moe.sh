@@ -83,6 +83,19 @@ done
 # The 2-rank aux_loss is the mean of the ranks' own: not one process's.
 check "! same_metric aux_loss '$TMP/one_qwen_moe' '$TMP/multi_gpu_default' 1e-6"
 
+# Without average_tokens_across_devices the ranks' gradients are averaged by
+# the strategy: the balance loss joins once, as the mean of the ranks'.
+for coef in 1 0; do
+  on_two_ranks "avg_$coef" qwen_moe multi_gpu --average_tokens_across_devices false --router_aux_loss_coef $coef \
+    --max_steps 1
+done
+check "python3 - '$TMP/avg_1' '$TMP/avg_0' <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1] + '/metrics.jsonl') if '\"loss\"' in l][0]
+b = [json.loads(l) for l in open(sys.argv[2] + '/metrics.jsonl') if '\"loss\"' in l][0]
+assert abs((a['loss'] - b['loss']) - a['aux_loss']) < 1e-4, (a, b)
+PY"
+
 # LoRA on the attention (the routers' balance gradient reaches the
 # adapters through the hidden states) with gradient checkpointing (through
 # the recompute), a large coefficient so that it counts: ZeRO-3 equals DDP.
