@@ -396,6 +396,10 @@ int run_validate(const std::string& cmd, std::vector<std::string> args) {
     return 0;
   }
   if (!run) return rc;
+  if (run->dist) {
+    const auto& c = run->resolved->config();
+    config::check_deepspeed_values(*run->dist, c.gradient_accumulation_steps, c.max_grad_norm);
+  }
   const size_t warnings = run->loader->warnings().size() + (run->dist ? run->dist->warnings.size() : 0);
   std::cout << fmt::format("valid {} config{}; precision {}{}\n", run->trainer->name,
                            run->dist ? fmt::format("; distributed: {}", run->dist->describe()) : "",

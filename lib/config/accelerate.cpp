@@ -76,6 +76,17 @@ class Reader {
   void unused(const YAML::Node& key, const std::string& name, const std::string& why) {
     out_.warnings.push_back(fmt::format("{}: accelerate key `{}` {}", at(key), name, why));
   }
+  // A key this reader does not know: refused, since trlx cannot tell whether
+  // it would change the run (a misspelt one would silently do nothing).
+  // `word`: what is matched against `known` (the key after its section).
+  [[noreturn]] void unknown(const YAML::Node& key, const std::string& name, const std::vector<std::string>& known,
+                            std::string word = "") const {
+    if (word.empty()) word = name.substr(name.rfind('.') + 1);
+    std::string msg = fmt::format("{}: `{}` is not an accelerate key trlx knows", at(key), name);
+    const std::string near = closest_match(word, known);
+    if (!near.empty()) msg += fmt::format(" (did you mean `{}`?)", near);
+    fail_input("{}; remove it (keys trlx reads: {})", msg, join(known, ", "));
+  }
   // Runs the reading of one key; a bad value is recorded and reading goes
   // on, so that one run of trlx reports every bad value of the file.
   template <class F>
@@ -99,6 +110,95 @@ bool is_false_like(const YAML::Node& n) {
   return s == "false" || s == "no" || s.empty() || s == "null";
 }
 
+const std::vector<std::string>& top_level_keys() {
+  static const std::vector<std::string> k = {
+      "distributed_type", "mixed_precision", "num_processes", "num_machines", "machine_rank", "main_process_ip",
+      "main_process_port", "use_cpu", "deepspeed_config", "fsdp_config", "parallelism_config", "gpu_ids",
+      "compute_environment", "main_training_function", "rdzv_backend", "same_network", "debug", "tpu_use_cluster",
+      "tpu_use_sudo", "enable_cpu_affinity", "tpu_env", "downcast_bf16", "tpu_name", "tpu_zone", "commands",
+      "command_file", "dynamo_config", "ipex_config"};
+  return k;
+}
+
+const std::vector<std::string>& deepspeed_keys() {
+  static const std::vector<std::string> k = {
+      "zero_stage", "offload_optimizer_device", "offload_param_device", "zero3_init_flag", "zero3_save_16bit_model",
+      "gradient_accumulation_steps", "gradient_clipping", "deepspeed_multinode_launcher", "deepspeed_hostfile",
+      "deepspeed_inclusion_filter", "deepspeed_exclusion_filter", "offload_optimizer_nvme_path",
+      "offload_param_nvme_path", "deepspeed_moe_layer_cls_names", "deepspeed_config_file"};
+  return k;
+}
+
+const std::vector<std::string>& fsdp_keys() {
+  static const std::vector<std::string> k = {
+      "fsdp_version", "fsdp_reshard_after_forward", "fsdp_sharding_strategy", "fsdp_offload_params",
+      "fsdp_activation_checkpointing", "fsdp_state_dict_type", "fsdp_auto_wrap_policy",
+      "fsdp_transformer_layer_cls_to_wrap", "fsdp_cpu_ram_efficient_loading", "fsdp_sync_module_states",
+      "fsdp_use_orig_params", "fsdp_forward_prefetch", "fsdp_backward_prefetch", "fsdp_min_num_params"};
+  return k;
+}
+
+const std::vector<std::string>& parallelism_keys() {
+  static const std::vector<std::string> k = {
+      "parallelism_config_dp_replicate_size", "parallelism_config_dp_shard_size", "parallelism_config_tp_size",
+      "parallelism_config_cp_size", "parallelism_config_cp_backend", "parallelism_config_cp_comm_strategy",
+      "parallelism_config_sp_size", "parallelism_config_sp_backend", "parallelism_config_sp_seq_length",
+      "parallelism_config_sp_seq_length_is_variable", "parallelism_config_sp_attn_implementation"};
+  return k;
+}
+
+// accelerate's parallelism_config mapping (`accelerate config` writes the
+// keys with a parallelism_config_ prefix; the bare field names of its
+// ParallelismConfig are read too), with its checks.
+void read_parallelism(const YAML::Node& map, Reader& r, ParallelismConfig& out) {
+  out.present = true;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    std::string key = it->first.Scalar();
+    const YAML::Node v = it->second;  // a copy: `it->` returns a temporary proxy
+    const std::string name = "parallelism_config." + key;
+    if (starts_with(key, "parallelism_config_")) key = key.substr(19);
+    r.key([&] {
+      if (key == "dp_replicate_size") {
+        out.dp_replicate_size = r.integer(v, name, 1, 1 << 20);
+      } else if (key == "dp_shard_size") {
+        out.dp_shard_size = r.integer(v, name, 1, 1 << 20);
+      } else if (key == "tp_size") {
+        out.tp_size = r.integer(v, name, 1, 1 << 20);
+      } else if (key == "cp_size") {
+        out.cp_size = r.integer(v, name, 1, 1 << 20);
+      } else if (key == "sp_size") {
+        out.sp_size = r.integer(v, name, 1, 1 << 20);
+      } else if (key == "cp_backend") {
+        out.cp_backend = r.choice(v, name, {"torch"});
+      } else if (key == "cp_comm_strategy") {
+        out.cp_comm_strategy = r.choice(v, name, {"allgather", "alltoall"});
+      } else if (key == "sp_backend") {
+        out.sp_backend = r.choice(v, name, {"deepspeed"});
+      } else if (key == "sp_seq_length" || key == "sp_seq_length_is_variable" || key == "sp_attn_implementation") {
+        // Fixed lengths and the attention kernel: trlx splits every length
+        // (padding the last rank's share) and picks the kernel per case
+        // (`trlx env` lists them); neither changes what is computed.
+      } else {
+        r.unknown(it->first, name, parallelism_keys(), "parallelism_config_" + key);
+      }
+    });
+  }
+  // accelerate's own checks on the sizes alone; those that need the world
+  // size run when the mesh is built (dist::make_mesh).
+  if (out.cp_size > 1 && out.sp_size > 1)
+    fail_input("{}: context parallelism (cp_size {}) and sequence parallelism (sp_size {}) are mutually exclusive; "
+               "set one of them to 1",
+               out.source, out.cp_size, out.sp_size);
+  if (out.cp_size > 1 && out.dp_replicate_size.value_or(1) > 1 && out.dp_shard_size.value_or(1) == 1)
+    fail_input("{}: context parallelism (cp_size {}) cannot be used with pure data parallelism (dp_replicate_size "
+               "{} and dp_shard_size 1); set dp_shard_size > 1",
+               out.source, out.cp_size, *out.dp_replicate_size);
+  if (out.tp_size > 1)
+    fail_input("{}: tensor parallelism (tp_size {}) is not built in trlx; shard the model with FSDP or ZeRO-3 "
+               "(dp_shard_size) and split long sequences with sp_size instead",
+               out.source, out.tp_size);
+}
+
 void read_deepspeed(const YAML::Node& map, Reader& r, DistributedConfig& out, bool& have_stage) {
   for (auto it = map.begin(); it != map.end(); ++it) {
     const std::string key = it->first.Scalar();
@@ -116,18 +216,35 @@ void read_deepspeed(const YAML::Node& map, Reader& r, DistributedConfig& out, bo
       out.zero3_init_flag = r.boolean(v, name);
     } else if (key == "zero3_save_16bit_model") {
       out.zero3_save_16bit_model = r.boolean(v, name);
-    } else if (key == "deepspeed_multinode_launcher") {
-      // How accelerate starts DeepSpeed on several nodes; trlx is started by
-      // its own launcher (torchrun, mpirun, srun), so nothing to do.
+    } else if (key == "deepspeed_multinode_launcher" || key == "deepspeed_hostfile" ||
+               key == "deepspeed_inclusion_filter" || key == "deepspeed_exclusion_filter" ||
+               key == "offload_optimizer_nvme_path" || key == "offload_param_nvme_path" ||
+               key == "deepspeed_moe_layer_cls_names") {
+      // How accelerate starts DeepSpeed on several nodes (trlx is started by
+      // its own launcher: torchrun, mpirun, srun), NVMe paths (NVMe offload
+      // is refused below), and the layers ZeRO-3 keeps whole (trlx gathers
+      // each decoder layer, experts included): nothing that changes the run.
     } else if (key == "deepspeed_config_file") {
       fail_input("{}: `{}`: DeepSpeed JSON config files are not read by trlx; put zero_stage and the "
                  "offload devices in deepspeed_config instead",
                  r.at(it->first), name);
-    } else if (key == "gradient_accumulation_steps" || key == "gradient_clipping") {
-      r.unused(it->first, name,
-               fmt::format("is not used: set {} in the training config", key == "gradient_clipping" ? "max_grad_norm" : key));
+    } else if (key == "gradient_accumulation_steps") {
+      // The training config's must agree (the engine checks), as transformers
+      // refuses a DeepSpeed value that differs from TrainingArguments'.
+      if (!(v.IsScalar() && v.Scalar() == "auto"))
+        out.deepspeed_gradient_accumulation_steps = {r.integer(v, name, 1, 1 << 20), r.at(it->first)};
+    } else if (key == "gradient_clipping") {
+      if (!(v.IsScalar() && v.Scalar() == "auto")) {
+        double d = 0;
+        try {
+          d = v.as<double>();
+        } catch (const YAML::Exception&) {
+          fail_input("{}: `{}` expects a number, found `{}`", r.at(v), name, v.IsScalar() ? v.Scalar() : "a non-scalar");
+        }
+        out.deepspeed_gradient_clipping = {d, r.at(it->first)};
+      }
     } else {
-      r.unused(it->first, name, "is not used by trlx and is ignored");
+      r.unknown(it->first, name, deepspeed_keys());
     }
     });
   }
@@ -156,8 +273,11 @@ void read_fsdp(const YAML::Node& map, Reader& r, DistributedConfig& out) {
         fail_input("{}: `{}` expects true/false or FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD; found `{}`",
                    r.at(v), name, v.IsScalar() ? v.Scalar() : "?");
       }
-      if (s.find("hybrid") != std::string::npos || s == "4" || s == "5")
-        r.unused(it->first, name, "HYBRID_SHARD is run as full sharding across all processes");
+      // Hybrid: sharded within each node, replicated across nodes.
+      if (s.find("hybrid") != std::string::npos || s == "4" || s == "5") {
+        out.parallelism.hybrid_per_node = true;
+        if (out.parallelism.source.empty()) out.parallelism.source = r.at(it->first);
+      }
     } else if (key == "fsdp_offload_params") {
       if (r.boolean(v, name)) out.offload_param_device = "cpu";
     } else if (key == "fsdp_activation_checkpointing") {
@@ -174,7 +294,7 @@ void read_fsdp(const YAML::Node& map, Reader& r, DistributedConfig& out) {
       // What these ask for is how trlx always works: it wraps its own decoder
       // layers, loads weights once and broadcasts them, and prefetches the next unit.
     } else {
-      r.unused(it->first, name, "is not used by trlx and is ignored");
+      r.unknown(it->first, name, fsdp_keys());
     }
     });
   }
@@ -203,7 +323,7 @@ DistributedConfig parse_accelerate_config(const std::string& yaml_text, const st
   if (!root.IsMap()) fail_input("{}: an accelerate config must be a mapping of `key: value` lines", source);
   Reader r(source, out);
   bool have_stage = false;
-  YAML::Node deepspeed, fsdp, dist_key;
+  YAML::Node deepspeed, fsdp, dist_key, parallelism, parallelism_key;
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string key = it->first.Scalar();
     const YAML::Node v = it->second;  // a copy: `it->` returns a temporary proxy
@@ -238,6 +358,9 @@ DistributedConfig parse_accelerate_config(const std::string& yaml_text, const st
       deepspeed = v;
     } else if (key == "fsdp_config") {
       fsdp = v;
+    } else if (key == "parallelism_config") {
+      parallelism = v;
+      parallelism_key = it->first;
     } else if (key == "gpu_ids") {
       if (!(v.IsScalar() && to_lower(v.Scalar()) == "all"))
         r.unused(it->first, key, "is not used: trlx takes the GPU of each process's local rank (set CUDA_VISIBLE_DEVICES to choose GPUs)");
@@ -251,7 +374,7 @@ DistributedConfig parse_accelerate_config(const std::string& yaml_text, const st
       // Off by default; a file that switches one on asks for something trlx does not do.
       if (!is_false_like(v)) r.unused(it->first, key, "is not used by trlx and is ignored");
     } else {
-      r.unused(it->first, key, "is not an accelerate key trlx knows; ignored");
+      r.unknown(it->first, key, top_level_keys());
     }
     });
   }
@@ -265,6 +388,11 @@ DistributedConfig parse_accelerate_config(const std::string& yaml_text, const st
     if (!fsdp.IsMap()) fail_input("{}: fsdp_config must be a mapping", r.at(fsdp));
     if (out.strategy != Strategy::FSDP) r.unused(fsdp, "fsdp_config", "is ignored because distributed_type is not FSDP");
     else read_fsdp(fsdp, r, out);
+  }
+  if (parallelism && !parallelism.IsNull()) {
+    if (!parallelism.IsMap()) fail_input("{}: parallelism_config must be a mapping", r.at(parallelism));
+    out.parallelism.source = r.at(parallelism_key);
+    r.key([&] { read_parallelism(parallelism, r, out.parallelism); });
   }
   if (r.errors.size() == 1) fail_input("{}", r.errors.front());
   if (!r.errors.empty()) {
@@ -284,6 +412,17 @@ DistributedConfig parse_accelerate_config(const std::string& yaml_text, const st
     fail_input("{}: NVMe offload is not supported by trlx; use cpu or none", source);
   for (const auto& w : out.warnings) log::warn("{}", w);
   return out;
+}
+
+void check_deepspeed_values(const DistributedConfig& dist, int gradient_accumulation_steps, double max_grad_norm) {
+  if (const auto& ga = dist.deepspeed_gradient_accumulation_steps; ga && ga->first != gradient_accumulation_steps)
+    fail_input("{}: deepspeed_config.gradient_accumulation_steps is {} but the training config's "
+               "gradient_accumulation_steps is {}; make them agree (or write auto in the accelerate file)",
+               ga->second, ga->first, gradient_accumulation_steps);
+  if (const auto& clip = dist.deepspeed_gradient_clipping; clip && clip->first != max_grad_norm)
+    fail_input("{}: deepspeed_config.gradient_clipping is {} but the training config's max_grad_norm is {}; make "
+               "them agree (or write auto in the accelerate file)",
+               clip->second, clip->first, max_grad_norm);
 }
 
 DistributedConfig read_accelerate_config(const std::string& name_or_path) {

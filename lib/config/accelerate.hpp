@@ -10,6 +10,22 @@ namespace trlx::config {
 
 enum class Strategy { Single, DDP, FSDP, Zero };
 
+// accelerate's parallelism_config: how the processes form a device mesh,
+// in accelerate's order (dp_replicate, dp_shard, cp, sp, tp; the last
+// dimension's ranks are neighbours). Unset sizes are 1.
+struct ParallelismConfig {
+  bool present = false;            // the file has a parallelism_config
+  std::optional<int> dp_replicate_size, dp_shard_size;  // unset: resolved from the world size
+  int tp_size = 1, cp_size = 1, sp_size = 1;
+  std::string cp_backend = "torch";           // the only one accelerate names
+  std::string cp_comm_strategy = "allgather"; // allgather | alltoall
+  std::string sp_backend = "deepspeed";       // Ulysses
+  // FSDP's HYBRID_SHARD: shard within each node, replicate across nodes
+  // (dp_shard = the processes per node), unless the sizes are given.
+  bool hybrid_per_node = false;
+  std::string source;  // "file:line" of the parallelism_config key, for errors
+};
+
 struct DistributedConfig {
   Strategy strategy = Strategy::Single;
   int zero_stage = 0;                         // 1..3 under Zero
@@ -30,6 +46,12 @@ struct DistributedConfig {
   bool use_cpu = false;
   std::string source;                         // "preset zero3" or the file path
   std::vector<std::string> warnings;          // one per key trlx does not use
+  ParallelismConfig parallelism;
+  // deepspeed_config's gradient_accumulation_steps and gradient_clipping
+  // (unless "auto"), with where they were set: the training config's values
+  // must agree with them.
+  std::optional<std::pair<int, std::string>> deepspeed_gradient_accumulation_steps;
+  std::optional<std::pair<double, std::string>> deepspeed_gradient_clipping;
 
   bool shards_parameters() const { return strategy == Strategy::FSDP || (strategy == Strategy::Zero && zero_stage == 3); }
   std::string describe() const;               // "ZeRO-3, optimizer offload cpu"
@@ -44,6 +66,12 @@ std::vector<std::string> preset_names();
 // not use are returned as warnings (and logged), one each.
 DistributedConfig read_accelerate_config(const std::string& name_or_path);
 DistributedConfig parse_accelerate_config(const std::string& yaml_text, const std::string& source);
+
+// deepspeed_config's gradient_accumulation_steps and gradient_clipping, where
+// the file sets them, agree with the training config's; InputError naming
+// both otherwise (transformers refuses a DeepSpeed value that differs from
+// TrainingArguments').
+void check_deepspeed_values(const DistributedConfig& dist, int gradient_accumulation_steps, double max_grad_norm);
 
 // True when a YAML file looks like an accelerate config rather than a
 // training config.

@@ -606,7 +606,7 @@ void add_training_fields(SchemaBuilder<C>& b, const TrainingDefaults& d) {
 
   b.group("distributed");
   b.field(&T::accelerate_config, "accelerate_config", std::nullopt,
-          "Distributed preset (single_gpu, multi_gpu, fsdp, zero1, zero2, zero3) or an accelerate config file.");
+          "Distributed preset (single_gpu, multi_gpu, fsdp, fsdp_hybrid, zero1, zero2, zero3) or an accelerate config file.");
   b.field(&T::ddp_timeout, "ddp_timeout", 1800, "Seconds a collective may wait before the run fails.").min(1);
   b.field(&T::ddp_bucket_cap_mb, "ddp_bucket_cap_mb", std::nullopt,
           "DDP: gradients are all-reduced in buckets of this many MB as backward produces them (null = 25).")

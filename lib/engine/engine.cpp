@@ -12,6 +12,7 @@
 #include "dist/comm/make_communicator.hpp"
 #include "dist/env/launcher_env.hpp"
 #include "dist/strategy/make_strategy.hpp"
+#include "dist/strategy/sequence_parallel.hpp"
 #include "engine/activation_checkpointing.hpp"
 #include "model/adapter_dir.hpp"
 #include "model/loading.hpp"
@@ -138,6 +139,8 @@ LossOutput Engine::run_loss(Trainer& trainer, TensorMap batch) { return impl_->r
 bool Engine::standing_in() const { return impl_->standing_in(); }
 int Engine::rank() const { return impl_->rank(); }
 int Engine::world_size() const { return impl_->world_size(); }
+int Engine::data_rank() const { return impl_->data_rank(); }
+int Engine::data_size() const { return impl_->data_size(); }
 torch::Device Engine::device() const { return impl_->device(); }
 std::map<std::string, torch::Tensor> Engine::parameter_values(bool trainable_only) {
   return impl_->parameter_values(trainable_only);
@@ -202,6 +205,28 @@ Engine::Impl::Impl(Engine& owner, const config::TrainingConfig& config, model::L
   if (comm_->device() != device_)
     fail("the {} communicator works on {} tensors, but this rank computes on {}", comm_->backend(),
          comm_->device().str(), device_.str());
+  config::check_deepspeed_values(dist_, config_.gradient_accumulation_steps, config_.max_grad_norm);
+  mesh_ = dist::make_mesh(comm_, dist_.parallelism, dist_, env.local_world_size);
+  if (mesh_.cp > 1) {
+    if (dist_.parallelism.cp_comm_strategy != "allgather")
+      fail_input("{}: cp_comm_strategy {} (keys and values passed around the ring) is not built in trlx; allgather "
+                 "computes the same attention",
+                 dist_.parallelism.source, dist_.parallelism.cp_comm_strategy);
+    sequence_parallel_ = dist::make_context_parallel(mesh_.sequence);
+  }
+  if (mesh_.sp > 1) {
+    const auto& mc = policy_->config();
+    const int64_t n = mesh_.sp;
+    if (mc.num_attention_heads % n != 0)
+      fail_input("{}: sp_size {} splits attention heads over the ranks, but the model's {} heads do not divide by "
+                 "it; choose an sp_size that divides {}",
+                 dist_.parallelism.source, n, mc.num_attention_heads, mc.num_attention_heads);
+    if (mc.num_key_value_heads % n != 0 && n % mc.num_key_value_heads != 0)
+      fail_input("{}: sp_size {} and the model's {} key/value heads: one must divide the other (each rank takes "
+                 "whole key/value heads, repeated when there are fewer than the ranks)",
+                 dist_.parallelism.source, n, mc.num_key_value_heads);
+    sequence_parallel_ = dist::make_sequence_parallel(mesh_.sequence);
+  }
   // One seed for everything: weights drawn by the trainer or for adapters,
   // dropout, sampling.
   torch::manual_seed(static_cast<uint64_t>(config_.seed));
@@ -218,7 +243,7 @@ Engine::Impl::Impl(Engine& owner, const config::TrainingConfig& config, model::L
   if (!plan_.lora && lora_)
     fail_input("{} holds a LoRA adapter; set use_peft: true to train it",
                config_.model_name_or_path.value_or("the model"));
-  strategy_ = dist::make_strategy(dist_, config_, comm_, device_);
+  strategy_ = dist::make_strategy(dist_, config_, mesh_, device_);
   // Under parameter sharding the model reaches the device unit by unit, as
   // it is split (setup peaks at the shards plus one unit per GPU); otherwise
   // whole. The strategy's sharding hooks run around each layer's runner, so
@@ -251,6 +276,7 @@ Engine::Impl::Impl(Engine& owner, const config::TrainingConfig& config, model::L
     // Under parameter sharding each unit is cast and copied as it is split.
     strategy_->wrap_model(*m);
     m->to(device_);  // what no unit holds (buffers); units are there already
+    if (sequence_parallel_) m->set_sequence_parallel(sequence_parallel_);
     if (plan_.checkpointing) checkpoint_layers(*m, plan_.reentrant);
   }
   std::vector<dist::NamedParam> trainable;

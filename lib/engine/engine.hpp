@@ -165,6 +165,11 @@ class Engine {
   bool standing_in() const;
   int rank() const;
   int world_size() const;
+  // The data-parallel rank and size: the ranks of one sequence-parallel
+  // group read the same batches (without sequence parallelism: rank and
+  // world size).
+  int data_rank() const;
+  int data_size() const;
   c10::Device device() const;
 
   // Copies of the policy's parameter values (only the trained ones when

@@ -18,6 +18,7 @@
 
 #include "config/accelerate.hpp"
 #include "config/training.hpp"
+#include "dist/strategy/mesh.hpp"
 #include "dist/strategy/strategy.hpp"
 #include "engine/engine.hpp"
 #include "engine/loss_scale.hpp"
@@ -77,6 +78,13 @@ struct Engine::Impl {
   bool standing_in() const { return standing_in_; }
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
+  // Data parallelism: the ranks of a sequence group read the same batch, so
+  // a global batch is split over data ranks, not over every rank.
+  int data_rank() const { return mesh_.data_rank(); }
+  int data_size() const { return mesh_.data_size(); }
+  // Sequence parallelism's group size (1: none): each rank of a group
+  // counts the group's items and tokens again.
+  int seq_size() const { return mesh_.seq(); }
   torch::Device device() const { return device_; }
   std::map<std::string, torch::Tensor> parameter_values(bool trainable_only);
   const config::TrainingConfig& config() const { return config_; }
@@ -190,6 +198,10 @@ struct Engine::Impl {
   std::optional<model::LoraInfo> lora_;
   torch::Device device_{torch::kCPU};
   std::shared_ptr<dist::Communicator> comm_;
+  dist::Mesh mesh_;
+  // Installed in every model a forward runs through (policy, reference);
+  // null without sequence parallelism.
+  std::shared_ptr<model::SequenceParallel> sequence_parallel_;
   std::unique_ptr<dist::Strategy> strategy_;
   std::string trainer_name_;
   std::optional<std::filesystem::path> tokenizer_dir_;

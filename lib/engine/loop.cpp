@@ -130,7 +130,7 @@ std::vector<std::vector<size_t>> Engine::Impl::epoch_batches(size_t n, int64_t e
   // An online trainer's batches are its rounds, whole ones only.
   const bool online = online_prompts_per_round_ > 0;
   const size_t bs = online ? static_cast<size_t>(online_prompts_per_round_)
-                           : static_cast<size_t>(config_.per_device_train_batch_size * world_size());
+                           : static_cast<size_t>(config_.per_device_train_batch_size * data_size());
   std::vector<std::vector<size_t>> out;
   for (size_t i = 0; i < n; i += bs) {
     if ((online || config_.dataloader_drop_last) && i + bs > n) break;
@@ -181,9 +181,18 @@ void Engine::Impl::setup(Trainer& trainer) {
   if (batches_per_epoch_ == 0)
     fail_input("per_device_train_batch_size ({}) x {} process(es) is larger than the {} training examples and "
                "dataloader_drop_last is set: no batch to train on",
-               config_.per_device_train_batch_size, world_size(), n);
+               config_.per_device_train_batch_size, data_size(), n);
+  if (seq_size() > 1 && online_prompts_per_round_ > 0)
+    fail_input("{}: this trainer does not support sequence parallelism (sp_size {}): it builds its model inputs after "
+               "generation, and the sequence sharding cannot be applied to the generation batch (as TRL refuses "
+               "it); set sp_size to 1",
+               dist_.parallelism.source, seq_size());
   micro_per_step_ = config_.gradient_accumulation_steps;
   router_aux_coef_ = router_aux_coefficient(trainer, policy_->config(), config_.router_aux_loss_coef);
+  if (seq_size() > 1 && router_aux_coef_ != 0)
+    fail_input("{}: splitting sequences over ranks (sp_size or cp_size {}) with a mixture of experts' "
+               "load-balancing loss is not built in trlx; set router_aux_loss_coef: 0 or train without it",
+               dist_.parallelism.source, seq_size());
   // An online epoch trains on each round's micro-batches, passes times over.
   const int64_t micro_per_epoch =
       online_prompts_per_round_ > 0
@@ -212,7 +221,7 @@ Engine::Impl::Collated Engine::Impl::collate_local(Trainer& trainer, const std::
   // This rank's consecutive share of a global batch; an uneven last batch
   // leaves later ranks fewer examples, possibly none: those compute on the
   // batch's first example, whose loss the caller discards.
-  const size_t w = static_cast<size_t>(world_size()), r = static_cast<size_t>(rank());
+  const size_t w = static_cast<size_t>(data_size()), r = static_cast<size_t>(data_rank());
   const size_t per = (global_batch.size() + w - 1) / w;
   size_t lo = std::min(global_batch.size(), r * per), hi = std::min(global_batch.size(), lo + per);
   Collated out;
@@ -224,7 +233,8 @@ Engine::Impl::Collated Engine::Impl::collate_local(Trainer& trainer, const std::
   if (!out.stand_in) {
     out.items = trainer.num_items(out.batch);
     auto it = out.batch.find("attention_mask");
-    if (it != out.batch.end() && it->second.defined()) out.tokens = it->second.sum().item<double>();
+    // Each rank of a sequence group reads the same batch: its share of the tokens.
+    if (it != out.batch.end() && it->second.defined()) out.tokens = it->second.sum().item<double>() / seq_size();
   }
   move_collated(out.batch);
   return out;
@@ -337,7 +347,7 @@ std::pair<double, double> Engine::Impl::optimizer_step(Trainer& trainer, const s
       tokens += b.tokens;
       // include_num_input_tokens_seen: all: every token id fed in, padding too.
       for (const auto& [k, v] : b.batch)
-        if (v.defined() && ends_with(k, "input_ids")) padded_tokens += static_cast<double>(v.numel());
+        if (v.defined() && ends_with(k, "input_ids")) padded_tokens += static_cast<double>(v.numel()) / seq_size();
     }
     std::vector<double> counts = {local_items};
     strategy_->sum_across_ranks(counts);
@@ -461,7 +471,7 @@ MetricSums Engine::Impl::evaluate(Trainer& trainer) {
   }
   const size_t n = trainer.num_examples("test");
   // Each rank evaluates a consecutive share of every global batch.
-  const size_t bs = static_cast<size_t>(config_.per_device_eval_batch_size * world_size());
+  const size_t bs = static_cast<size_t>(config_.per_device_eval_batch_size * data_size());
   torch::Tensor loss_sum;
   double items = 0;
   for (size_t i = 0; i < n; i += bs) {
@@ -544,6 +554,7 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
   const auto start = Clock::now();
   const int64_t start_step = step_;
   const double start_tokens = tokens_seen_;
+  const int64_t start_bytes = mesh_.bytes_communicated();
   double first_step_seconds = 0;
   RunSummary summary;
   summary.output_dir = output_dir_;
@@ -692,6 +703,14 @@ RunSummary Engine::Impl::train(Trainer& trainer) {
         {"train_tokens_per_second", (tokens_seen_ - start_tokens) / std::max(1e-9, runtime)},
         {"first_step_seconds", first_step_seconds}};
     for (const auto& [k, v] : trainer.run_totals()) end[k] = v;
+    // The bytes each rank handed to collectives per step (the largest rank),
+    // and on the host the most resident memory of any rank.
+    std::vector<double> most = {
+        static_cast<double>(mesh_.bytes_communicated() - start_bytes) / std::max<int64_t>(1, step_ - start_step),
+        static_cast<double>(peak_resident_bytes().value_or(0))};
+    strategy_->max_across_ranks(most);
+    if (world_size() > 1) end["comm_bytes_per_step"] = most[0];
+    if (!device_.is_cuda() && most[1] > 0) end["peak_host_memory_mb"] = most[1] / (1024.0 * 1024.0);
     if (device_.is_cuda()) {
       // The largest peak over ranks (every rank joins the reduction).
       std::vector<double> peak = {static_cast<double>(peak_device_bytes(device_).value_or(0))};

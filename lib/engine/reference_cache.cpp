@@ -85,11 +85,15 @@ std::optional<CachedValues> read_cache(const fs::path& path, const std::string& 
 CachedValues compute(Engine& engine, size_t n, const std::vector<std::string>& columns, size_t batch_size,
                      const BatchValues& batch_values) {
   const size_t width = columns.size();
-  // Rank r computes batches r, r + world_size, ... and the ranks' values,
+  // Data rank r computes batches r, r + data_size, ... and the ranks' values,
   // gathered, are put back in example order. Every rank runs the same number
   // of forwards (a sharded model gathers in each): one without a batch in the
-  // last round recomputes the first and keeps nothing.
-  const size_t w = static_cast<size_t>(engine.world_size());
+  // last round recomputes the first and keeps nothing. The ranks of a
+  // sequence-parallel group compute the same batches together; the first of
+  // them sends the values.
+  const size_t w = static_cast<size_t>(engine.data_size());
+  const size_t seq = static_cast<size_t>(engine.world_size()) / w;
+  const bool sends = static_cast<size_t>(engine.rank()) % seq == 0;
   const size_t num_batches = (n + batch_size - 1) / batch_size, rounds = (num_batches + w - 1) / w;
   auto rows_of = [&](size_t batch_no) {
     const size_t first = batch_no * batch_size;
@@ -97,7 +101,7 @@ CachedValues compute(Engine& engine, size_t n, const std::vector<std::string>& c
   };
   std::vector<double> mine;
   for (size_t round = 0; round < rounds; ++round) {
-    const size_t batch_no = round * w + static_cast<size_t>(engine.rank());
+    const size_t batch_no = round * w + static_cast<size_t>(engine.data_rank());
     const bool stand_in = batch_no >= num_batches;
     const auto [first, end] = rows_of(stand_in ? 0 : batch_no);
     std::vector<size_t> idx;
@@ -106,12 +110,12 @@ CachedValues compute(Engine& engine, size_t n, const std::vector<std::string>& c
     if (v.size() != idx.size() * width)
       throw Error(fmt::format("reference values: {} values for a batch of {} examples x {} columns", v.size(),
                               idx.size(), width));
-    if (!stand_in) mine.insert(mine.end(), v.begin(), v.end());
+    if (!stand_in && sends) mine.insert(mine.end(), v.begin(), v.end());
   }
   const auto each = engine.gather_across_ranks(mine);
   CachedValues out{columns, std::vector<std::vector<double>>(width, std::vector<double>(n))};
   for (size_t r = 0; r < w; ++r) {
-    const auto& theirs = each[r];
+    const auto& theirs = each[r * seq];
     size_t at = 0;
     for (size_t batch_no = r; batch_no < num_batches; batch_no += w) {
       const auto [first, end] = rows_of(batch_no);

@@ -274,7 +274,8 @@ void Engine::Impl::print_startup(Trainer& trainer) {
     }
   }
   const int64_t world = world_size();
-  const int64_t total_batch = config_.per_device_train_batch_size * config_.gradient_accumulation_steps * world;
+  const int64_t total_batch =
+      config_.per_device_train_batch_size * config_.gradient_accumulation_steps * data_size();
   // What setup held on the host at most, over ranks (every rank joins).
   std::vector<double> host = {static_cast<double>(peak_resident_bytes().value_or(-1))};
   strategy_->max_across_ranks(host);
@@ -326,8 +327,13 @@ void Engine::Impl::print_startup(Trainer& trainer) {
                     : config_.use_bf16() ? "bf16 mixed"
                                          : "fp32"},
       {"device", fmt::format("{} x {}", world, device_.is_cuda() ? "cuda" : "cpu")},
-      {"distributed", fmt::format("{} ({} communicator{})", strategy_->name(), comm_->backend(),
-                                  dist_.source.empty() ? "" : ", " + dist_.source)},
+      {"distributed", fmt::format("{} ({} communicator{}){}", strategy_->name(), comm_->backend(),
+                                  dist_.source.empty() ? "" : ", " + dist_.source,
+                                  mesh_.trivial() ? std::string()
+                                                  : fmt::format("; mesh {}{}", mesh_.describe(),
+                                                                mesh_.sp > 1   ? " (Ulysses)"
+                                                                : mesh_.cp > 1 ? " (keys and values all-gathered)"
+                                                                               : ""))},
       // attn_implementation: every fused choice is served by trlx's own
       // attention (eager and the rest are refused when the config is read).
       {"attention", fmt::format("{} -> {}", config_.attn_implementation.value_or("sdpa"),

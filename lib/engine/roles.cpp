@@ -241,6 +241,7 @@ void Engine::Impl::add_frozen_model(model::LanguageModelImpl& m) {
   }
   strategy_->wrap_frozen_model(m);
   m.to(device_);
+  if (sequence_parallel_) m.set_sequence_parallel(sequence_parallel_);
 }
 
 }  // namespace trlx::engine

@@ -122,6 +122,13 @@ void Engine::Impl::check_resumable(const fs::path& dir, const nlohmann::json& st
   const std::string now = strategy_->name();
   const bool same_layout = optimizer_layout(strategy) == optimizer_layout(now);
   const bool whole = optimizer_layout(strategy) == "whole";
+  // Split state follows the mesh too: hybrid sharding splits it within each replica.
+  const std::string saved_mesh = state.value("mesh", mesh_.describe());
+  if (same_layout && !whole && saved_world == world_size() && saved_mesh != mesh_.describe())
+    fail_input("resume_from_checkpoint: {} was saved on the mesh {}, and this run's is {}: its optimizer state is "
+               "split for that mesh. Resume with the parallelism_config it was saved with, or start a new run from "
+               "its model (model_name_or_path: {})",
+               dir.string(), saved_mesh, mesh_.describe(), dir.string());
   if (same_layout && (whole || saved_world == world_size())) return;
   fail_input("resume_from_checkpoint: {} was saved by {} on {} process(es), and this run is {} on {}: its optimizer "
              "state is {}. Resume with the strategy and the number of processes it was saved with, or start a "
@@ -350,6 +357,7 @@ void Engine::Impl::save_checkpoint(int64_t epoch, size_t batch_in_epoch) {
                                                                   : nlohmann::ordered_json()},
                                     {"strategy", strategy_->name()},
                                     {"world_size", world_size()},
+                                    {"mesh", mesh_.describe()},
                                     {"log_history", nlohmann::ordered_json::array()}};
     if (loss_scale_) state["loss_scale"] = loss_scale_->state();
     if (mid_round) {

@@ -590,6 +590,35 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   q = s ? rotate(q, c.narrow(2, s, tq), sn.narrow(2, s, tq)) : rotate(q, c, sn);
   k = rotate(k, c, sn);
   // [B, H, T, D] views from here on.
+  // Sequence parallelism: this rank's positions of every head become every
+  // position of this rank's heads (K/V heads fewer than the ranks repeated
+  // first, so that each rank gets the one its queries read); the rows' last
+  // share is padded, and attention reads the real `length` positions.
+  int64_t heads = heads_, kv_heads = kv_heads_, ta = t, tqa = tq;
+  torch::Tensor head_sinks = sinks;
+  const bool context = attn.sp && attn.sp->kind() == SequenceParallel::Kind::Context;
+  if (context) {
+    // Context parallelism: this rank's queries over every rank's keys (in
+    // the gathered order the mask's columns follow).
+    TORCH_CHECK(!cache && s == 0, "context parallelism runs forwards without a cache, over every query");
+    k = attn.sp->gather(k, 2);
+    v = attn.sp->gather(v, 2);
+    ta = k.size(2);
+  } else if (attn.sp) {
+    TORCH_CHECK(!cache && s == 0, "sequence parallelism runs forwards without a cache, over every query");
+    const int64_t n = attn.sp->size();
+    if (kv_heads_ % n != 0) {
+      k = k.repeat_interleave(n / kv_heads_, 1);
+      v = v.repeat_interleave(n / kv_heads_, 1);
+    }
+    q = attn.sp->to_heads(q).narrow(2, 0, attn.length);
+    k = attn.sp->to_heads(k).narrow(2, 0, attn.length);
+    v = attn.sp->to_heads(v).narrow(2, 0, attn.length);
+    heads = q.size(1);
+    kv_heads = k.size(1);
+    ta = tqa = attn.length;
+    if (sinks.defined()) head_sinks = sinks.narrow(0, attn.sp->rank() * heads, heads);
+  }
   torch::Tensor cache_k, cache_v;  // decode: the whole cache, [slots, capacity, kv_heads, D]
   if (cache) {
     auto& ck = cache->keys[static_cast<size_t>(layer_)];
@@ -620,7 +649,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   // Grouped-query attention: SDPA shares each K/V head among its query
   // heads itself (no repeated copies of K and V) where its kernel can.
-  const bool gqa = kv_heads_ != heads_;
+  const bool gqa = kv_heads != heads;
   const auto& mask = attn.mask;
   auto additive = [&] {
     // The model passes an additive mask made once per forward in the
@@ -645,7 +674,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   torch::Tensor out;  // [B, H, Tq, D]
   switch (attn.path) {
     case AttentionPath::Unfused:
-      out = unfused_attention(q, k, v, mask, scale_, softcap_, sinks);
+      out = unfused_attention(q, k, v, mask, scale_, softcap_, head_sinks);
       break;
     case AttentionPath::SdpaCausal:
       // No mask: causal over the same positions.
@@ -658,23 +687,23 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
       break;
     case AttentionPath::SdpaMaskedExpanded: {
       TORCH_CHECK(mask.defined(), "attention path ", attention_path_name(attn.path), " without its mask");
-      const int64_t groups = heads_ / kv_heads_;
+      const int64_t groups = heads / kv_heads;
       out = at::scaled_dot_product_attention(q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1),
                                              additive(), 0.0, false, scale_, false);
       break;
     }
     case AttentionPath::FlashTail: {
-      FlashArgs a{q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, {}, {}, tq, k.size(2), scale_,
+      FlashArgs a{q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, {}, {}, tqa, k.size(2), scale_,
                   attn.window};
       out = run_flash(a).transpose(1, 2);
       break;
     }
     case AttentionPath::FlashDocuments: {
       TORCH_CHECK(s == 0 && attn.cu_seqlens.defined(), "packed attention needs its segments and every query");
-      auto flat = [&](const torch::Tensor& m) { return m.transpose(1, 2).reshape({b * t, m.size(1), head_dim_}); };
+      auto flat = [&](const torch::Tensor& m) { return m.transpose(1, 2).reshape({b * ta, m.size(1), head_dim_}); };
       FlashArgs a{flat(q), flat(k), flat(v), attn.cu_seqlens, attn.cu_seqlens, {}, attn.max_seqlen, attn.max_seqlen,
                   scale_, attn.window};
-      out = run_flash(a).view({b, t, heads_, head_dim_}).transpose(1, 2);
+      out = run_flash(a).view({b, ta, heads, head_dim_}).transpose(1, 2);
       break;
     }
     case AttentionPath::FlashDecode: {
@@ -693,6 +722,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
       out = run_flash(a).view({b, 1, heads_, head_dim_}).transpose(1, 2);
       break;
     }
+  }
+  if (attn.sp && !context) {
+    // Back to this rank's positions of every head (the padding's rows, zero,
+    // are what the last share's padded positions receive).
+    const int64_t padded = t * attn.sp->size();
+    if (padded > ta) out = torch::constant_pad_nd(out, {0, 0, 0, padded - ta});
+    out = attn.sp->to_positions(out);
   }
   out = out.transpose(1, 2);
   if (v_dim_ < head_dim_) out = out.narrow(-1, 0, v_dim_);  // latent attention's padded values
@@ -790,7 +826,12 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   // collects routes every position, as the reference does: outputs_from
   // then only trims the output.
   const bool balanced = router_balance_ && router_balance_->collecting() && torch::GradMode::is_enabled() && !cache;
-  const int64_t from = balanced ? 0 : batch.outputs_from;
+  // Sequence parallelism splits the rows of forwards without a cache; the
+  // last layer then computes every position (trimmed after the gather).
+  SequenceParallel* sp = sp_ && sp_->size() > 1 && !cache ? sp_.get() : nullptr;
+  TORCH_CHECK(!sp || !balanced, "sequence parallelism with the load-balancing loss is not built");
+  const bool context = sp && sp->kind() == SequenceParallel::Kind::Context;
+  const int64_t from = balanced || sp ? 0 : batch.outputs_from;
   TORCH_CHECK(batch.outputs_from == 0 || (!cache && batch.outputs_from > 0 && batch.outputs_from < t),
               "outputs_from must lie inside the rows, without a KV cache");
   const auto& window = config_.sliding_window;
@@ -830,6 +871,9 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
       shape = AttentionShape::Masked;
     }
   }
+  // Context parallelism: each rank's query rows against every key, through
+  // a mask of those rows (built below), whatever the rows' shape.
+  if (context) shape = AttentionShape::Masked;
   const auto caps = attention_device(device, mask_dtype);
   auto plan_for = [&](AttentionShape sh, bool win) {
     AttentionCall call;
@@ -890,7 +934,45 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     }
   }
 
-  auto embed = [&] { return embed_tokens->forward(ids); };
+  // Sequence parallelism: this rank's share of the positions, the rows
+  // padded to a whole number of shares (pad positions: the last id and
+  // position again, read by no real query). `order`: the padded rows'
+  // positions as the ranks' shares follow one another.
+  int64_t share = t, padded_len = t;
+  torch::Tensor order, mine_index;
+  auto mine = [&](const torch::Tensor& x) {
+    if (!sp) return x;
+    auto whole = x;
+    if (padded_len > t) {
+      auto last = x.narrow(1, t - 1, 1);
+      std::vector<int64_t> reps(static_cast<size_t>(x.dim()), 1);
+      reps[1] = padded_len - t;
+      whole = torch::cat({x, last.repeat(reps)}, 1);
+    }
+    return context ? whole.index_select(1, mine_index.to(x.device())) : whole.narrow(1, share * sp->rank(), share);
+  };
+  if (sp) {
+    const int64_t n = sp->size();
+    auto i64 = torch::dtype(torch::kInt64).device(device);
+    if (context) {
+      // Chunks r and 2n - 1 - r: every rank gets as many causal pairs.
+      const int64_t chunk = (t + 2 * n - 1) / (2 * n);
+      share = 2 * chunk;
+      padded_len = 2 * n * chunk;
+      std::vector<torch::Tensor> parts;
+      for (int64_t q = 0; q < n; ++q) {
+        parts.push_back(torch::arange(q * chunk, (q + 1) * chunk, i64));
+        parts.push_back(torch::arange((2 * n - 1 - q) * chunk, (2 * n - q) * chunk, i64));
+      }
+      order = torch::cat(parts);
+    } else {
+      share = (t + n - 1) / n;
+      padded_len = n * share;
+      order = torch::arange(padded_len, i64);
+    }
+    mine_index = order.narrow(0, share * sp->rank(), share);
+  }
+  auto embed = [&] { return embed_tokens->forward(mine(ids)); };
   auto x = sharding_ ? sharding_->embedding(embed) : embed();
   if (config_.scale_embeddings) {
     // Gemma: times sqrt(hidden_size), rounded to the embeddings' dtype first
@@ -900,6 +982,24 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     if (x.scalar_type() == torch::kBFloat16) normalizer = static_cast<float>(c10::BFloat16(root));
     if (x.scalar_type() == torch::kHalf) normalizer = static_cast<float>(c10::Half(root));
     x = x * normalizer;
+  }
+  if (context) {
+    // This rank's rows of each mask, their columns in the gathered keys'
+    // order; without a mask, causal by index (padding, if any, trails, and
+    // a real query never reaches it). Pad rows see themselves.
+    const auto rows = mine_index.view({-1, 1}), cols = order.view({1, -1});
+    auto rows_of = [&](const torch::Tensor& m) {
+      if (!m.defined()) return cols.le(rows).view({1, 1, share, padded_len});
+      auto big = torch::zeros({m.size(0), 1, padded_len, padded_len}, m.options().dtype(torch::kBool));
+      big.narrow(2, 0, t).narrow(3, 0, t).copy_(m);
+      if (padded_len > t) big.narrow(2, t, padded_len - t).narrow(3, t, padded_len - t).copy_(
+          torch::eye(padded_len - t, big.options()).view({1, 1, padded_len - t, padded_len - t}));
+      return big.index_select(2, mine_index).index_select(3, order);
+    };
+    full_mask = rows_of(full_mask);
+    if (window) sliding_mask = sliding_mask.defined() ? rows_of(sliding_mask)
+                                                      : full_mask.logical_and((rows - cols).lt(*window).view(
+                                                            {1, 1, share, padded_len}));
   }
   // SDPA turns a boolean mask into an additive one of the query's dtype on
   // every call, and each layer's backward keeps its own copy; one additive
@@ -951,11 +1051,17 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     return a;
   };
   LayerAttention full = layer_attention(full_plan, false, false);
+  if (sp) {
+    full.sp = sp;
+    full.length = t;
+  }
   if (balanced) {
     full.balance = true;
     if (batch.attention_mask.defined()) full.router_rows = batch.attention_mask.reshape(-1);
   }
   LayerAttention sliding = window ? layer_attention(sliding_plan, true, false) : full;
+  sliding.sp = full.sp;
+  sliding.length = full.length;
   sliding.balance = full.balance;
   sliding.router_rows = full.router_rows;
   LayerAttention last_full, last_sliding;
@@ -970,9 +1076,11 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
     if (window) attention_paths_.push_back(last_sliding.path);
   }
 
-  auto [cos, sin] = rope_->tables(positions, x.scalar_type());
+  // Rotary tables for this rank's positions (all of them without sequence
+  // parallelism).
+  auto [cos, sin] = rope_->tables(mine(positions), x.scalar_type());
   torch::Tensor local_cos, local_sin;
-  if (sliding_rope_) std::tie(local_cos, local_sin) = sliding_rope_->tables(positions, x.scalar_type());
+  if (sliding_rope_) std::tie(local_cos, local_sin) = sliding_rope_->tables(mine(positions), x.scalar_type());
   for (size_t i = 0; i < layers->size(); ++i) {
     auto& layer = *layers[i]->as<DecoderLayerImpl>();
     const bool last = from > 0 && i + 1 == layers->size();
@@ -985,6 +1093,13 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
                        : layer.forward(x, layer_cos, layer_sin, attn, cache);
     };
     x = sharding_ ? sharding_->layer(layer, x, run) : run();
+  }
+  if (sp) {
+    // Every rank's positions, the padding dropped; normed per position first.
+    x = sp->gather(norm->forward(x), 1);
+    if (context) x = x.index_select(1, torch::argsort(order));
+    x = x.narrow(1, 0, t);
+    return batch.outputs_from ? x.narrow(1, batch.outputs_from, t - batch.outputs_from) : x;
   }
   if (from != batch.outputs_from) x = x.narrow(1, batch.outputs_from, t - batch.outputs_from);
   return norm->forward(x);

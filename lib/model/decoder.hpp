@@ -177,6 +177,38 @@ torch::Tensor branch_reach(const torch::Tensor& position_ids, const torch::Tenso
                            const torch::Tensor& key_mask);
 torch::Tensor branch_mask_from_reach(const torch::Tensor& reach, const torch::Tensor& key_mask);
 
+// What sequence parallelism installs in a model: the ranks of one sequence
+// group each run 1/size of every row's positions through the layers, and
+// attention sees every position one of two ways:
+//  - Ulysses (DeepSpeed-Ulysses, sp_size): rows split in consecutive shares;
+//    around attention, all-to-all trades positions for heads, so each rank
+//    attends over every position for 1/size of the heads;
+//  - Context (context parallelism, cp_size): rows split in 2 x size chunks,
+//    rank r holding chunks r and 2 x size - 1 - r (each rank the same causal
+//    work); keys and values are all-gathered, and each rank's queries attend
+//    over every key through a mask of their rows.
+// Rows are padded to a whole number of shares (pad positions repeat the
+// last; no real query reads them). Each call is a collective of the group
+// with its own backward.
+class SequenceParallel {
+ public:
+  enum class Kind { Ulysses, Context };
+  virtual ~SequenceParallel() = default;
+  virtual Kind kind() const = 0;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  // [B, H, T/size, D] (this rank's positions, every head) -> [B, H/size, T,
+  // D] (every position, this rank's heads: the rank-th group of H/size).
+  virtual torch::Tensor to_heads(const torch::Tensor& x) = 0;
+  // The inverse: [B, H/size, T, D] -> [B, H, T/size, D].
+  virtual torch::Tensor to_positions(const torch::Tensor& x) = 0;
+  // Every rank's share of `x` along `dim`, in rank order ([B, T/size, C] ->
+  // [B, T, C] for dim 1); in backward each rank's share gets the sum of
+  // every rank's gradient for it (every rank computes the same loss from
+  // the gathered rows; every rank's queries read the gathered keys).
+  virtual torch::Tensor gather(const torch::Tensor& x, int64_t dim) = 0;
+};
+
 // How one layer attends in one forward (see attention_plan.hpp): the path
 // the plan chose and what that path reads.
 struct LayerAttention {
@@ -193,6 +225,10 @@ struct LayerAttention {
   // attention mask; undefined: all 1).
   bool balance = false;
   torch::Tensor router_rows;
+  // Sequence parallelism: x holds this rank's share of the positions; the
+  // layer attends over the first `length` positions of the gathered rows.
+  SequenceParallel* sp = nullptr;
+  int64_t length = 0;
 };
 
 // What a flash path hands the kernel: causal with the queries aligned to the
@@ -361,6 +397,9 @@ class DecoderModelImpl : public torch::nn::Module {
   // Null when the parameters are whole; see LanguageModelImpl.
   void set_sharding_hooks(std::shared_ptr<ShardingHooks> hooks) { sharding_ = std::move(hooks); }
   ShardingHooks* sharding_hooks() const { return sharding_.get(); }
+  // Sequence parallelism for forwards without a KV cache (null: none).
+  void set_sequence_parallel(std::shared_ptr<SequenceParallel> sp) { sp_ = std::move(sp); }
+  SequenceParallel* sequence_parallel() const { return sp_.get(); }
 
   // Mixture of experts: the load-balancing loss of the training forwards
   // (null for a dense model). The engine begins and ends its collection.
@@ -377,6 +416,7 @@ class DecoderModelImpl : public torch::nn::Module {
   std::shared_ptr<Rotary> rope_, sliding_rope_;  // sliding_rope_: Gemma 3's sliding layers
   std::shared_ptr<RouterBalance> router_balance_;
   std::shared_ptr<ShardingHooks> sharding_;
+  std::shared_ptr<SequenceParallel> sp_;
 };
 TORCH_MODULE(DecoderModel);
 
@@ -406,6 +446,10 @@ class LanguageModelImpl : public torch::nn::Module {
   // this model's parameters across ranks; the embedding, every layer and the
   // head then run through them.
   void set_sharding_hooks(std::shared_ptr<ShardingHooks> hooks) { model->set_sharding_hooks(std::move(hooks)); }
+  // Installs (or removes) sequence parallelism: forwards without a KV cache
+  // then split their rows over its ranks (see SequenceParallel); the hidden
+  // states come back whole on every rank.
+  void set_sequence_parallel(std::shared_ptr<SequenceParallel> sp) { model->set_sequence_parallel(std::move(sp)); }
 
   const ModelConfig& config() const { return config_; }
   HeadKind head_kind() const { return head_kind_; }

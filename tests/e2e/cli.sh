@@ -156,9 +156,13 @@ has "distributed: ZeRO-3"
 # does not override bf16: false), and validate says which.
 run 0 validate dpo --config configs/dpo.yaml --accelerate_config zero3 --bf16 false
 has "ZeRO-3; precision fp32"
-run 0 validate dpo --config configs/dpo.yaml --accelerate_config tests/data/config/user_accelerate_zero3.yaml
+run 0 validate dpo --config configs/dpo.yaml --accelerate_config tests/data/config/user_accelerate_zero3.yaml \
+  --gradient_accumulation_steps 4 --max_grad_norm 1.0
 has "optimizer offload cpu"
-has "4 warnings"
+has "2 warnings"
+# Its DeepSpeed accumulation must be the training config's, as transformers wants.
+run 2 validate dpo --config configs/dpo.yaml --accelerate_config tests/data/config/user_accelerate_zero3.yaml
+has "deepspeed_config.gradient_accumulation_steps is 4 but the training config's gradient_accumulation_steps is"
 
 # A broken launcher environment is reported, not guessed around.
 OUT=$(env RANK=5 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=h "$TRLX" env 2>&1)

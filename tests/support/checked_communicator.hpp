@@ -34,6 +34,13 @@ class CheckedCommunicator : public dist::Communicator {
     check("broadcast", t);
     return inner_.broadcast(t, root);
   }
+  dist::WorkPtr all_to_all(const torch::Tensor& in, torch::Tensor& out) override {
+    check("all_to_all", in);
+    check("all_to_all", out);
+    return inner_.all_to_all(in, out);
+  }
+  // The parts are the inner communicator's own, unchecked.
+  std::shared_ptr<dist::Communicator> split(int color, int key) override { return inner_.split(color, key); }
   void barrier() override { inner_.barrier(); }
   int64_t bytes_communicated() const override { return inner_.bytes_communicated(); }
 

@@ -63,6 +63,14 @@ Shard check_shard(const char* op, int64_t total, int64_t shard_numel, int world_
   return s;
 }
 
+void check_all_to_all(const torch::Tensor& in, const torch::Tensor& out, int world_size) {
+  if (in.scalar_type() != out.scalar_type()) fail("all_to_all: input and output dtypes differ");
+  if (in.numel() != out.numel() || in.numel() % world_size != 0)
+    fail("all_to_all: the input ({}) and output ({}) must hold the same number of elements, a multiple of the {} "
+         "ranks",
+         in.numel(), out.numel(), world_size);
+}
+
 void throw_timeout(const std::string& what, int rank, int world_size, std::chrono::seconds timeout) {
   throw CommError(fmt::format(
       "{} on rank {} of {} did not finish within {} s (ddp_timeout): another rank crashed, hangs, or did not "

@@ -20,6 +20,10 @@ void check_tensor(const char* op, const torch::Tensor& t, const torch::Device& d
 // `shard_numel` (the caller's tensor) does not match it.
 Shard check_shard(const char* op, int64_t total, int64_t shard_numel, int world_size, int rank);
 
+// Throws Error unless `in` and `out` hold the same dtype and number of
+// elements, a multiple of `world_size`.
+void check_all_to_all(const torch::Tensor& in, const torch::Tensor& out, int world_size);
+
 [[noreturn]] void throw_timeout(const std::string& what, int rank, int world_size, std::chrono::seconds timeout);
 [[noreturn]] void throw_broken(const std::string& what, int rank);
 

@@ -81,8 +81,19 @@ class Communicator {
   // (with an even split: [r * n, (r + 1) * n), n = out.numel()).
   virtual WorkPtr reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op = ReduceOp::Sum) = 0;
   virtual WorkPtr broadcast(at::Tensor& t, int root = 0) = 0;
+  // `in` and `out` have the same number of elements, a multiple of the world
+  // size, in world equal chunks: chunk j of `in` goes to rank j, and chunk i
+  // of `out` is what rank i sent this rank (sequence parallelism's exchange
+  // of heads for positions).
+  virtual WorkPtr all_to_all(const at::Tensor& in, at::Tensor& out) = 0;
   // Blocks until every rank has entered the barrier (same timeout as above).
   virtual void barrier() = 0;
+
+  // A communicator over the ranks that pass the same `color`, ranked by
+  // `key` (ties by rank here): one dimension of a device mesh. A collective:
+  // every rank calls it, in the same order. Collectives on the new one are
+  // matched only among its ranks.
+  virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
 
   // Bytes this rank has handed to collectives (the input of each operation;
   // a barrier counts 0). For benchmarks: compare with the parameter bytes.

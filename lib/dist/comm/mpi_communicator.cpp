@@ -230,6 +230,12 @@ class MpiCommunicator : public Communicator {
     else fail_op("communicator setup (MPI_Comm_idup)", err);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   }
+  // One dimension of a mesh: `comm` came from MPI_Comm_split of another.
+  MpiCommunicator(MPI_Comm comm, std::chrono::seconds timeout) : timeout_(timeout), comm_(comm) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &world_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  }
 
   ~MpiCommunicator() override {
     // Unwinding from an error: the other ranks may be waiting in a collective
@@ -300,6 +306,31 @@ class MpiCommunicator : public Communicator {
                         &w->request));
     bytes_ += t.nbytes();
     return w;
+  }
+
+  WorkPtr all_to_all(const torch::Tensor& in, torch::Tensor& out) override {
+    detail::check_tensor("all_to_all", in, device());
+    detail::check_tensor("all_to_all", out, device());
+    detail::check_all_to_all(in, out, world_);
+    auto w = start(detail::describe("all_to_all", ++seq_, in));
+    w->keep_alive = {in, out};
+    const int n = to_int(in.numel() / world_, "all_to_all");
+    const MPI_Datatype dt = mpi_type(in.scalar_type());
+    call(*w, MPI_Ialltoall(in.data_ptr(), n, dt, out.data_ptr(), n, dt, comm_, &w->request));
+    bytes_ += in.nbytes();
+    return w;
+  }
+
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    const std::string what = fmt::format("communicator split #{} (color {})", ++seq_, color);
+    if (broken_) detail::throw_broken(what, rank_);
+    // MPI_Comm_split has no nonblocking form; the ranks arrive together at
+    // setup, and a rank that never does ends the job through the launcher.
+    detail::WaitingIn marker(what, rank_, world_);
+    MPI_Comm part = MPI_COMM_NULL;
+    const int err = MPI_Comm_split(comm_, color, key, &part);
+    if (err != MPI_SUCCESS) fail_op(what, err);
+    return std::make_shared<MpiCommunicator>(part, timeout_);
   }
 
   void barrier() override {

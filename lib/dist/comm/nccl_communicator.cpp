@@ -27,7 +27,12 @@
 #include <atomic>
 
 #include <c10/cuda/CUDAFunctions.h>
+#include <algorithm>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include "dist/comm/host_values.hpp"
 
 #include "dist/comm/failure_watch.hpp"
 #include "dist/comm/store.hpp"
@@ -229,6 +234,39 @@ class NcclCommunicator : public Communicator {
     return w;
   }
 
+  WorkPtr all_to_all(const torch::Tensor& in, torch::Tensor& out) override {
+    detail::check_tensor("all_to_all", in, device_);
+    detail::check_tensor("all_to_all", out, device_);
+    detail::check_all_to_all(in, out, world_);
+    const std::string what = detail::describe("all_to_all", ++seq_, in);
+    c10d::AllToAllOptions o;
+    o.timeout = ms();
+    torch::Tensor src = in.reshape({-1}), dst = out.view({-1});
+    std::vector<int64_t> even;  // empty: equal chunks
+    auto w = wrap(guarded(what, [&] { return pg_->alltoall_base(dst, src, even, even, o); }), what);
+    w->keep_alive = {src, dst};
+    bytes_ += in.nbytes();
+    return w;
+  }
+
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    // Who shares this rank's color, in key order: each rank's (color, key)
+    // over this communicator. The part's ranks meet in the same store under
+    // a prefix of their own, and get a ProcessGroupNCCL of their own.
+    const int64_t n = ++splits_;
+    const auto all = all_gather_values(*this, {color, key});
+    std::vector<std::pair<int64_t, int>> members;  // (key, rank)
+    for (int r = 0; r < world_; ++r)
+      if (all[static_cast<size_t>(r)][0] == color) members.emplace_back(all[static_cast<size_t>(r)][1], r);
+    std::sort(members.begin(), members.end());
+    int part_rank = 0;
+    for (size_t i = 0; i < members.size(); ++i)
+      if (members[i].second == rank_) part_rank = static_cast<int>(i);
+    auto store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("trlx_split{}_color{}/", n, color), store_);
+    return std::make_shared<NcclCommunicator>(std::move(store), part_rank, static_cast<int>(members.size()), device_,
+                                              timeout_);
+  }
+
   void barrier() override {
     const std::string what = fmt::format("barrier #{}", ++seq_);
     c10d::BarrierOptions o;
@@ -277,6 +315,7 @@ class NcclCommunicator : public Communicator {
   bool broken_ = false;  // a collective of this rank failed
   int64_t seq_ = 0;
   int64_t bytes_ = 0;
+  int64_t splits_ = 0;
 };
 
 }  // namespace

@@ -7,7 +7,10 @@
 namespace trlx::dist {
 
 std::unique_ptr<Strategy> make_strategy(const config::DistributedConfig& dist, const config::TrainingConfig& training,
-                                        std::shared_ptr<Communicator> comm, torch::Device device) {
+                                        const Mesh& mesh, torch::Device device) {
+  std::shared_ptr<Communicator> comm = mesh.world;
+  ShardGroups groups;
+  if (mesh.across_replicas) groups = {mesh.replica, mesh.across_replicas};
   if (comm->world_size() == 1 && !training.debug_force_distributed) return make_single_strategy(std::move(comm));
   if (comm->world_size() == 1)
     log::info("debug_force_distributed: running {} with one process ({} communicator)",
@@ -35,6 +38,7 @@ std::unique_ptr<Strategy> make_strategy(const config::DistributedConfig& dist, c
     // bf16 mixed precision gathers bf16 (as DeepSpeed's bf16 mode and FSDP's
     // param_dtype do); fp16 keeps float32 weights for its loss scaling.
     if (training.use_bf16() && !training.fp16) o.compute_dtype = at::kBFloat16;
+    o.groups = groups;
     return make_parameter_sharding_strategy(std::move(comm), o);
   }
   const double bucket_cap_mb = training.ddp_bucket_cap_mb.value_or(25.0);
@@ -45,6 +49,7 @@ std::unique_ptr<Strategy> make_strategy(const config::DistributedConfig& dist, c
     o.find_unused_parameters = find_unused;
     o.sum_gradients = sum_gradients;
     o.offload_optimizer_device = dist.offload_optimizer_device;
+    o.groups = groups;
     return make_zero_strategy(std::move(comm), o);
   }
   DDPOptions o;

@@ -58,7 +58,8 @@ class ParameterSharding final : public ShardedOptimizer {
                                            .find_unused_parameters = o.find_unused_parameters,
                                            .sum_gradients = o.sum_gradients,
                                            .offload_optimizer_device = o.offload_optimizer_device,
-                                           .name = o.name}),
+                                           .name = o.name,
+                                           .groups = o.groups}),
         reshard_after_forward_(o.reshard_after_forward),
         compute_dtype_(o.compute_dtype) {}
 
@@ -156,7 +157,7 @@ class ParameterSharding final : public ShardedOptimizer {
       for (auto& [name, t] : params) fill(name, t);
       for (Segment* g : {&u->trainable, &u->frozen}) {
         if (g->params.empty()) continue;
-        const Shard s = shard_of(g->numel, world_size(), rank());
+        const Shard s = shard_of(g->numel, shard_count(), shard_rank());
         if (g->exact.defined()) {
           g->shard.copy_(g->exact.narrow(0, s.offset, s.numel));
           drop_exact(*g);
@@ -293,11 +294,11 @@ class ParameterSharding final : public ShardedOptimizer {
         gather(*g);
       } else if (g->exact.defined()) {
         resize_storage(g->exact, g->numel * g->exact.element_size());
-        comm_->all_gather(g->shard, g->exact)->wait();
+        shards().all_gather(g->shard, g->exact)->wait();
       } else {
         // A rank that only serves the reads joins the gather.
         auto joined = torch::empty({g->numel}, g->shard.options());
-        comm_->all_gather(g->shard, joined)->wait();
+        shards().all_gather(g->shard, joined)->wait();
       }
     }
   }
@@ -341,7 +342,7 @@ class ParameterSharding final : public ShardedOptimizer {
     // a model still on the host never stands whole on a GPU (nor converted
     // whole on the host).
     const auto opts = torch::TensorOptions().dtype(dtype).device(comm_->device());
-    const Shard s = shard_of(g.numel, world_size(), rank());
+    const Shard s = shard_of(g.numel, shard_count(), shard_rank());
     // The shard is allocated before the unit's full buffer, so freeing that
     // buffer leaves no hole between shards (the host's allocator keeps such
     // holes resident: one unit per unit split).
@@ -380,7 +381,7 @@ class ParameterSharding final : public ShardedOptimizer {
     resize_storage(g.full, g.numel * g.full.element_size());
     // Mixed: the float32 shard travels in the compute dtype.
     if (g.mixed()) g.send = g.shard.to(g.full.scalar_type());
-    g.pending = comm_->all_gather(g.mixed() ? g.send : g.shard, g.full);
+    g.pending = shards().all_gather(g.mixed() ? g.send : g.shard, g.full);
     mark(g, true);
   }
   void finish_gather(Segment& g) {

@@ -50,7 +50,7 @@ void ShardedOptimizer::shard_buckets(std::unique_ptr<GradBuckets> buckets, std::
   pieces_.assign(bs.size(), {});
   for (size_t bi = 0; bi < bs.size(); ++bi) {
     const auto& b = bs[bi];
-    const Shard s = shard_of(b.numel, world_size(), rank());
+    const Shard s = shard_of(b.numel, shard_count(), shard_rank());
     for (size_t j = 0; j < b.members.size(); ++j) {
       const auto& p = params_[b.members[j]].param;
       const int64_t lo = std::max(b.offsets[j], s.offset), hi = std::min(b.offsets[j] + p.numel(), s.offset + s.numel);
@@ -132,7 +132,7 @@ void ShardedOptimizer::begin_backward(bool sync, bool has_data) {
 void ShardedOptimizer::launch(GradBucket& b) {
   b.flat = buckets_->flatten(b);
   const ReduceOp op = o_.sum_gradients ? ReduceOp::Sum : ReduceOp::Avg;
-  const Shard s = shard_of(b.numel, world_size(), rank());
+  const Shard s = shard_of(b.numel, shard_count(), shard_rank());
   if (!o_.shard_gradients) {
     b.work = comm_->all_reduce(b.flat, op);
     b.out = b.flat.narrow(0, s.offset, s.numel);
@@ -140,7 +140,13 @@ void ShardedOptimizer::launch(GradBucket& b) {
     // The full gradients are in the flat buffer now; drop them.
     for (size_t m : b.members) params_[m].param.mutable_grad() = torch::Tensor();
     b.out = torch::empty({s.numel}, b.flat.options());
-    b.work = comm_->reduce_scatter(b.flat, b.out, op);
+    b.work = shards().reduce_scatter(b.flat, b.out, op);
+    if (o_.groups.across_replicas) {
+      // Hybrid: each replica's reduced shard, reduced across the replicas
+      // (ordered after the first on the device; MPI finishes it here).
+      b.work->wait();
+      b.work = o_.groups.across_replicas->all_reduce(b.out, op);
+    }
   }
   if (pinned_offload()) queue_to_host(static_cast<size_t>(&b - buckets_->buckets().data()));
 }
@@ -252,7 +258,8 @@ double ShardedOptimizer::clip_grad_norm(double max_norm, double inv_scale) {
       else it->second += s;
     }
   for (auto& [device, sq] : by_device) total += sq.to(comm_->device());
-  comm_->all_reduce(total, ReduceOp::Sum)->wait();
+  // Every replica holds the same slices: summed over one replica's ranks.
+  shards().all_reduce(total, ReduceOp::Sum)->wait();
   // A loss scale is a power of two: the norm of the scaled slices times
   // `inv_scale` is the true norm, and one multiplication by inv_scale times
   // the clip coefficient gives what unscaling and then clipping would.
@@ -291,13 +298,13 @@ void ShardedOptimizer::after_optimizer_step() {
   }
   auto start = [&](size_t bi) {
     auto& b = bs[bi];
-    const Shard s = shard_of(b.numel, world_size(), rank());
+    const Shard s = shard_of(b.numel, shard_count(), shard_rank());
     const auto opts = torch::TensorOptions().dtype(b.dtype).device(b.device);
     auto mine = torch::empty({s.numel}, opts);
     for (auto& piece : pieces_[bi]) mine.narrow(0, piece.shard_offset, piece.numel).copy_(piece.master, pinned);
     b.out = mine;
     b.flat = torch::empty({b.numel}, opts);
-    b.work = comm_->all_gather(b.out, b.flat);
+    b.work = shards().all_gather(b.out, b.flat);
   };
   if (!whole.empty()) start(whole[0]);
   for (size_t k = 0; k < whole.size(); ++k) {

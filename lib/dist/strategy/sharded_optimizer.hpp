@@ -38,6 +38,9 @@ class ShardedOptimizer : public Strategy {
     // "none" or "cpu": where the masters and their optimizer state live.
     std::string offload_optimizer_device = "none";
     std::string name;
+    // Hybrid sharding: split over `groups.shard`, the reduced shards reduced
+    // again over `groups.across_replicas`. Unset: over every rank.
+    ShardGroups groups;
   };
   ShardedOptimizer(std::shared_ptr<Communicator> comm, Options o);
   ~ShardedOptimizer() override;
@@ -63,6 +66,12 @@ class ShardedOptimizer : public Strategy {
   GradBuckets::LaunchFn launcher() {
     return [this](GradBucket& b) { launch(b); };
   }
+  // The ranks the parameters (their slices) are split over, and this
+  // rank's place among them: the world unless sharding is hybrid.
+  Communicator& shards() const { return o_.groups.shard ? *o_.groups.shard : *comm_; }
+  int shard_rank() const { return shards().rank(); }
+  int shard_count() const { return shards().world_size(); }
+
   // After the trained parameters' data changed dtype and back (set_data).
   void reattach_gradient_hooks() {
     if (buckets_) buckets_->reattach_hooks();

@@ -178,6 +178,15 @@ struct DDPOptions {
 // in buckets while backward still runs.
 std::unique_ptr<Strategy> make_ddp_strategy(std::shared_ptr<Communicator> comm, const DDPOptions& options);
 
+// Hybrid sharding (a device mesh, dist/strategy/mesh.hpp): the ranks the
+// parameters and optimizer state are split over, and the ranks holding the
+// same shard in the other replicas, across which the reduced gradient
+// shards are reduced once more. Unset: split over every rank, one replica.
+struct ShardGroups {
+  std::shared_ptr<Communicator> shard;
+  std::shared_ptr<Communicator> across_replicas;
+};
+
 struct ZeroOptions {
   // 1: optimizer state (fp32 master weights, Adam moments) sharded; 2: the
   // reduced gradients too.
@@ -187,6 +196,7 @@ struct ZeroOptions {
   bool sum_gradients = true;  // as DDPOptions
   // "none" or "cpu": where the master shards and their optimizer state live.
   std::string offload_optimizer_device = "none";
+  ShardGroups groups;
 };
 // ZeRO-1/2: every rank holds the whole model for forward and backward, but
 // updates only its shard of the parameters and all-gathers the result.
@@ -207,6 +217,7 @@ struct ParameterShardingOptions {
   // and what saving reads): gathers move half the bytes, and no weight is
   // cast again for autocast. Unset: units gather in the dtype they hold.
   std::optional<at::ScalarType> compute_dtype;
+  ShardGroups groups;
 };
 // ZeRO-3 and FSDP: the parameters are split too, unit by unit (the
 // embedding, each decoder layer, the head), each gathered around its forward

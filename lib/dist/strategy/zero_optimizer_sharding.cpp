@@ -18,7 +18,8 @@ class ZeroOptimizerSharding final : public ShardedOptimizer {
                                            .find_unused_parameters = o.find_unused_parameters,
                                            .sum_gradients = o.sum_gradients,
                                            .offload_optimizer_device = o.offload_optimizer_device,
-                                           .name = fmt::format("zero{}", o.stage)}),
+                                           .name = fmt::format("zero{}", o.stage),
+                                           .groups = o.groups}),
         bucket_cap_mb_(o.bucket_cap_mb) {}
 
   void setup(const std::vector<NamedParam>& trainable) override {

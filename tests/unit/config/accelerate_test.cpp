@@ -32,6 +32,10 @@ TEST_CASE("bundled presets read into the right strategies without warnings", "[a
     CHECK(z.warnings.empty());
   }
   CHECK(read_accelerate_config("zero3").zero3_save_16bit_model);
+  // Hybrid sharding: one replica per node.
+  auto hybrid = read_accelerate_config("fsdp_hybrid");
+  CHECK(hybrid.strategy == Strategy::FSDP);
+  CHECK(hybrid.parallelism.hybrid_per_node);
   for (const auto& name : preset_names()) CHECK(read_accelerate_config(name).warnings.empty());
   // Names from other tools.
   CHECK(read_accelerate_config("deepspeed_zero2").zero_stage == 2);
@@ -47,14 +51,82 @@ TEST_CASE("a user's accelerate file is read unchanged and unused keys warn once 
   CHECK(d.offload_optimizer_device == "cpu");
   CHECK(d.num_processes == 4);
   CHECK(d.source == path);
-  REQUIRE(d.warnings.size() == 4);
+  // DeepSpeed's accumulation and clipping are kept for the engine to check
+  // against the training config, where they were set.
+  REQUIRE(d.deepspeed_gradient_accumulation_steps);
+  CHECK(d.deepspeed_gradient_accumulation_steps->first == 4);
+  CHECK_THAT(d.deepspeed_gradient_accumulation_steps->second, Contains(path + ":8:3"));
+  REQUIRE(d.deepspeed_gradient_clipping);
+  CHECK(d.deepspeed_gradient_clipping->first == 1.0);
+  // What changes nothing trlx computes warns once each.
+  REQUIRE(d.warnings.size() == 2);
   std::string all;
   for (const auto& w : d.warnings) all += w + "\n";
-  CHECK_THAT(all, Contains("deepspeed_config.gradient_accumulation_steps"));
-  CHECK_THAT(all, Contains("deepspeed_config.gradient_clipping` is not used: set max_grad_norm"));
   CHECK_THAT(all, Contains("`dynamo_config`"));
   CHECK_THAT(all, Contains("`gpu_ids`"));
   CHECK_THAT(all, Contains(path + ":"));
+}
+
+TEST_CASE("keys trlx does not know are refused, with the nearest known one", "[accelerate]") {
+  auto msg = test::input_error_of([] { parse_accelerate_config("distributed_type: MULTI_GPU\nnum_proceses: 2\n", "a.yaml"); });
+  CHECK_THAT(msg, Contains("a.yaml:2:1: `num_proceses` is not an accelerate key trlx knows"));
+  CHECK_THAT(msg, Contains("did you mean `num_processes`"));
+  msg = test::input_error_of([] {
+    parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  zero_stage3_prefetch: 1\n", "a.yaml");
+  });
+  CHECK_THAT(msg, Contains("`deepspeed_config.zero_stage3_prefetch` is not an accelerate key trlx knows"));
+  msg = test::input_error_of([] {
+    parse_accelerate_config("distributed_type: FSDP\nfsdp_config:\n  fsdp_versoin: 2\n", "a.yaml");
+  });
+  CHECK_THAT(msg, Contains("did you mean `fsdp_version`"));
+  // Keys of the launcher and NVMe paths change nothing trlx runs.
+  auto d = parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n"
+                                   "  deepspeed_hostfile: /etc/hosts\n  deepspeed_moe_layer_cls_names: MixtralSparseMoeBlock\n",
+                                   "a.yaml");
+  CHECK(d.warnings.empty());
+}
+
+TEST_CASE("parallelism_config is read with accelerate's names and checks", "[accelerate]") {
+  auto d = parse_accelerate_config("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\nparallelism_config:\n"
+                                   "  parallelism_config_dp_replicate_size: 2\n  parallelism_config_dp_shard_size: 4\n"
+                                   "  parallelism_config_sp_size: 2\n  parallelism_config_sp_backend: deepspeed\n",
+                                   "p.yaml");
+  CHECK(d.parallelism.present);
+  CHECK(d.parallelism.dp_replicate_size == 2);
+  CHECK(d.parallelism.dp_shard_size == 4);
+  CHECK(d.parallelism.sp_size == 2);
+  CHECK(d.parallelism.cp_size == 1);
+  CHECK(d.parallelism.source == "p.yaml:4:1");
+  // ParallelismConfig's own field names too.
+  d = parse_accelerate_config("distributed_type: FSDP\nparallelism_config:\n  cp_size: 2\n", "p.yaml");
+  CHECK(d.parallelism.cp_size == 2);
+  CHECK_FALSE(d.parallelism.dp_shard_size.has_value());
+  // HYBRID_SHARD replicates across nodes.
+  d = parse_accelerate_config("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n", "h.yaml");
+  CHECK(d.parallelism.hybrid_per_node);
+  CHECK(d.reshard_after_forward);
+  CHECK(d.warnings.empty());
+  auto msg = test::input_error_of([] {
+    parse_accelerate_config("distributed_type: FSDP\nparallelism_config:\n  tp_size: 2\n", "p.yaml");
+  });
+  CHECK_THAT(msg, Contains("tensor parallelism (tp_size 2) is not built"));
+  msg = test::input_error_of([] {
+    parse_accelerate_config("distributed_type: FSDP\nparallelism_config:\n  cp_size: 2\n  sp_size: 2\n", "p.yaml");
+  });
+  CHECK_THAT(msg, Contains("mutually exclusive"));
+  msg = test::input_error_of([] {
+    parse_accelerate_config(
+        "distributed_type: FSDP\nparallelism_config:\n  cp_size: 2\n  dp_replicate_size: 2\n  dp_shard_size: 1\n", "p.yaml");
+  });
+  CHECK_THAT(msg, Contains("cannot be used with pure data parallelism"));
+  msg = test::input_error_of([] {
+    parse_accelerate_config("distributed_type: FSDP\nparallelism_config:\n  sp_backend: megatron\n", "p.yaml");
+  });
+  CHECK_THAT(msg, Contains("must be one of deepspeed"));
+  msg = test::input_error_of([] {
+    parse_accelerate_config("distributed_type: FSDP\nparallelism_config:\n  sp_sise: 2\n", "p.yaml");
+  });
+  CHECK_THAT(msg, Contains("did you mean `parallelism_config_sp_size`"));
 }
 
 TEST_CASE("FSDP1 sharding strategies map onto reshard_after_forward", "[accelerate]") {

@@ -13,6 +13,7 @@
 #include "dist/comm/make_communicator.hpp"
 #include "dist/comm/rendezvous_check.hpp"
 #include "dist/env/launcher_env.hpp"
+#include "dist/strategy/mesh.hpp"
 #include "mpi_world.hpp"
 
 using namespace trlx;
@@ -81,6 +82,50 @@ TEST_CASE("all_gather: even and uneven shards", "[mpi]") {
       CHECK(same_values(out, torch::arange(total)));
     }
   }
+}
+
+TEST_CASE("all_to_all: chunk j goes to rank j, for every dtype", "[mpi]") {
+  Communicator& c = mpi_comm();
+  const int w = c.world_size(), r = c.rank();
+  for (auto dt : kDtypes) {
+    INFO(c10::toString(dt));
+    // Rank r sends 100 * r + j (3 values) to rank j.
+    auto in = torch::empty({w, 3}, torch::TensorOptions().dtype(dt));
+    for (int j = 0; j < w; ++j) in[j].fill_(100 * r + j);
+    auto out = torch::full({w, 3}, -1, torch::TensorOptions().dtype(dt));
+    c.all_to_all(in, out)->wait();
+    for (int i = 0; i < w; ++i) CHECK(same_values(out[i], torch::full({3}, 100 * i + r)));
+  }
+  auto odd = torch::zeros({w * 2 + 1});
+  auto odd_out = torch::zeros({w * 2 + 1});
+  CHECK_THROWS_WITH(c.all_to_all(odd, odd_out), Catch::Contains("a multiple of the"));
+}
+
+TEST_CASE("split: mesh dimensions whose collectives match only among their ranks", "[mpi]") {
+  Communicator& c = mpi_comm();
+  const int w = c.world_size(), r = c.rank();
+  // Even and odd ranks, ranked in reverse: rank order follows the key.
+  auto part = c.split(r % 2, -r);
+  const int size = (w - r % 2 + 1) / 2;
+  REQUIRE(part->world_size() == size);
+  int below = 0;  // members with a larger world rank come first
+  for (int q = r % 2; q < w; q += 2)
+    if (q > r) ++below;
+  CHECK(part->rank() == below);
+  auto t = torch::full({2}, static_cast<double>(r), torch::kDouble);
+  part->all_reduce(t)->wait();
+  double expect = 0;
+  for (int q = r % 2; q < w; q += 2) expect += q;
+  CHECK(t[0].item<double>() == expect);
+  // The parent still works, and a part of a part too.
+  auto all = torch::ones({1});
+  c.all_reduce(all)->wait();
+  CHECK(all.item<float>() == static_cast<float>(w));
+  auto alone = part->split(part->rank(), 0);
+  CHECK(alone->world_size() == 1);
+  auto one = torch::full({1}, 7.0);
+  alone->all_reduce(one)->wait();
+  CHECK(one.item<float>() == 7.0f);
 }
 
 TEST_CASE("reduce_scatter: sum, avg, max, sizes not divisible by the world size", "[mpi]") {
@@ -359,4 +404,66 @@ TEST_CASE("rendezvous check: the layouts that cannot be right are named", "[sing
                              m(3, 4, 1, 2, -1, "b")},
                             4)
             .empty());
+}
+
+// The device mesh on 4 MPI ranks (CMakeLists.txt runs these with -np 4).
+TEST_CASE("mesh: hybrid sharding per node, sequence groups, and sizes that do not fit", "[mesh]") {
+  auto world = std::shared_ptr<Communicator>(&mpi_comm(), [](Communicator*) {});
+  REQUIRE(world->world_size() == 4);
+  const int r = world->rank();
+  auto sum_of_ranks = [&](Communicator& c) {
+    auto t = torch::full({1}, static_cast<double>(r), torch::kDouble);
+    c.all_reduce(t)->wait();
+    return t.item<double>();
+  };
+  config::DistributedConfig fsdp;
+  fsdp.strategy = config::Strategy::FSDP;
+  fsdp.source = "fsdp.yaml";
+  {
+    // HYBRID_SHARD with 2 processes per node: shards within {0,1} and
+    // {2,3}, replicas across {0,2} and {1,3}.
+    config::ParallelismConfig p;
+    p.hybrid_per_node = true;
+    const Mesh m = make_mesh(world, p, fsdp, /*local_world_size=*/2);
+    CHECK(m.dp_replicate == 2);
+    CHECK(m.dp_shard == 2);
+    CHECK(m.describe() == "dp_replicate 2 x dp_shard 2");
+    CHECK(m.data_rank() == r);
+    CHECK(m.data_size() == 4);
+    CHECK(sum_of_ranks(*m.replica) == (r < 2 ? 1.0 : 5.0));
+    CHECK(sum_of_ranks(*m.across_replicas) == (r % 2 == 0 ? 2.0 : 4.0));
+    CHECK(m.sequence == nullptr);
+  }
+  {
+    // 2 data ranks x sp 2: neighbours share a sequence, and read one batch.
+    config::ParallelismConfig p;
+    p.sp_size = 2;
+    const Mesh m = make_mesh(world, p, fsdp, 4);
+    CHECK(m.dp_shard == 2);
+    CHECK(m.data_rank() == r / 2);
+    CHECK(m.data_size() == 2);
+    CHECK(m.sequence->rank() == r % 2);
+    CHECK(sum_of_ranks(*m.sequence) == (r < 2 ? 1.0 : 5.0));
+    CHECK(m.replica.get() == world.get());
+  }
+  {
+    config::ParallelismConfig p;
+    p.dp_shard_size = 2;
+    p.source = "mesh.yaml:3:1";
+    CHECK_THROWS_WITH(make_mesh(world, p, fsdp, 4),
+                      Catch::Contains("dp_replicate_size 1 x dp_shard_size 2 x cp_size 1 x "
+                                                         "sp_size 1 = 2, but 4 processes were started"));
+    config::ParallelismConfig rep;
+    rep.dp_replicate_size = 4;
+    CHECK_THROWS_WITH(make_mesh(world, rep, fsdp, 4), Catch::Contains("raise dp_shard_size"));
+    config::DistributedConfig ddp;
+    ddp.strategy = config::Strategy::DDP;
+    config::ParallelismConfig shard4;
+    shard4.dp_shard_size = 4;
+    CHECK_THROWS_WITH(make_mesh(world, shard4, ddp, 4),
+                      Catch::Contains("DDP keeps it whole on every rank"));
+    config::ParallelismConfig odd;
+    odd.sp_size = 3;
+    CHECK_THROWS_WITH(make_mesh(world, odd, fsdp, 4), Catch::Contains("does not divide the 4"));
+  }
 }
