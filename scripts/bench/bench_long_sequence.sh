@@ -11,10 +11,19 @@
 # to one process's is the longest-sequence gain.
 #
 # Settings: SEQ (8192), SHORT (512), STEPS (3), REPEATS (1; configurations
-# alternate within each repeat), LIMIT_MB, THREADS (1 per rank).
+# alternate within each repeat), LIMIT_MB, THREADS (1 per rank; the one
+# process gets twice as many, so that both sides use the same cores).
 # Model: ~25M parameters (hidden 512, 8 layers, 8 heads, 4 key/value heads,
 # MLP 1376, the quickstart tokenizer's 304-token vocabulary), fp32, no
 # gradient checkpointing.
+#
+# Recorded (2026-12-07, 2 shared CPU cores, load 1.6-2.0, SEQ 8192, SHORT
+# 1024, STEPS 3, one repeat):
+#   config step_s  vs_one  peak_mb  peak_mb_short  activation_mb  bytes/step
+#   one    16.72   1.00    2492     1011           1481           0
+#   sp     16.50   0.99    1941     1024            917 (x0.62)   723257680
+#   cp     28.83   1.72    2003     1025            978 (x0.66)   387713360
+#   longest row within 2492 MiB per rank: one 8192, sp 12499 (x1.53), cp 11776 (x1.44)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -55,7 +64,8 @@ run() {
     --per_device_train_batch_size 1 --max_steps "$STEPS" --logging_steps 1 --save_strategy no --eval_strategy no
     --bf16 false --learning_rate 1e-4 --dataset_text_field text --output_dir "$out")
   case $name in
-    one) "${cmd[@]}" >"$out.log" 2>&1 ;;
+    # One process gets the threads of both ranks: the same cores either way.
+    one) OMP_NUM_THREADS=$((2 * OMP_NUM_THREADS)) "${cmd[@]}" >"$out.log" 2>&1 ;;
     *) "$TRLX" launch --nproc_per_node 2 -- "${cmd[@]}" --accelerate_config "$WORK/$name.yaml" >"$out.log" 2>&1 ;;
   esac
   python3 - "$out/metrics.jsonl" <<'PY'
