@@ -62,10 +62,35 @@ losses::TokenLogProbs Engine::Impl::logprobs(Role role, const torch::Tensor& hid
   o.chunk_size = plan_.logprob_chunk_size;
   o.logit_softcap = m.config().final_logit_softcapping.value_or(0.0);
   losses::TokenLogProbs out;
+  // Sequence parallelism: the hidden states are whole on every rank of the
+  // group (gathered after the layers). Each rank takes the log-probs of its
+  // share of the positions, so the head's logits cover 1/size of them, and
+  // the shares are gathered; the gather's backward sums every rank's
+  // gradient onto its share, and the hidden states' own gather routes each
+  // position's gradient to the rank whose layers computed it.
+  model::SequenceParallel* sp = m.model->sequence_parallel();
+  const bool split = sequence_parallel_ && sp && hidden.dim() == 3 && hidden.size(1) > 0;
+  const int64_t t = split ? hidden.size(1) : 0, n = split ? sp->size() : 1;
+  const int64_t share = (t + n - 1) / n;
+  auto mine = [&](const torch::Tensor& x) {
+    if (share * n == t) return x.narrow(1, share * sp->rank(), share);
+    auto shape = x.sizes().vec();
+    shape[1] = share * n - t;
+    return torch::cat({x, torch::zeros(shape, x.options())}, 1).narrow(1, share * sp->rank(), share);
+  };
+  auto whole = [&](const torch::Tensor& x) { return sp->gather(x, 1).narrow(1, 0, t); };
+  const auto h = split ? mine(hidden) : hidden;
+  const auto tg = split ? mine(targets.to(device_)) : targets.to(device_);
+  const auto mk = split ? mine(mask.to(device_)) : mask.to(device_);
   m.with_head(hidden, [&] {
-    out = losses::token_logprobs(hidden, m.head_weight(), targets.to(device_), mask.to(device_), o);
+    out = losses::token_logprobs(h, m.head_weight(), tg, mk, o);
     return std::vector<torch::Tensor>{out.logps, out.entropy};
   });
+  if (split) {
+    out.logps = whole(out.logps);
+    if (out.entropy.defined()) out.entropy = whole(out.entropy);
+    if (out.correct.defined()) out.correct = whole(out.correct.to(out.logps.scalar_type())).to(torch::kBool);
+  }
   return out;
 }
 

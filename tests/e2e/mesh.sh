@@ -61,6 +61,9 @@ for kind in ddp zero3 fsdp; do
   check "same_run one sp_$kind"
 done
 check "grep -q 'mesh sp 2 (Ulysses)' '$TMP/sp_ddp.log'"
+# Each rank takes the log-probs of its share of the positions: the gathered
+# entropy and accuracy are one process's.
+check "same_metric entropy '$TMP/one' '$TMP/sp_ddp' && same_metric mean_token_accuracy '$TMP/one' '$TMP/sp_ddp'"
 
 # Packed rows (each document attends only within itself, positions restart)
 # and odd lengths (the last share padded).
