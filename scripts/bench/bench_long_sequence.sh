@@ -17,13 +17,15 @@
 # MLP 1376, the quickstart tokenizer's 304-token vocabulary), fp32, no
 # gradient checkpointing.
 #
-# Recorded (2026-12-07, 2 shared CPU cores, load 1.6-2.0, SEQ 8192, SHORT
-# 1024, STEPS 3, one repeat):
+# Recorded (2026-12-07, 2 shared CPU cores, load 1.8-2.1, SEQ 8192, SHORT
+# 1024, STEPS 3, one repeat; each rank taking the log-probs of its share):
 #   config step_s  vs_one  peak_mb  peak_mb_short  activation_mb  bytes/step
-#   one    16.72   1.00    2492     1011           1481           0
-#   sp     16.50   0.99    1941     1024            917 (x0.62)   723257680
-#   cp     28.83   1.72    2003     1025            978 (x0.66)   387713360
-#   longest row within 2492 MiB per rank: one 8192, sp 12499 (x1.53), cp 11776 (x1.44)
+#   one    19.23   1.00    2492     1011           1481           0
+#   sp     17.13   0.89    1956     1023            933 (x0.63)   723339600
+#   cp     29.06   1.51    2033     1027           1006 (x0.68)   387795280
+#   longest row within 2492 MiB per rank: one 8192, sp 12310 (x1.50), cp 11462 (x1.40)
+# (An earlier run, before the log-probs were split: sp x0.62 / x1.53, cp
+# x0.66 / x1.44, step x0.99 and x1.72 at load 1.6-2.0.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
