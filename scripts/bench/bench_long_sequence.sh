@@ -17,15 +17,15 @@
 # MLP 1376, the quickstart tokenizer's 304-token vocabulary), fp32, no
 # gradient checkpointing.
 #
-# Recorded (2026-12-07, 2 shared CPU cores, load 1.8-2.1, SEQ 8192, SHORT
-# 1024, STEPS 3, one repeat; each rank taking the log-probs of its share):
+# Recorded (2026-12-07, 2 shared CPU cores, load 1.6-2.0, SEQ 8192, SHORT
+# 1024, STEPS 3, one repeat, MALLOC_MMAP_THRESHOLD_=65536):
 #   config step_s  vs_one  peak_mb  peak_mb_short  activation_mb  bytes/step
-#   one    19.23   1.00    2492     1011           1481           0
-#   sp     17.13   0.89    1956     1023            933 (x0.63)   723339600
-#   cp     29.06   1.51    2033     1027           1006 (x0.68)   387795280
-#   longest row within 2492 MiB per rank: one 8192, sp 12310 (x1.50), cp 11462 (x1.40)
-# (An earlier run, before the log-probs were split: sp x0.62 / x1.53, cp
-# x0.66 / x1.44, step x0.99 and x1.72 at load 1.6-2.0.)
+#   one    18.62   1.00    1250      827            423           0
+#   sp     18.19   0.98    1082      884            198 (x0.47)   723339600
+#   cp     30.49   1.64    1235      907            328 (x0.78)   387795280
+#   longest row within 1250 MiB per rank: one 8192, sp 14274 (x1.74), cp 8520 (x1.04)
+# With glibc's default heap (MALLOC_MMAP_THRESHOLD_= ): one 1481 MiB of
+# activations, sp x0.63, cp x0.68, at load 1.8-2.1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -34,6 +34,14 @@ SHORT=${SHORT:-512}
 STEPS=${STEPS:-3}
 REPEATS=${REPEATS:-1}
 export OMP_NUM_THREADS=${THREADS:-1}
+# Blocks of 64 KiB and more come from mmap and go back to the system when
+# freed, so that the peak resident memory follows the tensors alive at once
+# rather than what glibc's heap kept from earlier, differently sized ones
+# (with glibc's default, the peaks here were 1.5-3x the live bytes, and
+# unevenly so between the configurations). MALLOC_MMAP_THRESHOLD_= unset
+# measures the default.
+export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_-65536}
+[ -z "$MALLOC_MMAP_THRESHOLD_" ] && unset MALLOC_MMAP_THRESHOLD_
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cmake --build "$BUILD_DIR" --target trlx -j2 >/dev/null 2>&1
 TRLX="$BUILD_DIR/apps/trlx/trlx"
@@ -82,7 +90,7 @@ PY
 }
 
 declare -A step peak short_peak comm
-CONFIGS="one sp cp"
+CONFIGS=${CONFIGS:-"one sp cp"}
 for ((r = 0; r < REPEATS; r++)); do
   for c in $CONFIGS; do
     read -r s p b <<<"$(run "$c" "$SEQ")"
