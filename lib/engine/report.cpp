@@ -286,8 +286,9 @@ void Engine::Impl::print_startup(Trainer& trainer) {
   // What one rank holds for what trains: weights in their dtype, gradients
   // in the trained weights' dtype, two Adam moments (and fp32 masters
   // where ZeRO keeps them apart from the weights), each split over the ranks
-  // where the strategy splits it.
-  const double w = static_cast<double>(world);
+  // where the strategy splits it: over one replica's ranks (all of them
+  // without hybrid sharding).
+  const double w = static_cast<double>(mesh_.replica->world_size());
   const bool split_state = strategy_->shards_optimizer_state();
   const bool split_grads = split_state && (strategy_->shards_parameters() || dist_.zero_stage >= 2);
   // ZeRO-1/2 (and any offload) keep fp32 masters apart from the weights;
@@ -311,8 +312,13 @@ void Engine::Impl::print_startup(Trainer& trainer) {
       {"parameters", fmt::format("{} total, {} trainable", human(static_cast<double>(total)), human(static_cast<double>(trainable)))},
       {"train examples", std::to_string(trainer.num_examples("train"))},
       {"eval examples", std::to_string(trainer.num_examples("test"))},
-      {"batch", fmt::format("{} per device x {} accumulation x {} process(es) = {}", config_.per_device_train_batch_size,
-                            config_.gradient_accumulation_steps, world, total_batch)},
+      {"batch", mesh_.seq() > 1
+                    ? fmt::format("{} per device x {} accumulation x {} data rank(s) = {} (each row split over {} ranks)",
+                                  config_.per_device_train_batch_size, config_.gradient_accumulation_steps,
+                                  data_size(), total_batch, mesh_.seq())
+                    : fmt::format("{} per device x {} accumulation x {} process(es) = {}",
+                                  config_.per_device_train_batch_size, config_.gradient_accumulation_steps, world,
+                                  total_batch)},
       {"steps", fmt::format("{} ({} batches per epoch)", schedule_.total_steps, batches_per_epoch_)},
       {"schedule", fmt::format("{}, peak lr {:g}, warmup {} steps", schedule_.type, schedule_.base_lr, schedule_.warmup_steps)},
       // adamw_torch and adamw_torch_fused name the same update; the 8-bit
