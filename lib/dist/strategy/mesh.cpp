@@ -1,9 +1,9 @@
 // The device mesh of accelerate's parallelism_config over trlx's communicators.
 #include "dist/strategy/mesh.hpp"
 
-#include <vector>
-
 #include <fmt/format.h>
+
+#include <vector>
 
 #include "core/error.hpp"
 #include "core/strings.hpp"
@@ -38,42 +38,47 @@ Mesh make_mesh(std::shared_ptr<Communicator> world, const config::ParallelismCon
   const std::string where = p.source.empty() ? dist.source : p.source;
   const bool shards_optimizer = dist.strategy == config::Strategy::Zero || dist.strategy == config::Strategy::FSDP;
   if (w % seq != 0)
-    fail_input("{}: cp_size {} x sp_size {} does not divide the {} processes started; start a multiple of {} "
-               "processes or change the sizes",
-               where, m.cp, m.sp, w, seq);
+    fail_input(
+        "{}: cp_size {} x sp_size {} does not divide the {} processes started; start a multiple of {} "
+        "processes or change the sizes",
+        where, m.cp, m.sp, w, seq);
   const int data = w / seq;
   if (p.dp_replicate_size || p.dp_shard_size) {
     m.dp_replicate = p.dp_replicate_size.value_or(1);
     m.dp_shard = p.dp_shard_size.value_or(1);
     if (m.dp_replicate * m.dp_shard * seq != w)
-      fail_input("{}: dp_replicate_size {} x dp_shard_size {} x cp_size {} x sp_size {} = {}, but {} processes were "
-                 "started; the sizes must multiply to the number of processes",
-                 where, m.dp_replicate, m.dp_shard, m.cp, m.sp, m.dp_replicate * m.dp_shard * seq, w);
+      fail_input(
+          "{}: dp_replicate_size {} x dp_shard_size {} x cp_size {} x sp_size {} = {}, but {} processes were "
+          "started; the sizes must multiply to the number of processes",
+          where, m.dp_replicate, m.dp_shard, m.cp, m.sp, m.dp_replicate * m.dp_shard * seq, w);
   } else if (p.hybrid_per_node && w > 1) {
     // HYBRID_SHARD: one replica per node.
     if (local_world_size < 1 || w % local_world_size != 0 || local_world_size % seq != 0)
-      fail_input("{}: HYBRID_SHARD shards within each node, but {} processes per node do not split {} processes "
-                 "into whole nodes{}; set parallelism_config's dp_replicate_size and dp_shard_size instead",
-                 where, local_world_size, w, seq > 1 ? fmt::format(" of whole sequence groups ({})", seq) : "");
+      fail_input(
+          "{}: HYBRID_SHARD shards within each node, but {} processes per node do not split {} processes "
+          "into whole nodes{}; set parallelism_config's dp_replicate_size and dp_shard_size instead",
+          where, local_world_size, w, seq > 1 ? fmt::format(" of whole sequence groups ({})", seq) : "");
     m.dp_shard = local_world_size / seq;
     m.dp_replicate = data / m.dp_shard;
   } else {
     m.dp_shard = data;
   }
   if (!shards_optimizer && p.dp_shard_size.value_or(1) > 1)
-    fail_input("{}: dp_shard_size {} asks to shard the model, but {} keeps it whole on every rank; use "
-               "distributed_type FSDP or DEEPSPEED, or set dp_replicate_size instead",
-               where, *p.dp_shard_size, dist.strategy == config::Strategy::DDP ? "DDP" : "a single process");
+    fail_input(
+        "{}: dp_shard_size {} asks to shard the model, but {} keeps it whole on every rank; use "
+        "distributed_type FSDP or DEEPSPEED, or set dp_replicate_size instead",
+        where, *p.dp_shard_size, dist.strategy == config::Strategy::DDP ? "DDP" : "a single process");
   if (!shards_optimizer) {
     // Replicas are all there is: every rank holds the whole model.
     m.dp_shard = data;
     m.dp_replicate = 1;
   }
   if (shards_optimizer && w > 1 && m.dp_shard * seq == 1)
-    fail_input("{}: {} shards the model over the ranks of a replica, but dp_shard_size and cp/sp sizes are all 1 "
-               "(every rank a replica of its own); raise dp_shard_size, or use distributed_type MULTI_GPU for "
-               "plain data parallelism",
-               where, dist.describe());
+    fail_input(
+        "{}: {} shards the model over the ranks of a replica, but dp_shard_size and cp/sp sizes are all 1 "
+        "(every rank a replica of its own); raise dp_shard_size, or use distributed_type MULTI_GPU for "
+        "plain data parallelism",
+        where, dist.describe());
   const int r = world->rank();
   const int data_rank = r / seq, seq_rank = r % seq;
   const int replica = data_rank / m.dp_shard;
