@@ -69,7 +69,7 @@ losses::TokenLogProbs Engine::Impl::logprobs(Role role, const torch::Tensor& hid
   // gradient onto its share, and the hidden states' own gather routes each
   // position's gradient to the rank whose layers computed it.
   model::SequenceParallel* sp = m.model->sequence_parallel();
-  const bool split = sequence_parallel_ && sp && hidden.dim() == 3 && hidden.size(1) > 0;
+  const bool split = sp && hidden.dim() == 3 && hidden.size(1) > 0;
   const int64_t t = split ? hidden.size(1) : 0, n = split ? sp->size() : 1;
   const int64_t share = (t + n - 1) / n;
   auto mine = [&](const torch::Tensor& x) {

@@ -61,6 +61,13 @@ for kind in ddp zero3 fsdp; do
   check "same_run one sp_$kind"
 done
 check "grep -q 'mesh sp 2 (Ulysses)' '$TMP/sp_ddp.log'"
+# The rows were split, not merely the same run twice: the exchanges around
+# attention add to what plain 2-rank DDP hands to collectives per step.
+ranks 2 ddp sft --per_device_train_batch_size 8 --accelerate_config multi_gpu
+bytes() { values comm_bytes_per_step "$TMP/$1/metrics.jsonl"; }
+show_bytes() { echo "  bytes/step: $1 $(bytes "$1"), $2 $(bytes "$2")"; }
+check "python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if a > 1.5 * b else 1)' \$(bytes sp_ddp) \$(bytes ddp)"
+show_bytes sp_ddp ddp
 # Each rank takes the log-probs of its share of the positions: the gathered
 # entropy and accuracy are one process's.
 check "same_metric entropy '$TMP/one' '$TMP/sp_ddp' && same_metric mean_token_accuracy '$TMP/one' '$TMP/sp_ddp'"
@@ -118,6 +125,9 @@ acc cp_fsdp FSDP "cp_size: 2" "dp_shard_size: 1"
 ranks 2 cp_fsdp sft --accelerate_config "$TMP/cp_fsdp.yaml"
 check "same_run one cp_fsdp"
 check "grep -q 'mesh cp 2 (keys and values all-gathered)' '$TMP/cp_fsdp.log'"
+ranks 2 fsdp sft --per_device_train_batch_size 8 --accelerate_config fsdp
+check "python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if a > 1.2 * b else 1)' \$(bytes cp_fsdp) \$(bytes fsdp)"
+show_bytes cp_fsdp fsdp
 # Packed rows keep their documents apart (the mask's rows go with the
 # queries), odd lengths pad the last chunk.
 ranks 2 cp_packed sft --packing true --max_length 61 --accelerate_config "$TMP/cp_fsdp.yaml"
@@ -142,6 +152,14 @@ acc hybrid FSDP "dp_replicate_size: 2" "dp_shard_size: 2"
 ranks 4 hybrid sft --accelerate_config "$TMP/hybrid.yaml"
 check "same_run one64 hybrid"
 check "grep -q 'mesh dp_replicate 2 x dp_shard 2' '$TMP/hybrid.log'"
+# Hybrid sharding, not full sharding over 4: gathers of halves within each
+# replica and an all-reduce across replicas send more per step (about 10
+# parameter-bytes against 6).
+acc flat FSDP
+ranks 4 flat sft --accelerate_config "$TMP/flat.yaml"
+check "same_run one64 flat"
+check "python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if a > 1.4 * b else 1)' \$(bytes hybrid) \$(bytes flat)"
+show_bytes hybrid flat
 # A checkpoint of the hybrid run resumes exactly on the same mesh, and is
 # refused on another (its optimizer state is split within each replica).
 ranks 4 hybrid_ck sft --accelerate_config "$TMP/hybrid.yaml" --save_strategy steps --save_steps 2
@@ -149,9 +167,8 @@ ranks 4 hybrid_resumed sft --accelerate_config "$TMP/hybrid.yaml" --save_strateg
   --resume_from_checkpoint "$TMP/hybrid_ck/checkpoint-2"
 check "[ \"\$(values loss '$TMP/hybrid/metrics.jsonl' | tail -1)\" = \"\$(values loss '$TMP/hybrid_resumed/metrics.jsonl' | tail -1)\" ]"
 check "same_scores '$TMP/hybrid' '$TMP/hybrid_resumed'"
-acc flat FSDP
 "$TRLX" launch --nproc_per_node 4 -- "$TRLX" sft $SFT --accelerate_config "$TMP/flat.yaml" \
-  --resume_from_checkpoint "$TMP/hybrid_ck/checkpoint-2" --output_dir "$TMP/flat" >"$TMP/o" 2>&1
+  --resume_from_checkpoint "$TMP/hybrid_ck/checkpoint-2" --output_dir "$TMP/flat_resumed" >"$TMP/o" 2>&1
 check "[ $? = 2 ] && grep -q 'saved on the mesh dp_replicate 2 x dp_shard 2, and this run.s is dp_shard 4' '$TMP/o'" ||
   tail -5 "$TMP/o"
 acc hybrid_z2 ZERO2 "dp_replicate_size: 2" "dp_shard_size: 2"

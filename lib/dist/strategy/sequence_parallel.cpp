@@ -35,23 +35,18 @@ Communicator& comm_of(AutogradContext* ctx) {
   return *reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
 }
 
-struct ToHeads : torch::autograd::Function<ToHeads> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Communicator* c) {
+// One exchange and its backward, the inverse exchange: `to_heads` picks
+// which way the forward goes.
+struct Exchange : torch::autograd::Function<Exchange> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Communicator* c, bool to_heads) {
     ctx->saved_data["comm"] = reinterpret_cast<int64_t>(c);
-    return positions_to_heads(*c, x);
+    ctx->saved_data["to_heads"] = to_heads;
+    return to_heads ? positions_to_heads(*c, x) : heads_to_positions(*c, x);
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
-    return {heads_to_positions(comm_of(ctx), g[0]), torch::Tensor()};
-  }
-};
-
-struct ToPositions : torch::autograd::Function<ToPositions> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& y, Communicator* c) {
-    ctx->saved_data["comm"] = reinterpret_cast<int64_t>(c);
-    return heads_to_positions(*c, y);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list g) {
-    return {positions_to_heads(comm_of(ctx), g[0]), torch::Tensor()};
+    Communicator& c = comm_of(ctx);
+    return {ctx->saved_data["to_heads"].toBool() ? heads_to_positions(c, g[0]) : positions_to_heads(c, g[0]),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -81,14 +76,14 @@ struct Gather : torch::autograd::Function<Gather> {
   }
 };
 
-class Exchange final : public model::SequenceParallel {
+class Group final : public model::SequenceParallel {
  public:
-  Exchange(std::shared_ptr<Communicator> group, Kind kind) : group_(std::move(group)), kind_(kind) {}
+  Group(std::shared_ptr<Communicator> group, Kind kind) : group_(std::move(group)), kind_(kind) {}
   Kind kind() const override { return kind_; }
   int size() const override { return group_->world_size(); }
   int rank() const override { return group_->rank(); }
-  torch::Tensor to_heads(const torch::Tensor& x) override { return ToHeads::apply(x, group_.get()); }
-  torch::Tensor to_positions(const torch::Tensor& x) override { return ToPositions::apply(x, group_.get()); }
+  torch::Tensor to_heads(const torch::Tensor& x) override { return Exchange::apply(x, group_.get(), true); }
+  torch::Tensor to_positions(const torch::Tensor& x) override { return Exchange::apply(x, group_.get(), false); }
   torch::Tensor gather(const torch::Tensor& x, int64_t dim) override { return Gather::apply(x, dim, group_.get()); }
 
  private:
@@ -99,11 +94,11 @@ class Exchange final : public model::SequenceParallel {
 }  // namespace
 
 std::shared_ptr<model::SequenceParallel> make_sequence_parallel(std::shared_ptr<Communicator> group) {
-  return std::make_shared<Exchange>(std::move(group), model::SequenceParallel::Kind::Ulysses);
+  return std::make_shared<Group>(std::move(group), model::SequenceParallel::Kind::Ulysses);
 }
 
 std::shared_ptr<model::SequenceParallel> make_context_parallel(std::shared_ptr<Communicator> group) {
-  return std::make_shared<Exchange>(std::move(group), model::SequenceParallel::Kind::Context);
+  return std::make_shared<Group>(std::move(group), model::SequenceParallel::Kind::Context);
 }
 
 }  // namespace trlx::dist
