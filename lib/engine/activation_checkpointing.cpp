@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "engine/autocast.hpp"
+#include "model/quant4.hpp"
 
 namespace trlx::engine {
 
@@ -88,6 +89,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       ReplayRng rng(*state);
       Autocast ac(state->autocast ? std::optional<at::ScalarType>(state->autocast_dtype) : std::nullopt, state->device.type(),
                   state->autocast_cache);
+      // The backward below follows at once: 4-bit layers keep the weights
+      // they dequantize for it (one layer's, until it is done).
+      model::KeepDequantizedWeights keep;
       out = state->fn(x);
     }
     variable_list grads(2 + state->params.size());

@@ -191,6 +191,10 @@ struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
   }
 };
 
+// Rows of [rows x vocab] logits worked on at a time by the passes over
+// them: about a million values (4 MiB in float32).
+int64_t rows_per_block(int64_t vocab) { return std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, vocab)); }
+
 // Log-probs of targets through full [rows x vocab] logits that stay alive
 // until backward, which turns them into their own gradient in place: one
 // [rows x vocab] buffer over forward and backward, where autograd through
@@ -206,24 +210,45 @@ struct StoredLogProbs : public torch::autograd::Function<StoredLogProbs> {
     const int64_t n_tokens = hidden.size(0), n_rows = rows.size(0), vocab = weight.size(0);
     auto f32 = hidden.options().dtype(torch::kFloat32);
     auto logits = chunk_logits(hidden.index_select(0, rows), weight, temperature, softcap);
-    auto lse = logits.logsumexp(-1);
+    // Row block by row block: each block's log-sum-exp, entropy and argmax
+    // while it is in cache, their temporaries the block's size (and reused),
+    // not the logits' (a [rows x vocab] temporary per pass, which the CPU
+    // also page-faults in afresh each time).
+    const int64_t block = rows_per_block(vocab);
+    auto lse = torch::empty({n_rows}, f32);
+    torch::Tensor entropy_rows, argmax, logp, p;
+    if (want_entropy) {
+      entropy_rows = torch::empty({n_rows}, f32);
+      logp = torch::empty({std::min(block, n_rows), vocab}, f32);
+      p = torch::empty_like(logp);
+    }
+    if (want_accuracy) argmax = torch::empty({n_rows}, targets.options());
+    for (int64_t s = 0; s < n_rows; s += block) {
+      const int64_t e = std::min(n_rows, s + block);
+      const auto l = logits.slice(0, s, e);
+      auto lse_b = lse.slice(0, s, e);
+      at::logsumexp_out(lse_b, l, {1}, false);
+      if (want_entropy) {
+        auto lp = logp.narrow(0, 0, e - s), pb = p.narrow(0, 0, e - s);
+        auto ent_b = entropy_rows.slice(0, s, e);
+        at::sub_out(lp, l, lse_b.unsqueeze(1));
+        at::exp_out(pb, lp);
+        pb.mul_(lp);
+        at::sum_out(ent_b, pb, {1});
+        ent_b.neg_();
+      }
+      if (want_accuracy) {
+        auto am = argmax.slice(0, s, e);
+        at::argmax_out(am, l, 1);
+      }
+    }
     auto picked = logits.gather(1, targets.unsqueeze(1)).squeeze(1);
     auto logps = torch::zeros({n_tokens}, f32).index_copy_(0, rows, picked - lse);
     torch::autograd::variable_list out{logps};
-    if (want_entropy) {
-      // In blocks of rows, so the softmax's temporaries stay small beside the logits.
-      auto entropy = torch::zeros({n_tokens}, f32);
-      const int64_t block = std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(1, vocab));
-      for (int64_t s = 0; s < n_rows; s += block) {
-        const int64_t e = std::min(n_rows, s + block);
-        auto logp = logits.slice(0, s, e) - lse.slice(0, s, e).unsqueeze(1);
-        entropy.index_copy_(0, rows.slice(0, s, e), -(logp.exp() * logp).sum(-1));
-      }
-      out.push_back(entropy);
-    }
+    if (want_entropy) out.push_back(torch::zeros({n_tokens}, f32).index_copy_(0, rows, entropy_rows));
     if (want_accuracy)
-      out.push_back(torch::zeros({n_tokens}, hidden.options().dtype(torch::kBool))
-                        .index_copy_(0, rows, logits.argmax(-1) == targets));
+      out.push_back(
+          torch::zeros({n_tokens}, hidden.options().dtype(torch::kBool)).index_copy_(0, rows, argmax == targets));
     if (out.size() > 1) ctx->mark_non_differentiable(torch::autograd::variable_list(out.begin() + 1, out.end()));
     // Without gradients (reference models, evaluation) there is no graph to
     // keep this: the logits go when apply() returns.
@@ -251,9 +276,20 @@ struct StoredLogProbs : public torch::autograd::Function<StoredLogProbs> {
     if (!grad_logps.defined() || !(need_hidden || need_weight)) return grads;
     AutocastOff no_autocast(hidden.device().type());
     auto g = grad_logps.index_select(0, rows).to(torch::kFloat32).unsqueeze(1);
-    logits_grad_in_place(d, lse.unsqueeze(1), g, targets.unsqueeze(1), torch::Tensor(),
-                         ctx->saved_data["temperature"].toDouble(), ctx->saved_data["softcap"].toDouble());
-    auto d_c = d.to(hidden.scalar_type());
+    // Block by block while each is in cache, as in forward, the copy in the
+    // compute dtype written as each block is done.
+    const int64_t n_rows = d.size(0);
+    const bool cast = hidden.scalar_type() != d.scalar_type();
+    auto d_c = cast ? torch::empty(d.sizes(), d.options().dtype(hidden.scalar_type())) : d;
+    const int64_t block = rows_per_block(d.size(1));
+    for (int64_t s = 0; s < n_rows; s += block) {
+      const int64_t e = std::min(n_rows, s + block);
+      auto db = d.slice(0, s, e);
+      logits_grad_in_place(db, lse.slice(0, s, e).unsqueeze(1), g.slice(0, s, e), targets.slice(0, s, e).unsqueeze(1),
+                           torch::Tensor(), ctx->saved_data["temperature"].toDouble(),
+                           ctx->saved_data["softcap"].toDouble());
+      if (cast) d_c.slice(0, s, e).copy_(db);
+    }
     d = torch::Tensor();
     if (need_hidden)
       grads[0] = torch::zeros_like(hidden).index_copy_(0, rows, torch::mm(d_c, weight));

@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "model/kernels.hpp"
 #include "model/quant4.hpp"
 
 namespace trlx::model {
@@ -266,21 +267,27 @@ namespace {
 // A 4-bit layer's product x W^T (+ b): the weight is dequantized for the
 // forward and again for the backward, never kept between them, as
 // bitsandbytes' MatMul4Bit does; only the input gets a gradient (the 4-bit
-// base is frozen). Autograd keeps a raw pointer to the codes, which the
-// layer's `quant4` owns for as long as the model, and so any graph through
-// it, lives.
+// base is frozen). Inside a checkpoint's recompute, whose backward follows
+// at once (KeepDequantizedWeights), the forward's weight is kept for it
+// instead. Autograd keeps a raw pointer to the codes, which the layer's
+// `quant4` owns for as long as the model, and so any graph through it,
+// lives.
 class Quant4Linear : public torch::autograd::Function<Quant4Linear> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int64_t weights) {
     const auto* q = reinterpret_cast<const Quant4Weight*>(weights);
     ctx->saved_data["weights"] = weights;
-    return torch::linear(x, dequantize_4bit(*q, x.scalar_type()));
+    auto w = dequantize_4bit(*q, x.scalar_type());
+    if (KeepDequantizedWeights::active()) ctx->save_for_backward({w});
+    return torch::linear(x, w);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto* q = reinterpret_cast<const Quant4Weight*>(ctx->saved_data["weights"].toInt());
     const auto& g = grads.at(0);
-    return {torch::matmul(g, dequantize_4bit(*q, g.scalar_type())), torch::Tensor()};
+    const auto kept = ctx->get_saved_variables();
+    auto w = kept.empty() ? dequantize_4bit(*q, g.scalar_type()) : kept[0].to(g.scalar_type());
+    return {torch::matmul(g, w), torch::Tensor()};
   }
 };
 
@@ -311,12 +318,27 @@ torch::Tensor LinearImpl::forward_with_lora(const torch::Tensor& x, const torch:
                                             const torch::Tensor& base_bias) {
   // base_weight is undefined for a 4-bit layer, whose product dequantizes.
   auto y = base_product(*this, x, base_weight, base_bias);
-  // The adapter may keep a wider dtype than the base (fp32 adapters on a bf16
-  // model): its input is cast to it and its output back.
+  const bool dropped = lora_dropout > 0.0 && is_training();
+  if (!lora_magnitude.defined()) {
+    // The adapter may keep a wider dtype than the base (fp32 adapters on a
+    // bf16 model): its input is cast to it and its output back. Under
+    // autocast in the input's own dtype the adapter's products run in that
+    // dtype anyway, so the input goes in as it is: the round trip would
+    // give the same values (dropout scales in float32 either way).
+    const auto dev = x.device().type();
+    const bool as_is = at::autocast::is_autocast_enabled(dev) && at::autocast::get_autocast_dtype(dev) == x.scalar_type();
+    auto h = as_is ? x : x.to(lora_A->weight.scalar_type());
+    if (dropped) h = model::dropout(h, lora_dropout, /*train=*/true);
+    // The scale applied to the rank-r product (r values a token, not one
+    // per output), and y + a B^T as one addmm where the dtypes agree.
+    auto a = torch::linear(h, lora_A->weight) * lora_scale;
+    if (a.scalar_type() != y.scalar_type()) return y + torch::linear(a, lora_B->weight).to(y.scalar_type());
+    const int64_t out = y.size(-1);
+    return torch::addmm(y.reshape({-1, out}), a.reshape({-1, a.size(-1)}), lora_B->weight.t()).view(y.sizes());
+  }
   auto h = x.to(lora_A->weight.scalar_type());
-  if (lora_dropout > 0.0 && is_training()) h = torch::dropout(h, lora_dropout, /*train=*/true);
+  if (dropped) h = model::dropout(h, lora_dropout, /*train=*/true);
   auto delta = torch::linear(torch::linear(h, lora_A->weight), lora_B->weight) * lora_scale;
-  if (!lora_magnitude.defined()) return y + delta.to(y.scalar_type());
   // DoRA, as PEFT computes it: each output row of W + scale * B A rescaled
   // to its learned magnitude, the row norms taken as constants (not
   // differentiated, as the DoRA paper advises). With W x the base output
@@ -330,7 +352,6 @@ torch::Tensor LinearImpl::forward_with_lora(const torch::Tensor& x, const torch:
     norm = torch::linalg_vector_norm(w + torch::matmul(lora_B->weight, lora_A->weight) * lora_scale, 2, {1});
   }
   const auto factor = lora_magnitude / norm;
-  const bool dropped = lora_dropout > 0.0 && is_training();
   // Under dropout the base product of the dropped-out input, in the
   // adapters' dtype as PEFT computes it.
   const auto base = !dropped ? (base_bias.defined() ? y - base_bias : y).to(dtype)

@@ -2,10 +2,12 @@
 #include "model/quant4.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "core/error.hpp"
 #include "io/safetensors_format.hpp"
+#include "model/kernels.hpp"
 
 namespace trlx::model {
 
@@ -34,13 +36,22 @@ std::pair<torch::Tensor, torch::Tensor> scale_blocks(const torch::Tensor& flat, 
 }
 
 // Each value's nearest entry of `code` (ties to the lower one, as
-// bitsandbytes' bucketize over the midpoints), as indices into `code`.
+// bitsandbytes' bucketize over the midpoints), as uint8 indices into `code`.
 torch::Tensor nearest_code(const torch::Tensor& scaled, const torch::Tensor& code) {
   auto order = torch::argsort(code);
   auto sorted = code.index_select(0, order);
   auto bounds = (sorted.narrow(0, 0, sorted.size(0) - 1) + sorted.narrow(0, 1, sorted.size(0) - 1)) / 2;
-  auto q = torch::bucketize(scaled, bounds, /*out_int32=*/false);
-  return order.index_select(0, q.reshape({-1})).view(scaled.sizes());
+  if (!scaled.is_cpu() || scaled.scalar_type() != torch::kFloat32 || code.size(0) > 256) {
+    auto q = torch::bucketize(scaled, bounds, /*out_int32=*/false);
+    return order.index_select(0, q.reshape({-1})).view(scaled.sizes()).to(torch::kUInt8);
+  }
+  const auto values = scaled.contiguous();
+  const auto b = bounds.contiguous();
+  const auto o = order.to(torch::kUInt8).contiguous();
+  auto out = torch::empty(scaled.sizes(), scaled.options().dtype(torch::kUInt8));
+  nearest_code_cpu(values.data_ptr<float>(), values.numel(), b.data_ptr<float>(), b.numel(), o.data_ptr<uint8_t>(),
+                   out.data_ptr<uint8_t>());
+  return out;
 }
 
 // Values (float32, flat) times their block's absmax.
@@ -111,7 +122,7 @@ torch::Tensor dynamic_map_8bit(bool is_signed) {
 std::pair<torch::Tensor, torch::Tensor> quantize_blockwise(const torch::Tensor& x, const torch::Tensor& code,
                                                            int64_t blocksize) {
   auto [absmax, scaled] = scale_blocks(x.reshape({-1}).to(torch::kFloat32), blocksize);
-  auto codes = nearest_code(scaled, code).to(torch::kUInt8).view(x.sizes());
+  auto codes = nearest_code(scaled, code).view(x.sizes());
   return {codes, absmax};
 }
 
@@ -129,7 +140,7 @@ Quant4Weight quantize_4bit(const torch::Tensor& weight, const Quant4Options& o) 
   const auto flat = weight.detach().reshape({-1}).to(torch::kCPU, torch::kFloat32);
   auto [absmax, scaled] = scale_blocks(flat, o.blocksize);
   if (scaled.numel() % 2) scaled = torch::cat({scaled, torch::zeros({1}, scaled.options())});
-  auto q = nearest_code(scaled, code).to(torch::kUInt8).view({-1, 2});
+  auto q = nearest_code(scaled, code).view({-1, 2});
   Quant4Weight out;
   out.packed = torch::bitwise_or(torch::bitwise_left_shift(q.select(1, 0), 4), q.select(1, 1)).contiguous();
   out.shape = weight.sizes().vec();
@@ -155,12 +166,21 @@ Quant4Weight quantize_4bit(const torch::Tensor& weight, const Quant4Options& o) 
   return out;
 }
 
-torch::Tensor dequantize_4bit(const Quant4Weight& q, torch::Dtype dtype) {
+namespace {
+
+// The block scales as float32: double-quantized ones decoded first.
+torch::Tensor block_absmax(const Quant4Weight& q) {
+  if (!q.double_quant) return q.absmax;
+  return dequantize_blockwise(q.absmax, q.absmax_scale, q.absmax_code, kAbsmaxBlock) + q.offset;
+}
+
+}  // namespace
+
+torch::Tensor dequantize_4bit_ops(const Quant4Weight& q, torch::Dtype dtype) {
   int64_t n = 1;
   for (auto s : q.shape) n *= s;
   torch::NoGradGuard no_grad;  // the base is frozen
-  auto absmax = q.absmax;
-  if (q.double_quant) absmax = dequantize_blockwise(q.absmax, q.absmax_scale, q.absmax_code, kAbsmaxBlock) + q.offset;
+  const auto absmax = block_absmax(q);
   // Each byte's two values at once: a 256 x 2 table (high nibble first)
   // indexed by the packed bytes, one gather over half as many indices.
   const auto bytes = torch::arange(256, q.code.options().dtype(torch::kInt64));
@@ -169,6 +189,28 @@ torch::Tensor dequantize_4bit(const Quant4Weight& q, torch::Dtype dtype) {
                                   1);
   auto values = pairs.index_select(0, q.packed.to(torch::kInt64)).view({-1}).narrow(0, 0, n);
   return unscale_blocks(values, absmax, q.blocksize).view(q.shape).to(dtype);
+}
+
+namespace {
+std::atomic<int64_t> g_dequantizations{0};
+}  // namespace
+
+int64_t dequantizations() { return g_dequantizations.load(); }
+
+torch::Tensor dequantize_4bit(const Quant4Weight& q, torch::Dtype dtype) {
+  g_dequantizations.fetch_add(1, std::memory_order_relaxed);
+  if (!q.packed.is_cpu() || (dtype != torch::kFloat32 && dtype != torch::kBFloat16 && dtype != torch::kHalf))
+    return dequantize_4bit_ops(q, dtype);
+  int64_t n = 1;
+  for (auto s : q.shape) n *= s;
+  torch::NoGradGuard no_grad;
+  const auto absmax = block_absmax(q).to(torch::kFloat32).contiguous();
+  const auto code = q.code.to(torch::kFloat32).contiguous();
+  const auto packed = q.packed.contiguous();
+  auto out = torch::empty(q.shape, torch::TensorOptions().dtype(dtype));
+  dequantize_4bit_cpu(packed.data_ptr<uint8_t>(), absmax.data_ptr<float>(), code.data_ptr<float>(), n, q.blocksize,
+                      out);
+  return out;
 }
 
 QuantizedModel quantize_linears_4bit(LanguageModelImpl& m, const Quant4Options& options) {
@@ -199,6 +241,14 @@ QuantizedModel quantize_linears_4bit(LanguageModelImpl& m, const Quant4Options& 
   }
   return out;
 }
+
+namespace {
+thread_local bool t_keep_dequantized = false;
+}  // namespace
+
+KeepDequantizedWeights::KeepDequantizedWeights() : prev_(t_keep_dequantized) { t_keep_dequantized = true; }
+KeepDequantizedWeights::~KeepDequantizedWeights() { t_keep_dequantized = prev_; }
+bool KeepDequantizedWeights::active() { return t_keep_dequantized; }
 
 torch::Tensor float_weight(const LinearImpl& l) {
   return l.quant4 ? dequantize_4bit(*l.quant4, torch::kFloat32) : l.weight.to(torch::kFloat32);

@@ -57,7 +57,11 @@ torch::Tensor dequantize_blockwise(const torch::Tensor& codes, const torch::Tens
 // does not take (64 to 4096, a power of two).
 Quant4Weight quantize_4bit(const torch::Tensor& weight, const Quant4Options& options);
 // The weight back, in `dtype` (computed in float32, as bitsandbytes does).
+// On the CPU one pass over the codes; elsewhere tensor operations.
 torch::Tensor dequantize_4bit(const Quant4Weight& q, torch::Dtype dtype);
+// The tensor-operation path on any device (what GPUs run), for tests to
+// hold the CPU pass against.
+torch::Tensor dequantize_4bit_ops(const Quant4Weight& q, torch::Dtype dtype);
 
 // QLoRA's load_in_4bit, as transformers quantizes a model for bitsandbytes:
 // every linear layer but the output head (lm_head, score) keeps its weight
@@ -71,6 +75,27 @@ struct QuantizedModel {
   int64_t bytes = 0, float_bytes = 0;
 };
 QuantizedModel quantize_linears_4bit(LanguageModelImpl& m, const Quant4Options& options);
+
+// While one lives (on this thread), a 4-bit layer's forward keeps the
+// weight it dequantized for its backward instead of dequantizing again
+// there. Checkpointing holds one around a layer's recompute, whose backward
+// follows at once: one layer's weights are kept, for that layer's backward
+// only, and a third of the dequantizations go.
+class KeepDequantizedWeights {
+ public:
+  KeepDequantizedWeights();
+  ~KeepDequantizedWeights();
+  KeepDequantizedWeights(const KeepDequantizedWeights&) = delete;
+  KeepDequantizedWeights& operator=(const KeepDequantizedWeights&) = delete;
+  static bool active();
+
+ private:
+  bool prev_;
+};
+
+// How many times dequantize_4bit has run in this process (tests count the
+// dequantizations a step takes).
+int64_t dequantizations();
 
 // A linear layer's weight as float32 whichever way it is kept.
 torch::Tensor float_weight(const LinearImpl& l);

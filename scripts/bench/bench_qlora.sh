@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # QLoRA SFT on CPU, same run, same threads, same model and data: trlx with a
-# 4-bit (nf4) base against trlx LoRA on the float32 base and against TRL's
+# 4-bit (nf4) base against trlx LoRA on the unquantized base and against TRL's
 # SFTTrainer + PEFT + bitsandbytes QLoRA:
 #  - training tokens/s (non-pad tokens through forward+backward+step)
 #  - peak resident memory of each process
@@ -9,6 +9,9 @@
 # The model is the ~25M-parameter Qwen2-shaped model of bench_sft.sh (SIZE
 # 25m) or a Qwen2.5-0.5B-shaped one (SIZE 0.5b: minutes a step on 2 cores).
 # LoRA r 16, alpha 32, all-linear, gradient checkpointing on (TRL's default).
+# DTYPE bf16 (default: QLoRA's usual bnb_4bit_compute_dtype, with bf16
+# mixed precision; fast where the CPU has AMX or AVX512-BF16) or fp32: the
+# dtype the base is loaded and computed in, on every side.
 # The three sides alternate over REPEATS. Needs python3 with trl, peft and
 # bitsandbytes (dev time). THREADS (default 2), STEPS, REPEATS.
 set -euo pipefail
@@ -16,6 +19,12 @@ cd "$(dirname "$0")/../.."
 BUILD_DIR=${BUILD_DIR:-build}
 THREADS=${THREADS:-2}
 SIZE=${SIZE:-25m}
+DTYPE=${DTYPE:-bf16}
+case $DTYPE in
+  bf16) PRECISION="--dtype bfloat16 --bf16 true" ;;
+  fp32) PRECISION="--dtype float32 --bf16 false" ;;
+  *) echo "DTYPE must be bf16 or fp32, got $DTYPE" >&2; exit 2 ;;
+esac
 TRLX="$BUILD_DIR/apps/trlx/trlx"
 cmake --build "$BUILD_DIR" --target trlx -j2 >/dev/null
 WORK=$(mktemp -d)
@@ -64,15 +73,16 @@ from datasets import load_dataset
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 from trl import SFTConfig, SFTTrainer
-work, steps, threads, batch, maxlen = sys.argv[1], *map(int, sys.argv[2:6])
+work, steps, threads, batch, maxlen, dt = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6]
+dtype = torch.bfloat16 if dt == "bf16" else torch.float32
 torch.set_num_threads(threads)
 tok = AutoTokenizer.from_pretrained(work + "/model")
-quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
-model = AutoModelForCausalLM.from_pretrained(work + "/model", dtype=torch.float32, quantization_config=quant,
+quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
+model = AutoModelForCausalLM.from_pretrained(work + "/model", dtype=dtype, quantization_config=quant,
                                              device_map="cpu")
 ds = load_dataset("json", data_files=work + "/train.jsonl", split="train")
 args = SFTConfig(output_dir=work + "/trl_out", per_device_train_batch_size=batch, learning_rate=1e-4, max_steps=steps,
-                 bf16=False, use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, max_length=maxlen,
+                 bf16=dt == "bf16", use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, max_length=maxlen,
                  dataloader_num_workers=0)
 peft = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
 tr = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=peft)
@@ -80,7 +90,7 @@ t1 = time.time(); tr.train(); print("train_s", time.time() - t1)
 PY
 COMMON="--per_device_train_batch_size $BATCH --gradient_accumulation_steps 1 --learning_rate 1e-4 --max_steps $STEPS
   --max_length $MAXLEN --use_peft true --lora_r 16 --lora_alpha 32 --lora_target_modules all-linear
-  --gradient_checkpointing true --bf16 false --logging_steps 1 --save_strategy no --eval_strategy no"
+  --gradient_checkpointing true $PRECISION --logging_steps 1 --save_strategy no --eval_strategy no"
 # Each prints "tokens_per_second peak_mib".
 run_trlx() {  # run_trlx <name> [extra flags]
   local name=$1 peak
@@ -94,7 +104,7 @@ run_trlx() {  # run_trlx <name> [extra flags]
 }
 run_trl() {
   local peak
-  peak=$(peak_mib "$WORK/trl.out" python3 "$WORK/trl_qlora.py" "$WORK" "$STEPS" "$THREADS" "$BATCH" "$MAXLEN") ||
+  peak=$(peak_mib "$WORK/trl.out" python3 "$WORK/trl_qlora.py" "$WORK" "$STEPS" "$THREADS" "$BATCH" "$MAXLEN" "$DTYPE") ||
     { echo "TRL run failed:" >&2; tail -20 "$WORK/trl.out" "$WORK/trl.out.err" >&2; exit 1; }
   python3 -c "
 import sys
@@ -102,7 +112,7 @@ v = dict(l.split() for l in open(sys.argv[1]) if l.split()[:1] == ['train_s'])
 print($TOKENS / float(v['train_s']), sys.argv[2])" "$WORK/trl.out" "$peak"
 }
 load() { cut -d' ' -f1 /proc/loadavg; }
-echo "model $SIZE, threads $THREADS, $STEPS steps of $BATCH rows (max_length $MAXLEN), $TOKENS tokens, $REPEATS repeats"
+echo "model $SIZE, $DTYPE, threads $THREADS, $STEPS steps of $BATCH rows (max_length $MAXLEN), $TOKENS tokens, $REPEATS repeats"
 : >"$WORK/results"
 for r in $(seq 1 "$REPEATS"); do
   l0=$(load)
@@ -113,7 +123,7 @@ for r in $(seq 1 "$REPEATS"); do
   esac
   l1=$(load)
   echo "$q $f $t $l0 $l1" >>"$WORK/results"
-  echo "repeat $r: tokens/s and peak MiB: trlx QLoRA $q, trlx LoRA fp32 $f, TRL QLoRA $t (load $l0 / $l1)"
+  echo "repeat $r: tokens/s and peak MiB: trlx QLoRA $q, trlx LoRA $DTYPE base $f, TRL QLoRA $t (load $l0 / $l1)"
 done
 grep -o 'QLoRA: .*' "$WORK/qlora.log.err" "$WORK/qlora.log" 2>/dev/null | head -1 | sed 's/^[^:]*://'
 python3 - "$WORK/results" "$WORK/qlora.log.err" "$WORK/qlora.log" <<'PY'
@@ -121,9 +131,9 @@ import re, statistics as st, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
 med = lambda i: st.median(r[i] for r in rows)
 speed = [r[0] / r[4] for r in rows]
-print(f"tokens/s: trlx QLoRA {med(0):.0f}, trlx LoRA fp32 {med(2):.0f}, TRL QLoRA {med(4):.0f}; trlx QLoRA / TRL QLoRA "
+print(f"tokens/s: trlx QLoRA {med(0):.0f}, trlx LoRA (16/32-bit base) {med(2):.0f}, TRL QLoRA {med(4):.0f}; trlx QLoRA / TRL QLoRA "
       f"median {st.median(speed):.2f}x (min {min(speed):.2f}, max {max(speed):.2f})")
-print(f"peak resident MiB: trlx QLoRA {med(1):.0f}, trlx LoRA fp32 {med(3):.0f}, TRL QLoRA {med(5):.0f}; "
+print(f"peak resident MiB: trlx QLoRA {med(1):.0f}, trlx LoRA (16/32-bit base) {med(3):.0f}, TRL QLoRA {med(5):.0f}; "
       f"trlx QLoRA / TRL QLoRA {med(1) / med(5):.2f}x, / trlx LoRA {med(1) / med(3):.2f}x")
 for f in sys.argv[2:]:
     try:

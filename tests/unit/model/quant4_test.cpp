@@ -13,6 +13,7 @@
 #include "helpers.hpp"
 #include "io/safetensors.hpp"
 #include "model/loading.hpp"
+#include "model/kernels.hpp"
 #include "model/lora.hpp"
 #include "model/quant4.hpp"
 #include "support.hpp"
@@ -55,6 +56,42 @@ TEST_CASE("4-bit quantization equals bitsandbytes': codes bit for bit, scales an
     // Half the bytes of a 16-bit weight and then some: codes plus scales.
     CHECK(q.bytes() < input.numel() / 2 + input.numel() / o.blocksize * 4 + 64);
     CHECK(model::dequantize_4bit(q, torch::kBFloat16).scalar_type() == torch::kBFloat16);
+  }
+}
+
+TEST_CASE("the CPU's one-pass 4-bit dequantization equals the tensor-operation path in every dtype",
+          "[model][qlora]") {
+  // Odd sizes (a short last block, a lone high nibble), both code books,
+  // double-quantized scales over more than one 256-block group.
+  torch::manual_seed(0);
+  struct Shape {
+    std::vector<int64_t> sizes;
+    int64_t blocksize;
+  };
+  for (const auto& s : {Shape{{7, 9}, 64}, Shape{{300, 129}, 64}, Shape{{33, 65}, 128}, Shape{{1, 1}, 64},
+                        Shape{{512, 96}, 256}}) {
+    for (const char* type : {"nf4", "fp4"})
+      for (bool dq : {false, true}) {
+        model::Quant4Options o;
+        o.quant_type = type;
+        o.blocksize = s.blocksize;
+        o.double_quant = dq;
+        const auto q = model::quantize_4bit(torch::randn(s.sizes) * 0.02, o);
+        for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf}) {
+          INFO(type << " double_quant " << dq << " blocksize " << s.blocksize << " numel "
+                    << s.sizes[0] * s.sizes[1] << " " << c10::toString(dtype));
+          const auto ops = model::dequantize_4bit_ops(q, dtype);
+          // The AVX-512 loop where the CPU has it, then the portable one.
+          for (bool portable : {false, true}) {
+            model::kernels_scalar_only(portable);
+            const auto fast = model::dequantize_4bit(q, dtype);
+            model::kernels_scalar_only(false);
+            CHECK(fast.scalar_type() == dtype);
+            CHECK(fast.sizes() == ops.sizes());
+            CHECK(torch::equal(fast, ops));
+          }
+        }
+      }
   }
 }
 
