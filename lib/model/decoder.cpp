@@ -324,9 +324,12 @@ torch::Tensor LinearImpl::forward_with_lora(const torch::Tensor& x, const torch:
     // bf16 model): its input is cast to it and its output back. Under
     // autocast in the input's own dtype the adapter's products run in that
     // dtype anyway, so the input goes in as it is: the round trip would
-    // give the same values (dropout scales in float32 either way).
+    // give the same values. With dropout that holds for trlx's CPU dropout
+    // (which scales in float32 whatever the dtype), not for torch::dropout
+    // elsewhere (which would scale by 1/(1-p) rounded to bf16).
     const auto dev = x.device().type();
-    const bool as_is = at::autocast::is_autocast_enabled(dev) && at::autocast::get_autocast_dtype(dev) == x.scalar_type();
+    const bool as_is = at::autocast::is_autocast_enabled(dev) &&
+                       at::autocast::get_autocast_dtype(dev) == x.scalar_type() && (!dropped || x.is_cpu());
     auto h = as_is ? x : x.to(lora_A->weight.scalar_type());
     if (dropped) h = model::dropout(h, lora_dropout, /*train=*/true);
     // The scale applied to the rank-r product (r values a token, not one

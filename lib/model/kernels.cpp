@@ -207,18 +207,28 @@ void dequant_scalar(const uint8_t* packed, const float* code, float absmax, int6
 #ifdef TRLX_X86_KERNELS
 // 32 values (16 bytes) at a time: each byte's two nibbles as 32-bit lane
 // indices, high first, into the block's 16 scaled code values.
+// For 16-bit outputs the block's 16 values are rounded once into a table of
+// 16-bit lanes and the nibble indices, as 32 words, pick from it directly.
 template <typename T>
 TRLX_AVX512 void dequant_avx512(const uint8_t* packed, const float* code, float absmax, int64_t start, int64_t end,
                                 T* out) {
   const __m512 table = _mm512_mul_ps(_mm512_loadu_ps(code), _mm512_set1_ps(absmax));
+  __m512i table16 = _mm512_setzero_si512();
+  if constexpr (std::is_same_v<T, c10::BFloat16>) table16 = _mm512_castsi256_si512(to_bf16(table));
+  else if constexpr (std::is_same_v<T, c10::Half>)
+    table16 = _mm512_castsi256_si512(_mm512_cvtps_ph(table, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   int64_t i = start;
   for (; i + 32 <= end; i += 32) {
     const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + (i >> 1))));
     // each dword: high nibble in its low word, low nibble in its high word
     const __m512i idx =
         _mm512_or_si512(_mm512_srli_epi32(d, 4), _mm512_slli_epi32(_mm512_and_si512(d, _mm512_set1_epi32(15)), 16));
-    store16(out + i, _mm512_permutexvar_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(idx)), table));
-    store16(out + i + 16, _mm512_permutexvar_ps(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(idx, 1)), table));
+    if constexpr (std::is_same_v<T, float>) {
+      store16(out + i, _mm512_permutexvar_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(idx)), table));
+      store16(out + i + 16, _mm512_permutexvar_ps(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(idx, 1)), table));
+    } else {
+      _mm512_storeu_si512(reinterpret_cast<void*>(out + i), _mm512_permutexvar_epi16(idx, table16));
+    }
   }
   if (i < end) dequant_scalar(packed, code, absmax, i, end, out);
 }

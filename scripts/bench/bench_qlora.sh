@@ -137,12 +137,13 @@ print(f"peak resident MiB: trlx QLoRA {med(1):.0f}, trlx LoRA (16/32-bit base) {
       f"trlx QLoRA / TRL QLoRA {med(1) / med(5):.2f}x, / trlx LoRA {med(1) / med(3):.2f}x")
 for f in sys.argv[2:]:
     try:
-        m = re.search(r"([0-9.]+) MiB instead of ([0-9.]+) MiB", open(f).read())
+        m = re.search(r"([0-9.]+) MiB instead of ([0-9.]+) MiB; computed in (\w+)", open(f).read())
     except OSError:
         continue
     if m:
-        q, full = map(float, m.groups())
-        print(f"base linear weights: {q:.1f} MiB in 4 bits, {full / 2:.1f} MiB in 16 bits: {2 * q / full:.2f}x")
+        # "instead of": the bytes in the dtype the base was loaded in.
+        q, full = float(m.group(1)), float(m.group(2)) / (2 if m.group(3) == "Float" else 1)
+        print(f"base linear weights: {q:.1f} MiB in 4 bits, {full:.1f} MiB in 16 bits: {q / full:.2f}x")
         break
 print(f"load {min(r[6] for r in rows):.1f}-{max(r[7] for r in rows):.1f}")
 PY

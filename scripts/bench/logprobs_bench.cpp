@@ -11,6 +11,8 @@
 #include <iostream>
 #include <string>
 
+#include <torch/torch.h>
+
 #include "losses/logprobs.hpp"
 
 using namespace trlx;
