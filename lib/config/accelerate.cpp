@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
@@ -143,7 +144,8 @@ const std::vector<std::string>& parallelism_keys() {
       "parallelism_config_dp_replicate_size", "parallelism_config_dp_shard_size", "parallelism_config_tp_size",
       "parallelism_config_cp_size", "parallelism_config_cp_backend", "parallelism_config_cp_comm_strategy",
       "parallelism_config_sp_size", "parallelism_config_sp_backend", "parallelism_config_sp_seq_length",
-      "parallelism_config_sp_seq_length_is_variable", "parallelism_config_sp_attn_implementation"};
+      "parallelism_config_sp_seq_length_is_variable", "parallelism_config_sp_attn_implementation",
+      "parallelism_config_sp_allow_recurrent_layers", "parallelism_config_sp_disable_in_eval"};
   return k;
 }
 
@@ -152,6 +154,10 @@ const std::vector<std::string>& parallelism_keys() {
 // ParallelismConfig are read too), with its checks.
 void read_parallelism(const YAML::Node& map, Reader& r, ParallelismConfig& out) {
   out.present = true;
+  std::optional<int> sp_seq_length;
+  bool sp_fixed = false;
+  // `accelerate config` writes unset fields as null (or None).
+  auto is_null = [](const YAML::Node& v) { return v.IsNull() || (v.IsScalar() && v.Scalar() == "None"); };
   for (auto it = map.begin(); it != map.end(); ++it) {
     std::string key = it->first.Scalar();
     const YAML::Node v = it->second;  // a copy: `it->` returns a temporary proxy
@@ -174,15 +180,36 @@ void read_parallelism(const YAML::Node& map, Reader& r, ParallelismConfig& out) 
         out.cp_comm_strategy = r.choice(v, name, {"allgather", "alltoall"});
       } else if (key == "sp_backend") {
         out.sp_backend = r.choice(v, name, {"deepspeed"});
-      } else if (key == "sp_seq_length" || key == "sp_seq_length_is_variable" || key == "sp_attn_implementation") {
-        // Fixed lengths and the attention kernel: trlx splits every length
-        // (padding the last rank's share) and picks the kernel per case
-        // (`trlx env` lists them); neither changes what is computed.
+      } else if (key == "sp_seq_length") {
+        // A fixed length lets DeepSpeed size its buffers once; trlx splits
+        // every length (padding the last rank's share), the same numbers.
+        if (!is_null(v)) sp_seq_length = r.integer(v, name, 1, 1 << 30);
+      } else if (key == "sp_seq_length_is_variable") {
+        if (!is_null(v)) sp_fixed = !r.boolean(v, name);
+      } else if (key == "sp_attn_implementation") {
+        // The kernel DeepSpeed's attention calls; trlx picks its kernel per
+        // case (`trlx env` lists them), the same attention.
+        if (!is_null(v)) {
+          const std::string impl = r.str(v, name);
+          if (impl != "sdpa" && impl != "flash_attention_2" && impl != "flash_attention_3" &&
+              impl.find('/') == std::string::npos)
+            fail_input("{}: `{}` must be sdpa, flash_attention_2, flash_attention_3 or a hub kernel "
+                       "(owner/name), found `{}`",
+                       r.at(v), name, impl);
+        }
+      } else if (key == "sp_allow_recurrent_layers" || key == "sp_disable_in_eval") {
+        // Recurrent (linear-attention) layers: trlx builds no model with
+        // them. Evaluation: split or whole, a row's loss is the same.
+        if (!is_null(v)) r.boolean(v, name);
       } else {
         r.unknown(it->first, name, parallelism_keys(), "parallelism_config_" + key);
       }
     });
   }
+  if (sp_fixed && !sp_seq_length)
+    fail_input("{}: parallelism_config_sp_seq_length_is_variable is false, so parallelism_config_sp_seq_length "
+               "must be given (accelerate refuses this too)",
+               out.source);
   // accelerate's own checks on the sizes alone; those that need the world
   // size run when the mesh is built (dist::make_mesh).
   if (out.cp_size > 1 && out.sp_size > 1)

@@ -9,14 +9,6 @@
 
 namespace trlx::losses {
 
-namespace {
-
-torch::Tensor nanmean(const torch::Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  return dim ? torch::nanmean(x, *dim, keepdim) : torch::nanmean(x);
-}
-
-}  // namespace
-
 torch::Tensor nanstd(const torch::Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   const auto mean = dim ? torch::nanmean(x, *dim, true) : torch::nanmean(x).reshape(std::vector<int64_t>(x.dim(), 1));
   const auto sq = (x - mean).pow(2);

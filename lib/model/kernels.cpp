@@ -63,13 +63,16 @@ void mask_scalar(const T* in, T* out, int64_t i0, int64_t i1, uint64_t key, uint
 #ifdef TRLX_X86_KERNELS
 // float -> bfloat16, round to nearest even, NaN to a quiet NaN: c10's rule
 // on 16 lanes (no DAZ, unlike VCVTNEPS2BF16).
+// (The all-lanes maskz forms: GCC 12 warns that the plain ones' undefined
+// pass-through is uninitialized once inlined, its bug 105593.)
 TRLX_AVX512 inline __m256i to_bf16(__m512 v) {
   const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(0xFFFF, bits, 16), _mm512_set1_epi32(1));
+  __m512i r =
+      _mm512_maskz_srli_epi32(0xFFFF, _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
   const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
-  return _mm512_cvtepi32_epi16(r);
+  return _mm512_maskz_cvtepi32_epi16(0xFFFF, r);
 }
 TRLX_AVX512 inline __m512 from_bf16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -77,18 +80,22 @@ TRLX_AVX512 inline __m512 from_bf16(__m256i h) {
 
 template <typename T>
 TRLX_AVX512 inline __m512 load16(const T* p) {
-  if constexpr (std::is_same_v<T, float>) return _mm512_loadu_ps(p);
+  if constexpr (std::is_same_v<T, float>)
+    return _mm512_loadu_ps(p);
   else if constexpr (std::is_same_v<T, c10::BFloat16>)
     return from_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  else return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  else
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 template <typename T>
 TRLX_AVX512 inline void store16(T* p, __m512 v) {
-  if constexpr (std::is_same_v<T, float>) _mm512_storeu_ps(p, v);
+  if constexpr (std::is_same_v<T, float>)
+    _mm512_storeu_ps(p, v);
   else if constexpr (std::is_same_v<T, c10::BFloat16>)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), to_bf16(v));
   else
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 // 16 elements from `i` (even) at a time, eight draws per 16: the scalar
@@ -107,9 +114,9 @@ TRLX_AVX512 void mask_avx512(const T* in, T* out, int64_t i0, int64_t i1, uint64
   for (; i + 16 <= i1; i += 16) {
     const uint64_t j = static_cast<uint64_t>(i >> 1);
     // counters j + 1 .. j + 8, times the golden ratio, plus the key
-    __m512i z = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(key)),
-                                 _mm512_mullo_epi64(_mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(j)), lane),
-                                                    gold));
+    __m512i z = _mm512_add_epi64(
+        _mm512_set1_epi64(static_cast<long long>(key)),
+        _mm512_mullo_epi64(_mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(j)), lane), gold));
     z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), m1);
     z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), m2);
     z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
@@ -141,7 +148,9 @@ void masked(const at::Tensor& in, at::Tensor& out, uint64_t key, double p) {
   const float scale = 1.0f / static_cast<float>(1.0 - p);
   const int64_t n = in.numel();
   switch (in.scalar_type()) {
-    case at::kFloat: apply_mask(in.data_ptr<float>(), out.data_ptr<float>(), n, key, threshold, scale); break;
+    case at::kFloat:
+      apply_mask(in.data_ptr<float>(), out.data_ptr<float>(), n, key, threshold, scale);
+      break;
     case at::kDouble: {
       // float's 24 bits would round a double; scale exactly instead.
       const double s = 1.0 / (1.0 - p);
@@ -158,8 +167,11 @@ void masked(const at::Tensor& in, at::Tensor& out, uint64_t key, double p) {
     case at::kBFloat16:
       apply_mask(in.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(), n, key, threshold, scale);
       break;
-    case at::kHalf: apply_mask(in.data_ptr<c10::Half>(), out.data_ptr<c10::Half>(), n, key, threshold, scale); break;
-    default: TORCH_CHECK(false, "dropout: unexpected dtype ", in.scalar_type());
+    case at::kHalf:
+      apply_mask(in.data_ptr<c10::Half>(), out.data_ptr<c10::Half>(), n, key, threshold, scale);
+      break;
+    default:
+      TORCH_CHECK(false, "dropout: unexpected dtype ", in.scalar_type());
   }
 }
 
@@ -214,9 +226,11 @@ TRLX_AVX512 void dequant_avx512(const uint8_t* packed, const float* code, float 
                                 T* out) {
   const __m512 table = _mm512_mul_ps(_mm512_loadu_ps(code), _mm512_set1_ps(absmax));
   __m512i table16 = _mm512_setzero_si512();
-  if constexpr (std::is_same_v<T, c10::BFloat16>) table16 = _mm512_castsi256_si512(to_bf16(table));
+  if constexpr (std::is_same_v<T, c10::BFloat16>)
+    table16 = _mm512_castsi256_si512(to_bf16(table));
   else if constexpr (std::is_same_v<T, c10::Half>)
-    table16 = _mm512_castsi256_si512(_mm512_cvtps_ph(table, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    table16 =
+        _mm512_castsi256_si512(_mm512_maskz_cvtps_ph(0xFFFF, table, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   int64_t i = start;
   for (; i + 32 <= end; i += 32) {
     const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + (i >> 1))));
@@ -257,8 +271,7 @@ void dequant_blocks(const uint8_t* packed, const float* absmax, const float* cod
 // the lower bucket), mapped through `order`.
 void nearest_scalar(const float* v, int64_t i0, int64_t i1, const float* bounds, int64_t nb, const uint8_t* order,
                     uint8_t* out) {
-  for (int64_t i = i0; i < i1; ++i)
-    out[i] = order[std::lower_bound(bounds, bounds + nb, v[i]) - bounds];
+  for (int64_t i = i0; i < i1; ++i) out[i] = order[std::lower_bound(bounds, bounds + nb, v[i]) - bounds];
 }
 
 #ifdef TRLX_X86_KERNELS
@@ -304,10 +317,17 @@ at::Tensor dropout(const at::Tensor& x, double p, bool train) {
 void dequantize_4bit_cpu(const uint8_t* packed, const float* absmax, const float* code, int64_t n, int64_t blocksize,
                          at::Tensor& out) {
   switch (out.scalar_type()) {
-    case at::kFloat: dequant_blocks(packed, absmax, code, n, blocksize, out.data_ptr<float>()); break;
-    case at::kBFloat16: dequant_blocks(packed, absmax, code, n, blocksize, out.data_ptr<c10::BFloat16>()); break;
-    case at::kHalf: dequant_blocks(packed, absmax, code, n, blocksize, out.data_ptr<c10::Half>()); break;
-    default: TORCH_CHECK(false, "dequantize_4bit_cpu: unexpected dtype ", out.scalar_type());
+    case at::kFloat:
+      dequant_blocks(packed, absmax, code, n, blocksize, out.data_ptr<float>());
+      break;
+    case at::kBFloat16:
+      dequant_blocks(packed, absmax, code, n, blocksize, out.data_ptr<c10::BFloat16>());
+      break;
+    case at::kHalf:
+      dequant_blocks(packed, absmax, code, n, blocksize, out.data_ptr<c10::Half>());
+      break;
+    default:
+      TORCH_CHECK(false, "dequantize_4bit_cpu: unexpected dtype ", out.scalar_type());
   }
 }
 

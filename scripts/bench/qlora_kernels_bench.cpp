@@ -8,14 +8,14 @@
 // Usage: qlora_kernels_bench dropout ROWS COLS DTYPE P REPEATS
 //   prints "trlx MS torch MS": trlx's dropout (forward and backward) against
 //   torch::dropout's.
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "model/kernels.hpp"
 #include "model/quant4.hpp"
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
     y.backward(g);
     x.mutable_grad() = torch::Tensor();
   };
-  std::cout << "trlx " << median_ms(repeats, [&] { run(true); }) << " torch "
-            << median_ms(repeats, [&] { run(false); }) << "\n";
+  std::cout << "trlx " << median_ms(repeats, [&] { run(true); }) << " torch " << median_ms(repeats, [&] { run(false); })
+            << "\n";
   return 0;
 }

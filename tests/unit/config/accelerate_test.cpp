@@ -129,6 +129,40 @@ TEST_CASE("parallelism_config is read with accelerate's names and checks", "[acc
   CHECK_THAT(msg, Contains("did you mean `parallelism_config_sp_size`"));
 }
 
+TEST_CASE("parallelism_config's sequence-parallel details are checked as accelerate checks them",
+          "[accelerate]") {
+  // What `accelerate config` writes, unset fields as null, and accelerate
+  // 1.16's two newer keys.
+  auto d = parse_accelerate_config(
+      "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\nparallelism_config:\n  parallelism_config_sp_size: 2\n"
+      "  parallelism_config_sp_seq_length: null\n  parallelism_config_sp_seq_length_is_variable: true\n"
+      "  parallelism_config_sp_attn_implementation: flash_attention_2\n"
+      "  parallelism_config_sp_allow_recurrent_layers: false\n  parallelism_config_sp_disable_in_eval: true\n",
+      "p.yaml");
+  CHECK(d.parallelism.sp_size == 2);
+  d = parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\nparallelism_config:\n  sp_size: 2\n  sp_seq_length: 4096\n"
+                              "  sp_seq_length_is_variable: false\n  sp_attn_implementation: kernels-community/flash-attn2\n",
+                              "p.yaml");
+  CHECK(d.parallelism.sp_size == 2);
+  auto msg = test::input_error_of([] {
+    parse_accelerate_config(
+        "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\nparallelism_config:\n  sp_size: 2\n  sp_seq_length_is_variable: false\n", "p.yaml");
+  });
+  CHECK_THAT(msg, Contains("sp_seq_length must be given"));
+  msg = test::input_error_of([] {
+    parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\nparallelism_config:\n  sp_attn_implementation: eager\n", "p.yaml");
+  });
+  CHECK_THAT(msg, Contains("must be sdpa, flash_attention_2, flash_attention_3 or a hub kernel"));
+  msg = test::input_error_of([] {
+    parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\nparallelism_config:\n  sp_seq_length: long\n", "p.yaml");
+  });
+  CHECK_THAT(msg, Contains("expects an integer"));
+  msg = test::input_error_of([] {
+    parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\nparallelism_config:\n  sp_disable_in_eval: maybe\n", "p.yaml");
+  });
+  CHECK_THAT(msg, Contains("expects true or false"));
+}
+
 TEST_CASE("FSDP1 sharding strategies map onto reshard_after_forward", "[accelerate]") {
   auto d = parse_accelerate_config("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n  fsdp_version: 1\n", "f.yaml");
   CHECK(d.strategy == Strategy::FSDP);

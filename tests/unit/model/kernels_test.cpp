@@ -1,9 +1,9 @@
 // trlx's CPU dropout: the drop rate, the scale, a backward through the
 // same mask, masks that follow the generator's state, and the AVX-512 loop
 // (where the CPU has it) giving the portable loop's results.
-#include "catch_torch.hpp"
-
 #include "model/kernels.hpp"
+
+#include "catch_torch.hpp"
 
 using namespace trlx;
 
