@@ -50,13 +50,13 @@ inline uint64_t mix(uint64_t key, uint64_t i) {
 // The scalar rule every path follows: element i is kept when its 32 random
 // bits (the low half of draw i/2 for even i, the high half for odd i) fall
 // under `threshold` = (1-p) 2^32; a kept value is multiplied by `scale` in
-// float and rounded once to T.
-template <typename T>
-void mask_scalar(const T* in, T* out, int64_t i0, int64_t i1, uint64_t key, uint64_t threshold, float scale) {
+// S (float, or double for double values) and rounded once to T.
+template <typename T, typename S>
+void mask_scalar(const T* in, T* out, int64_t i0, int64_t i1, uint64_t key, uint64_t threshold, S scale) {
   for (int64_t i = i0; i < i1; ++i) {
     const uint64_t r = mix(key, static_cast<uint64_t>(i >> 1));
     const uint64_t bits = (i & 1) ? (r >> 32) : (r & 0xFFFFFFFFULL);
-    out[i] = static_cast<T>(bits < threshold ? static_cast<float>(in[i]) * scale : 0.0f);
+    out[i] = static_cast<T>(bits < threshold ? static_cast<S>(in[i]) * scale : S(0));
   }
 }
 
@@ -129,13 +129,14 @@ TRLX_AVX512 void mask_avx512(const T* in, T* out, int64_t i0, int64_t i1, uint64
 }
 #endif
 
-template <typename T>
-void apply_mask(const T* in, T* out, int64_t n, uint64_t key, uint64_t threshold, float scale) {
+template <typename T, typename S>
+void apply_mask(const T* in, T* out, int64_t n, uint64_t key, uint64_t threshold, S scale) {
   // Chunks start on even elements, so each draw serves one chunk.
   at::parallel_for(0, (n + 1) / 2, 16384, [&](int64_t j0, int64_t j1) {
     const int64_t i0 = 2 * j0, i1 = std::min(n, 2 * j1);
 #ifdef TRLX_X86_KERNELS
-    if (use_avx512()) return mask_avx512(in, out, i0, i1, key, threshold, scale);
+    if constexpr (std::is_same_v<S, float>)
+      if (use_avx512()) return mask_avx512(in, out, i0, i1, key, threshold, scale);
 #endif
     mask_scalar(in, out, i0, i1, key, threshold, scale);
   });
@@ -144,26 +145,17 @@ void apply_mask(const T* in, T* out, int64_t n, uint64_t key, uint64_t threshold
 void masked(const at::Tensor& in, at::Tensor& out, uint64_t key, double p) {
   const auto threshold = static_cast<uint64_t>(std::llround((1.0 - p) * 4294967296.0));
   // 1/(1-p) in float, for 16-bit values too (torch::dropout rounds it to
-  // their dtype first, which biases them: 1.0547 for p = 0.05 in bf16).
+  // their dtype first, which biases them: 1.0547 for p = 0.05 in bf16);
+  // doubles are scaled in double, which float's 24 bits would round.
   const float scale = 1.0f / static_cast<float>(1.0 - p);
   const int64_t n = in.numel();
   switch (in.scalar_type()) {
     case at::kFloat:
       apply_mask(in.data_ptr<float>(), out.data_ptr<float>(), n, key, threshold, scale);
       break;
-    case at::kDouble: {
-      // float's 24 bits would round a double; scale exactly instead.
-      const double s = 1.0 / (1.0 - p);
-      const auto* a = in.data_ptr<double>();
-      auto* o = out.data_ptr<double>();
-      at::parallel_for(0, n, 32768, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          const uint64_t r = mix(key, static_cast<uint64_t>(i >> 1));
-          o[i] = ((i & 1) ? (r >> 32) : (r & 0xFFFFFFFFULL)) < threshold ? a[i] * s : 0.0;
-        }
-      });
+    case at::kDouble:
+      apply_mask(in.data_ptr<double>(), out.data_ptr<double>(), n, key, threshold, 1.0 / (1.0 - p));
       break;
-    }
     case at::kBFloat16:
       apply_mask(in.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(), n, key, threshold, scale);
       break;
