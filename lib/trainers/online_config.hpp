@@ -37,7 +37,7 @@ struct OnlineConfig : config::TrainingConfig {
   bool shuffle_dataset = true;
   bool use_vllm = false;
   // TRL's generation_kwargs (JSON object text): sampler settings that
-  // override the fields above for sampling only (generation_kwargs_problem).
+  // override the fields above for sampling only (parse_generation_kwargs).
   std::optional<std::string> generation_kwargs;
   // vLLM's settings, refused with use_vllm (add_vllm_fields).
   std::string vllm_mode, vllm_model_impl, vllm_server_host, vllm_importance_sampling_mode;
@@ -110,11 +110,28 @@ void add_generation_placement_fields(config::SchemaBuilder<C>& b) {
 // TRL passes generation_kwargs to transformers' GenerationConfig after its
 // own sampling settings, so that they win, for sampling only (the log-probs
 // keep `temperature`). trlx takes the keys its sampler has, with their
-// meaning; the first other key or bad value is the problem returned ("" for
-// none).
-inline std::string generation_kwargs_problem(const std::string& text) {
+// meaning, read here once for the config's check and for the sampler: a key
+// given holds its value (null, where a key takes one, is its off value).
+struct GenerationKwargs {
+  std::optional<double> temperature, top_p, repetition_penalty;
+  std::optional<std::optional<double>> min_p;
+  std::optional<int64_t> top_k, no_repeat_ngram_size;  // null given: 0
+  std::optional<bool> do_sample;
+  std::optional<std::vector<int64_t>> suppress_tokens, eos_token_id;
+  std::optional<std::vector<std::vector<int64_t>>> bad_words_ids;
+  std::optional<std::vector<std::string>> stop_strings;
+};
+
+// Reads generation_kwargs' JSON text; the first unknown key or bad value
+// goes to `problem` ("" for none), and what was read before it is returned.
+inline GenerationKwargs parse_generation_kwargs(const std::string& text, std::string& problem) {
+  GenerationKwargs g;
+  problem.clear();
   const auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return "expects a mapping of generation settings";
+  if (j.is_discarded() || !j.is_object()) {
+    problem = "expects a mapping of generation settings";
+    return g;
+  }
   auto id = [](const nlohmann::json& v) { return v.is_number_integer() && v.get<int64_t>() >= 0; };
   auto ids = [&](const nlohmann::json& v) {
     if (!v.is_array()) return false;
@@ -122,55 +139,64 @@ inline std::string generation_kwargs_problem(const std::string& text) {
       if (!id(x)) return false;
     return true;
   };
+  auto count = [](const nlohmann::json& v) { return v.is_null() || (v.is_number_integer() && v.get<int64_t>() >= 0); };
   for (const auto& [k, v] : j.items()) {
     const bool number = v.is_number();
     if (k == "temperature" || k == "repetition_penalty") {
-      if (!number || !(v.get<double>() > 0)) return fmt::format("`{}` expects a number > 0, found {}", k, v.dump());
+      if (!number || !(v.get<double>() > 0)) problem = fmt::format("`{}` expects a number > 0, found {}", k, v.dump());
+      else (k == "temperature" ? g.temperature : g.repetition_penalty) = v.get<double>();
     } else if (k == "top_p") {
       if (!number || !(v.get<double>() > 0 && v.get<double>() <= 1))
-        return fmt::format("`top_p` expects a number in (0, 1], found {}", v.dump());
+        problem = fmt::format("`top_p` expects a number in (0, 1], found {}", v.dump());
+      else g.top_p = v.get<double>();
     } else if (k == "min_p") {
       if (!v.is_null() && (!number || !(v.get<double>() >= 0 && v.get<double>() <= 1)))
-        return fmt::format("`min_p` expects a number in [0, 1] or null, found {}", v.dump());
-    } else if (k == "top_k") {
-      if (!v.is_null() && (!v.is_number_integer() || v.get<int64_t>() < 0))
-        return fmt::format("`top_k` expects an integer >= 0 or null, found {}", v.dump());
+        problem = fmt::format("`min_p` expects a number in [0, 1] or null, found {}", v.dump());
+      else g.min_p = v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
+    } else if (k == "top_k" || k == "no_repeat_ngram_size") {
+      if (!count(v)) problem = fmt::format("`{}` expects an integer >= 0 or null, found {}", k, v.dump());
+      else (k == "top_k" ? g.top_k : g.no_repeat_ngram_size) = v.is_null() ? 0 : v.get<int64_t>();
     } else if (k == "do_sample") {
-      if (!v.is_boolean()) return fmt::format("`do_sample` expects true or false, found {}", v.dump());
-    } else if (k == "no_repeat_ngram_size") {
-      if (!v.is_null() && (!v.is_number_integer() || v.get<int64_t>() < 0))
-        return fmt::format("`no_repeat_ngram_size` expects an integer >= 0 or null, found {}", v.dump());
+      if (!v.is_boolean()) problem = fmt::format("`do_sample` expects true or false, found {}", v.dump());
+      else g.do_sample = v.get<bool>();
     } else if (k == "suppress_tokens" || k == "eos_token_id") {
       const bool one = k == "eos_token_id" && id(v);
       if (!(v.is_null() || one || ids(v)))
-        return fmt::format("`{}` expects {}a list of token ids, found {}", k, k == "eos_token_id" ? "a token id or " : "",
-                           v.dump());
+        problem = fmt::format("`{}` expects {}a list of token ids, found {}", k,
+                              k == "eos_token_id" ? "a token id or " : "", v.dump());
+      else if (!v.is_null())
+        (k == "eos_token_id" ? g.eos_token_id : g.suppress_tokens) =
+            one ? std::vector<int64_t>{v.get<int64_t>()} : v.get<std::vector<int64_t>>();
     } else if (k == "bad_words_ids") {
       bool good = v.is_null() || (v.is_array() && !v.empty());
       if (v.is_array())
         for (const auto& words : v) good = good && ids(words) && !words.empty();
       if (!good)
-        return fmt::format("`bad_words_ids` expects a non-empty list of non-empty lists of token ids, found {}",
-                           v.dump());
+        problem = fmt::format("`bad_words_ids` expects a non-empty list of non-empty lists of token ids, found {}",
+                              v.dump());
+      else if (!v.is_null()) g.bad_words_ids = v.get<std::vector<std::vector<int64_t>>>();
     } else if (k == "stop_strings") {
       bool good = v.is_null() || (v.is_string() && !v.get<std::string>().empty()) || v.is_array();
       if (v.is_array())
         for (const auto& x : v) good = good && x.is_string() && !x.get<std::string>().empty();
-      if (!good) return fmt::format("`stop_strings` expects a text or a list of texts (none empty), found {}", v.dump());
+      if (!good) problem = fmt::format("`stop_strings` expects a text or a list of texts (none empty), found {}", v.dump());
+      else if (!v.is_null())
+        g.stop_strings = v.is_string() ? std::vector<std::string>{v.get<std::string>()} : v.get<std::vector<std::string>>();
     } else if (k == "max_new_tokens" || k == "max_length" || k == "min_new_tokens" || k == "min_length") {
-      return fmt::format("`{}`: the completion length is max_completion_length; set that instead", k);
+      problem = fmt::format("`{}`: the completion length is max_completion_length; set that instead", k);
     } else if (k == "num_beams" || k == "num_beam_groups" || k == "num_return_sequences") {
-      return fmt::format("`{}`: completions are sampled one by one, num_generations per prompt; beam search is not "
-                         "built",
-                         k);
+      problem = fmt::format("`{}`: completions are sampled one by one, num_generations per prompt; beam search is not "
+                            "built",
+                            k);
     } else {
-      return fmt::format("`{}` is not built in trlx's sampler, which takes temperature, top_p, top_k, min_p, "
-                         "repetition_penalty, do_sample, no_repeat_ngram_size, bad_words_ids, suppress_tokens, "
-                         "eos_token_id and stop_strings",
-                         k);
+      problem = fmt::format("`{}` is not built in trlx's sampler, which takes temperature, top_p, top_k, min_p, "
+                            "repetition_penalty, do_sample, no_repeat_ngram_size, bad_words_ids, suppress_tokens, "
+                            "eos_token_id and stop_strings",
+                            k);
     }
+    if (!problem.empty()) break;
   }
-  return "";
+  return g;
 }
 
 // vLLM's settings, at TRL's defaults: each refused at any other value, as
@@ -242,7 +268,8 @@ void add_generation_fields(config::SchemaBuilder<C>& b, double temperature) {
   add_generation_placement_fields(b);
   b.rule([](const C& c, config::Conflicts& out) {
     if (c.generation_kwargs) {
-      const std::string problem = generation_kwargs_problem(*c.generation_kwargs);
+      std::string problem;
+      parse_generation_kwargs(*c.generation_kwargs, problem);
       if (!problem.empty()) out.invalid("generation_kwargs", problem);
     }
   });

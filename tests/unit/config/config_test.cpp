@@ -299,3 +299,42 @@ TEST_CASE("TRL settings trlx does not build are refused by name, with what to do
   CHECK(c.config.torch_empty_cache_steps == std::optional<int64_t>(10));
   CHECK(c.config.include_num_input_tokens_seen == "non_padding");
 }
+
+TEST_CASE("generation_kwargs: one reading serves the config's check and the sampler", "[config]") {
+  std::string problem;
+  const auto g = trainers::parse_generation_kwargs(
+      R"({"temperature": 0.7, "top_p": 0.9, "top_k": null, "min_p": null, "repetition_penalty": 1.1,
+          "do_sample": false, "no_repeat_ngram_size": 3, "suppress_tokens": [4, 5], "eos_token_id": 7,
+          "bad_words_ids": [[1, 2], [3]], "stop_strings": "END"})",
+      problem);
+  CHECK(problem.empty());
+  CHECK(g.temperature == 0.7);
+  CHECK(g.top_p == 0.9);
+  CHECK(g.top_k == 0);                        // null: off
+  REQUIRE(g.min_p.has_value());               // given ...
+  CHECK_FALSE(g.min_p->has_value());          // ... as null: off
+  CHECK(g.repetition_penalty == 1.1);
+  CHECK(g.do_sample == false);
+  CHECK(g.no_repeat_ngram_size == 3);
+  CHECK(g.suppress_tokens == std::vector<int64_t>{4, 5});
+  CHECK(g.eos_token_id == std::vector<int64_t>{7});
+  CHECK(g.bad_words_ids == std::vector<std::vector<int64_t>>{{1, 2}, {3}});
+  CHECK(g.stop_strings == std::vector<std::string>{"END"});
+
+  const auto none = trainers::parse_generation_kwargs("{}", problem);
+  CHECK(problem.empty());
+  CHECK_FALSE(none.temperature.has_value());
+  CHECK_FALSE(none.min_p.has_value());
+  CHECK_FALSE(none.eos_token_id.has_value());
+
+  trainers::parse_generation_kwargs(R"({"top_p": 1.5})", problem);
+  CHECK_THAT(problem, Contains("`top_p` expects a number in (0, 1]"));
+  trainers::parse_generation_kwargs(R"({"eos_token_id": [1, -2]})", problem);
+  CHECK_THAT(problem, Contains("`eos_token_id` expects a token id or a list of token ids"));
+  trainers::parse_generation_kwargs(R"({"num_beams": 4})", problem);
+  CHECK_THAT(problem, Contains("beam search is not built"));
+  trainers::parse_generation_kwargs(R"({"typical_p": 0.5})", problem);
+  CHECK_THAT(problem, Contains("`typical_p` is not built"));
+  trainers::parse_generation_kwargs("[1]", problem);
+  CHECK(problem == "expects a mapping of generation settings");
+}
