@@ -26,7 +26,9 @@
 #if defined(USE_C10D_NCCL)
 #include <atomic>
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <algorithm>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -80,6 +82,16 @@ class NcclWork : public Work {
       throw CommError(fmt::format("{} failed on rank {}: {}", what_, rank_, e.what()));
     }
     if (finish) finish();
+    // c10d has ordered only the current stream after the collective. A
+    // temporary it read (an uneven reduce-scatter's padded input) was made on
+    // the compute stream, so when the wait runs on a side stream (the
+    // optimizer offload's), freeing it now would let the compute stream's
+    // next allocation take memory NCCL may still read: the allocator holds
+    // it until the work queued on the current stream so far is done.
+    for (const auto& t : keep_alive)
+      if (t.defined() && t.is_cuda())
+        c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(),
+                                                      c10::cuda::getCurrentCUDAStream(t.device().index()));
     keep_alive.clear();
     done_ = true;
   }
@@ -121,12 +133,22 @@ class NcclCommunicator : public Communicator {
   // rendezvous store and aborts its NCCL communicator; the others' watches
   // see that within a second and abort theirs, so their pending collectives
   // fail now instead of after ddp_timeout, under any launcher.
+  // A clean end destroys the NCCL communicators in order, as
+  // destroy_process_group does (c10d would abort them otherwise, and warn).
   ~NcclCommunicator() override {
     if (std::uncaught_exceptions() > 0 || broken_) {
       watch_->announce_failure(broken_ ? "a collective failed" : "an error ended it");
       abort_nccl();
+      watch_.reset();
+      return;
     }
-    watch_.reset();
+    watch_.reset();  // its thread has stopped: no abort can start beside the shutdown
+    if (aborted_.load()) return;
+    try {
+      pg_->shutdown();
+    } catch (const std::exception& e) {
+      log::warn("rank {}: closing NCCL: {}", rank_, e.what());
+    }
   }
 
   int rank() const override { return rank_; }

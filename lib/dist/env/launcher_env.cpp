@@ -217,4 +217,17 @@ LauncherEnv detect_launcher(const EnvLookup& lookup) {
   return out;
 }
 
+int gpu_for_process(const LauncherEnv& env, int visible) {
+  if (visible <= 1) return 0;
+  if (env.local_rank >= visible)
+    fail_input("{} processes run on this node (local rank {}), but it shows each of them {} GPUs: two would share "
+               "one, which NCCL refuses. Start one process per GPU ({}), or show each process one GPU of its own "
+               "(CUDA_VISIBLE_DEVICES, srun --gpus-per-task=1)",
+               env.local_world_size, env.local_rank, visible,
+               env.launcher == Launcher::Torchrun ? "--nproc_per_node " + std::to_string(visible)
+               : env.launcher == Launcher::Slurm  ? "--ntasks-per-node " + std::to_string(visible)
+                                                  : "-np " + std::to_string(visible) + " per node");
+  return env.local_rank;
+}
+
 }  // namespace trlx::dist

@@ -39,6 +39,14 @@ LauncherEnv detect_launcher();
 LauncherEnv detect_launcher(const EnvLookup& lookup);
 EnvLookup map_lookup(const std::map<std::string, std::string>& env);
 
+// The GPU a process computes on, of the `visible` ones it is shown: its
+// local rank's, or the only one where each process sees one GPU of its own
+// (CUDA_VISIBLE_DEVICES set per process, srun --gpus-per-task=1). Throws
+// InputError where a local rank has no GPU of its number, as when more
+// processes share a node than it shows GPUs: two would share one, which
+// NCCL refuses at its first collective ("Duplicate GPU detected").
+int gpu_for_process(const LauncherEnv& env, int visible);
+
 // First host of a Slurm node list: "gpu[003-010,020],cpu01" -> "gpu003".
 std::string first_slurm_host(const std::string& nodelist);
 

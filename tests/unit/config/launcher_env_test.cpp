@@ -168,3 +168,19 @@ TEST_CASE("contradictory launcher values are clear errors", "[launcher]") {
   msg = error_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}});
   CHECK_THAT(msg, Contains("MASTER_PORT=70000"));
 }
+
+TEST_CASE("each process computes on its local rank's GPU, or on the one GPU it is shown", "[launcher]") {
+  auto e = detect({{"RANK", "6"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "4"},
+                   {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}});
+  CHECK(gpu_for_process(e, 4) == 2);
+  CHECK(gpu_for_process(e, 8) == 2);
+  CHECK(gpu_for_process(e, 1) == 0);  // CUDA_VISIBLE_DEVICES per process
+  // More processes on the node than GPUs it shows: two would share one.
+  try {
+    gpu_for_process(e, 2);
+    FAIL("expected an InputError");
+  } catch (const InputError& err) {
+    CHECK_THAT(err.what(), Contains("4 processes run on this node (local rank 2), but it shows each of them 2 GPUs"));
+    CHECK_THAT(err.what(), Contains("--nproc_per_node 2"));
+  }
+}
