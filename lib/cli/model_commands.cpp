@@ -313,7 +313,9 @@ int run_score(std::vector<std::string> args) {
       attn[row].narrow(0, 0, n).fill_(1);
       mask[row].narrow(0, 0, n).copy_(torch::tensor(std::vector<int64_t>(r.loss_mask.begin(), r.loss_mask.end()), torch::kInt64));
     }
-    auto hidden = m->hidden_states({ids, attn, {}});
+    model::Batch in{ids, attn, {}};
+    in.padding_trails = true;  // right-padded rows: causal attention, no mask
+    auto hidden = m->hidden_states(in);
     if (reward) {
       // The last real token of each (right-padded) row.
       auto last = attn.sum(1) - 1;

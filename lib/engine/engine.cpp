@@ -135,6 +135,7 @@ std::vector<double> Engine::concat_across_ranks(const std::vector<double>& mine)
   for (const auto& part : gather_across_ranks(mine)) out.insert(out.end(), part.begin(), part.end());
   return out;
 }
+void Engine::move_batch(TensorMap& batch) { impl_->move_collated(batch); }
 LossOutput Engine::run_loss(Trainer& trainer, TensorMap batch) { return impl_->run_loss(trainer, std::move(batch)); }
 bool Engine::standing_in() const { return impl_->standing_in(); }
 int Engine::rank() const { return impl_->rank(); }
@@ -195,7 +196,8 @@ Engine::Impl::Impl(Engine& owner, const config::TrainingConfig& config, model::L
   const auto env = dist::detect_launcher();
   device_ = torch::Device(torch::kCPU);
   if (!dist_.use_cpu && torch::cuda::is_available())
-    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % torch::cuda::device_count()));
+    device_ = torch::Device(torch::kCUDA,
+                            static_cast<c10::DeviceIndex>(dist::gpu_for_process(env, torch::cuda::device_count())));
   pin_batches_ = config_.dataloader_pin_memory && device_.is_cuda();
   if (!comm_)
     comm_ = dist::make_communicator(env, device_, std::chrono::seconds(config_.ddp_timeout),
@@ -270,8 +272,11 @@ Engine::Impl::Impl(Engine& owner, const config::TrainingConfig& config, model::L
             m->mark_placed(p);
           }
       }
-      m->apply_deferred_casts();
+      // Moved in the checkpoint's dtype, then cast there: a host cast first
+      // would make every local rank hold its own full copy of the model in
+      // the wider dtype at once, and send twice the bytes.
       m->to(device_);
+      m->apply_deferred_casts();
     }
     // Under parameter sharding each unit is cast and copied as it is split.
     strategy_->wrap_model(*m);

@@ -158,6 +158,11 @@ class Engine {
   // end to end in rank order.
   std::vector<std::vector<double>> gather_across_ranks(const std::vector<double>& mine);
   std::vector<double> concat_across_ranks(const std::vector<double>& mine);
+  // Moves a host micro-batch to the device as a step's are, noting what only
+  // the host copy tells (which masks' padding trails, packed rows' segments)
+  // so that a forward on it takes the step's attention path, without a
+  // device read.
+  void move_batch(TensorMap& batch);
   // The trainer's loss on a host micro-batch, moved to the device as a
   // step's are (for evaluate_rounds; the caller sets grad mode).
   LossOutput run_loss(Trainer& trainer, TensorMap batch);

@@ -285,6 +285,11 @@ struct Engine::Impl {
     int64_t longest = 0;
   };
   std::vector<Segments> segments_;
+  // How often a forward read those facts from a host tensor that
+  // move_collated had not seen: on a GPU the tensor would be on the device
+  // and the facts lost (a masked attention path, a device read), so the
+  // tests hold it at 0 for batches the engine moves.
+  mutable int64_t host_fact_reads_ = 0;
   void forget_host_facts() {
     trailing_masks_.clear();
     branch_reaches_.clear();

@@ -10,6 +10,7 @@ std::string EngineProbe::strategy_name(Engine& e) { return e.impl_->strategy_->n
 dist::Strategy& EngineProbe::strategy(Engine& e) { return *e.impl_->strategy_; }
 const std::vector<std::string>& EngineProbe::log_history(Engine& e) { return e.impl_->log_history_; }
 void EngineProbe::reduce_metrics(Engine& e, MetricSums& m) { e.impl_->reduce_metrics(m); }
+int64_t EngineProbe::host_fact_reads(Engine& e) { return e.impl_->host_fact_reads_; }
 void EngineProbe::move_collated(Engine& e, TensorMap& batch) { e.impl_->move_collated(batch); }
 const std::vector<std::pair<at::Tensor, at::Tensor>>& EngineProbe::branch_reaches(Engine& e) {
   return e.impl_->branch_reaches_;

@@ -32,6 +32,9 @@ struct EngineProbe {
   static void move_collated(Engine& e, TensorMap& batch);
   static const std::vector<std::pair<at::Tensor, at::Tensor>>& branch_reaches(Engine& e);
   static model::Batch to_device(Engine& e, const model::Batch& b);
+  // How often a forward had to read a host tensor's layout that the batch's
+  // move should have noted (Engine::Impl::host_fact_reads_).
+  static int64_t host_fact_reads(Engine& e);
   static std::pair<double, double> step_on(Engine& e, Trainer& trainer,
                                            const std::vector<std::vector<size_t>>& micro_batches);
 };

@@ -207,8 +207,10 @@ model::Batch Engine::Impl::to_device(const model::Batch& b) const {
     // move.
     for (const auto& [pos, reach] : branch_reaches_)
       if (pos.is_same(b.position_ids)) out.branch_reach = reach;
-    if (!out.branch_reach.defined() && b.position_ids.device().is_cpu() && b.attention_mask.defined())
+    if (!out.branch_reach.defined() && b.position_ids.device().is_cpu() && b.attention_mask.defined()) {
+      ++host_fact_reads_;
       out.branch_reach = mv(model::branch_reach(b.position_ids, b.document_ids, b.attention_mask));
+    }
   }
   out.segments = mv(b.segments);
   out.longest_segment = b.longest_segment;
@@ -221,6 +223,7 @@ model::Batch Engine::Impl::to_device(const model::Batch& b) const {
         out.longest_segment = s.longest;
       }
     if (!out.segments.defined() && b.document_ids.device().is_cpu() && b.document_ids.dim() == 2) {
+      ++host_fact_reads_;
       auto [cu, longest] = model::document_segments(b.document_ids);
       out.segments = mv(cu);
       out.longest_segment = longest;
@@ -231,7 +234,10 @@ model::Batch Engine::Impl::to_device(const model::Batch& b) const {
     for (const auto& m : trailing_masks_)
       if (m.is_same(b.attention_mask)) out.padding_trails = true;
     // A mask still on the host is read here, before it moves.
-    if (!out.padding_trails && b.attention_mask.device().is_cpu()) out.padding_trails = padding_trails(b.attention_mask);
+    if (!out.padding_trails && b.attention_mask.device().is_cpu()) {
+      ++host_fact_reads_;
+      out.padding_trails = padding_trails(b.attention_mask);
+    }
   }
   return out;
 }
@@ -261,8 +267,8 @@ void Engine::Impl::add_frozen_model(model::LanguageModelImpl& m) {
   // Sharded like the policy under ZeRO-3/FSDP (reaching the device unit by
   // unit), whole on every rank otherwise.
   if (!strategy_->shards_parameters()) {
+    m.to(device_);  // then cast there, as the policy is
     m.apply_deferred_casts();
-    m.to(device_);
   }
   strategy_->wrap_frozen_model(m);
   m.to(device_);

@@ -209,9 +209,8 @@ OnlineRun set_up_online_run(const OnlineConfig& c, const std::string& trainer, c
   // meaning: it replaces the generation config's; the completion mask
   // follows it, where TRL keeps masking at the model's eos ids).
   if (c.generation_kwargs) {
-    const auto kwargs = nlohmann::json::parse(*c.generation_kwargs);
-    if (const auto e = kwargs.find("eos_token_id"); e != kwargs.end() && !e->is_null())
-      r.eos_ids = e->is_array() ? e->get<std::vector<int64_t>>() : std::vector<int64_t>{e->get<int64_t>()};
+    std::string problem;  // checked with the config
+    if (auto eos = parse_generation_kwargs(*c.generation_kwargs, problem).eos_token_id) r.eos_ids = std::move(*eos);
   }
   // Tool programs start before anything heavy, so that one that cannot
   // start stops the run at once; their schemas render into every prompt.
@@ -418,23 +417,22 @@ model::GenerationOptions sampling_options(const OnlineConfig& c, const std::vect
   o.min_p = c.min_p;
   o.repetition_penalty = c.repetition_penalty;
   // generation_kwargs win, as TRL applies them last (checked with the config).
-  const auto overrides = c.generation_kwargs ? nlohmann::json::parse(*c.generation_kwargs) : nlohmann::json::object();
-  for (const auto& [k, v] : overrides.items()) {
-    if (k == "temperature") o.temperature = v.get<double>();
-    else if (k == "top_p") o.top_p = v.get<double>();
-    else if (k == "top_k") o.top_k = v.is_null() ? 0 : v.get<int64_t>();
-    else if (k == "min_p") o.min_p = v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
-    else if (k == "repetition_penalty") o.repetition_penalty = v.get<double>();
-    else if (k == "do_sample") o.do_sample = v.get<bool>();
-    else if (k == "no_repeat_ngram_size") o.no_repeat_ngram_size = v.is_null() ? 0 : v.get<int64_t>();
-    else if (k == "suppress_tokens" && !v.is_null()) o.suppress_tokens = v.get<std::vector<int64_t>>();
-    else if (k == "bad_words_ids" && !v.is_null()) o.bad_words_ids = v.get<std::vector<std::vector<int64_t>>>();
-    else if (k == "stop_strings" && !v.is_null()) {
-      auto stops = v.is_string() ? std::vector<std::string>{v.get<std::string>()} : v.get<std::vector<std::string>>();
-      o.stop = model::stop_on_strings(std::move(stops), [&tokenizer](const std::vector<int64_t>& ids) {
+  if (c.generation_kwargs) {
+    std::string problem;
+    auto g = parse_generation_kwargs(*c.generation_kwargs, problem);
+    o.temperature = g.temperature.value_or(o.temperature);
+    o.top_p = g.top_p.value_or(o.top_p);
+    o.top_k = g.top_k.value_or(o.top_k);
+    if (g.min_p) o.min_p = *g.min_p;
+    o.repetition_penalty = g.repetition_penalty.value_or(o.repetition_penalty);
+    o.do_sample = g.do_sample.value_or(o.do_sample);
+    o.no_repeat_ngram_size = g.no_repeat_ngram_size.value_or(o.no_repeat_ngram_size);
+    if (g.suppress_tokens) o.suppress_tokens = std::move(*g.suppress_tokens);
+    if (g.bad_words_ids) o.bad_words_ids = std::move(*g.bad_words_ids);
+    if (g.stop_strings)
+      o.stop = model::stop_on_strings(std::move(*g.stop_strings), [&tokenizer](const std::vector<int64_t>& ids) {
         return tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()), true);
       });
-    }
   }
   o.eos_token_ids = stop_ids;
   o.pad_token_id = pad;
@@ -781,7 +779,7 @@ engine::Trainer::Rollout GroupTrainer::build_round(engine::Engine& engine, const
     engine.set_training(false);
     for (int64_t m = 0; m < chunks; ++m) {
       auto mb = micro(m);
-      for (auto& [k, v] : mb) v = v.to(engine.device());
+      engine.move_batch(mb);
       if (want_old) old_logps.push_back(completion_logprobs(engine, engine::Role::Policy, mb, false).logps);
       if (want_ref) ref_logps.push_back(completion_logprobs(engine, engine::Role::Reference, mb, false).logps);
     }

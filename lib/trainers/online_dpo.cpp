@@ -117,7 +117,7 @@ engine::Trainer::Rollout OnlineDPOTrainer::rollout(engine::Engine& engine, const
     auto mb = pack_rows(prompts, completions, std::vector<bool>(prompts.size(), false));
     out.tokens += mb.at("attention_mask").sum().item<double>();
     auto on_device = mb;
-    for (auto& [k, v] : on_device) v = v.to(engine.device());
+    engine.move_batch(on_device);
     mb["ref_logps"] = completion_logprobs(engine, engine::Role::Reference, on_device, false).logps.cpu();
     const auto r = total.slice(0, static_cast<int64_t>(lo), static_cast<int64_t>(hi));
     mb["scores"] = r;

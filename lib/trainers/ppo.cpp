@@ -177,10 +177,11 @@ engine::Trainer::Rollout PPOTrainer::rollout(engine::Engine& engine, const std::
       const int64_t hi = std::min(n, lo + ppo_.local_rollout_forward_batch_size);
       std::vector<int64_t> rows;
       for (int64_t i = lo; i < hi; ++i) rows.push_back(i);
-      const auto packed = pack(rows, responses);
+      auto packed = pack(rows, responses);
+      const auto plen = packed.at("prompt_lengths");  // the host copy: seq's lengths are added to it
+      engine.move_batch(packed);  // once for the four forwards, its masks' layout read on the host
       model::Batch b{packed.at("input_ids"), packed.at("attention_mask"), packed.at("position_ids"), {}};
       b.outputs_from = engine::host_count(packed, "outputs_from");
-      const auto& plen = packed.at("prompt_lengths");
       const auto targets = responses.slice(0, lo, hi).to(engine.device());
       const auto ones = torch::ones(targets.sizes(), torch::dtype(torch::kBool).device(targets.device()));
       for (auto [role, out] : {std::pair{engine::Role::Policy, &logprobs}, {engine::Role::Reference, &ref_logprobs}}) {
@@ -190,7 +191,8 @@ engine::Trainer::Rollout PPOTrainer::rollout(engine::Engine& engine, const std::
       const auto hv = at_response(engine.forward(engine::Role::Value, b), plen, t, b.outputs_from);
       values.push_back(engine.head(engine::Role::Value, hv).select(-1, 0).to(torch::kFloat32));
       // The score at the truncated response's last token.
-      const auto packed_post = pack(rows, post);
+      auto packed_post = pack(rows, post);
+      engine.move_batch(packed_post);
       scores.push_back(score(engine, packed_post, plen + seq.slice(0, lo, hi)));
     }
     engine.set_training(was_training);

@@ -75,14 +75,18 @@ class RewardModelFunction final : public rewards::RewardFunction {
     for (const auto& q : seqs) width = std::max(width, q.size());
     auto ids = torch::full({static_cast<int64_t>(seqs.size()), static_cast<int64_t>(width)}, pad_, torch::kInt64);
     auto mask = torch::zeros_like(ids);
-    for (size_t r = 0; r < seqs.size(); ++r)
-      for (size_t j = 0; j < seqs[r].size(); ++j) {
-        ids[static_cast<int64_t>(r)][static_cast<int64_t>(j)] = seqs[r][j];
-        mask[static_cast<int64_t>(r)][static_cast<int64_t>(j)] = 1;
-      }
+    auto* pi = ids.data_ptr<int64_t>();
+    auto* pm = mask.data_ptr<int64_t>();
+    for (size_t r = 0; r < seqs.size(); ++r) {
+      std::copy(seqs[r].begin(), seqs[r].end(), pi + r * width);
+      std::fill_n(pm + r * width, seqs[r].size(), int64_t{1});
+    }
     torch::NoGradGuard no_grad;
     ids = ids.to(device_);
-    auto hidden = model_->hidden_states({ids, mask.to(device_), {}, {}});
+    // Padding after the tokens: plain causal attention, no mask to build.
+    model::Batch in{ids, mask.to(device_), {}, {}};
+    in.padding_trails = true;
+    auto hidden = model_->hidden_states(in);
     auto scores = model::pool_last_non_pad(model_->head(hidden), ids, pad_).select(-1, 0).to(torch::kFloat64).cpu();
     rewards::Scores out;
     for (int64_t i = 0; i < scores.size(0); ++i) out.push_back(scores[i].item<double>());

@@ -244,6 +244,9 @@ StepValues replay(const config::Schema& schema, const std::string& name, const n
     });
   }
   engine.train(trainer);
+  // Every forward's batch was moved by the engine, which read its masks'
+  // layout on the host (on a GPU a forward cannot, without a device read).
+  CHECK(engine::EngineProbe::host_fact_reads(engine) == 0);
   StepValues got = logged_steps(engine);
   // TRL logs num_tokens only at steps that generate; trlx at every step.
   for (size_t k = 0; k < got.size() && k < cs.at("steps").size(); ++k)
@@ -325,6 +328,7 @@ StepValues ppo_steps(const nlohmann::json& cs, const Run& run, std::vector<engin
     return out;
   });
   engine.train(trainer);
+  CHECK(engine::EngineProbe::host_fact_reads(engine) == 0);
   if (rollouts) rollouts->push_back(trainer.last_rollout());
   return logged_steps(engine);
 }
@@ -445,6 +449,7 @@ StepValues distill_steps(const nlohmann::json& cs, const Run& run, const std::fu
     return completions;
   });
   engine.train(trainer);
+  CHECK(engine::EngineProbe::host_fact_reads(engine) == 0);
   if (inspect) inspect(engine);
   return logged_steps(engine);
 }
