@@ -18,8 +18,20 @@ namespace {
 using detail::AutocastOff;
 using detail::shape;
 
-// Row-wise dot products of two [n, V] tiles, without a third tile.
+// Row-wise dot products of two [n, V] tiles, without a third tile. In full
+// float32 even where tf32 lets cuBLAS round float32 products to 10-bit
+// mantissas: the divergence is a difference of such sums, which that
+// rounding would swamp (the reference sums products element by element).
 torch::Tensor rowdot(const torch::Tensor& a, const torch::Tensor& b) {
+  struct FullFloat32 {
+    bool was = false;
+    explicit FullFloat32(bool cuda) : was(cuda && at::globalContext().allowTF32CuBLAS()) {
+      if (was) at::globalContext().setAllowTF32CuBLAS(false);
+    }
+    ~FullFloat32() {
+      if (was) at::globalContext().setAllowTF32CuBLAS(true);
+    }
+  } full(a.is_cuda());
   return torch::bmm(a.unsqueeze(1), b.unsqueeze(2)).view({a.size(0)});
 }
 

@@ -18,6 +18,14 @@ AttentionPlan masked(const AttentionCall& c, const AttentionDevice& d) {
   return {AttentionPath::SdpaMasked, true};
 }
 
+// Causal rows without flash go to SDPA's memory-efficient kernel, which
+// some builds refuse grouped heads: repeated K/V beat the math kernel there.
+AttentionPlan causal(const AttentionCall& c, const AttentionDevice& d) {
+  if (d.cuda && c.grouped && !flash_takes(c, d) && d.fused_masked && !d.fused_masked_grouped)
+    return {AttentionPath::SdpaCausalExpanded, false};
+  return {AttentionPath::SdpaCausal, false};
+}
+
 }  // namespace
 
 AttentionPlan plan_attention(const AttentionCall& c, const AttentionDevice& d) {
@@ -25,7 +33,7 @@ AttentionPlan plan_attention(const AttentionCall& c, const AttentionDevice& d) {
   const bool flash = flash_takes(c, d);
   switch (c.shape) {
     case AttentionShape::Causal:
-      if (!c.window) return {AttentionPath::SdpaCausal, false};
+      if (!c.window) return causal(c, d);
       return flash ? AttentionPlan{AttentionPath::FlashTail, false} : masked(c, d);
     case AttentionShape::Tail:
       return flash ? AttentionPlan{AttentionPath::FlashTail, false} : masked(c, d);
@@ -42,6 +50,7 @@ AttentionPlan plan_attention(const AttentionCall& c, const AttentionDevice& d) {
 const char* attention_path_name(AttentionPath p) {
   switch (p) {
     case AttentionPath::SdpaCausal: return "sdpa-causal";
+    case AttentionPath::SdpaCausalExpanded: return "sdpa-causal-expanded-kv";
     case AttentionPath::SdpaMasked: return "sdpa-masked";
     case AttentionPath::SdpaMaskedExpanded: return "sdpa-masked-expanded-kv";
     case AttentionPath::FlashTail: return "flash-causal-bottom-right";
@@ -55,7 +64,10 @@ const char* attention_path_name(AttentionPath p) {
 std::string attention_kernel_name(const AttentionPlan& plan, const AttentionCall& call, const AttentionDevice& d) {
   if (!d.cuda) return plan.path == AttentionPath::Unfused ? "unfused (CPU)" : "SDPA (CPU)";
   switch (plan.path) {
-    case AttentionPath::SdpaCausal: return call.half ? "flash or cuDNN (SDPA's choice)" : "memory-efficient (fp32)";
+    case AttentionPath::SdpaCausal:
+      if (flash_takes(call, d)) return "flash or cuDNN (SDPA's choice)";
+      return d.fused_masked && (!call.grouped || d.fused_masked_grouped) ? "memory-efficient" : "math (unfused)";
+    case AttentionPath::SdpaCausalExpanded: return "memory-efficient (K/V repeated)";
     case AttentionPath::SdpaMasked:
       return d.fused_masked && (!call.grouped || d.fused_masked_grouped) ? "memory-efficient (masked)" : "math (unfused)";
     case AttentionPath::SdpaMaskedExpanded: return "memory-efficient (masked, K/V repeated)";

@@ -18,7 +18,8 @@
 //  - anything else (padding before tokens, branching documents): a mask,
 //    with K/V expanded where the fused masked kernel refuses grouped heads.
 // Without flash (CPU, fp32, head_dim over 256 or not a multiple of 8) the
-// masked form runs, as SDPA takes it.
+// masked form runs, as SDPA takes it; on a GPU whose memory-efficient kernel
+// refuses grouped heads, plain causal rows repeat K/V for it too.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -55,6 +56,7 @@ struct AttentionDevice {
 
 enum class AttentionPath {
   SdpaCausal,          // SDPA, no mask, causal flag when Tq == Tk
+  SdpaCausalExpanded,  // SDPA, no mask, causal flag, K/V heads repeated to the query heads
   SdpaMasked,          // SDPA with the mask
   SdpaMaskedExpanded,  // SDPA with the mask, K/V heads repeated to the query heads
   FlashTail,           // flash, bottom-right causal (and window), dense rows

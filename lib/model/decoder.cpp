@@ -160,6 +160,16 @@ torch::Tensor self_if_alone(const torch::Tensor& allowed, const torch::Tensor& d
 
 }  // namespace
 
+torch::Tensor additive_mask(const torch::Tensor& mask, torch::Dtype dtype) {
+  if (!mask.defined()) return mask;
+  auto sizes = mask.sizes().vec();
+  const int64_t cols = sizes.back();
+  sizes.back() = (cols + 15) / 16 * 16;
+  return torch::zeros(sizes, mask.options().dtype(dtype))
+      .narrow(-1, 0, cols)
+      .masked_fill_(mask.logical_not(), -std::numeric_limits<double>::infinity());
+}
+
 torch::Tensor build_attention_mask(const torch::Tensor& key_mask, int64_t num_queries,
                                    std::optional<int64_t> sliding_window) {
   const int64_t tk = key_mask.size(1);
@@ -677,9 +687,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   const auto& mask = attn.mask;
   auto additive = [&] {
     // The model passes an additive mask made once per forward in the
-    // attention's compute dtype; a query of another dtype gets it cast.
-    const bool cast = mask.scalar_type() != torch::kBool && mask.scalar_type() != q.scalar_type();
-    return cast ? mask.to(q.scalar_type()) : mask;
+    // attention's compute dtype. Autocast casts SDPA's inputs to its dtype,
+    // the mask's, whatever q's is (float32 after the rotation under fp32
+    // weights), so the mask is cast only without autocast, to q's dtype.
+    const auto want = compute_dtype(q.device().type(), q.scalar_type());
+    const bool cast = mask.scalar_type() != torch::kBool && mask.scalar_type() != want;
+    return cast ? mask.to(want) : mask;
   };
   // The flash kernels are called directly, outside autocast's reach: q, k
   // and v go to the dtype SDPA would have computed in (autocast's, or
@@ -705,6 +718,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
       out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, q.size(2) == k.size(2),
                                              scale_, gqa);
       break;
+    case AttentionPath::SdpaCausalExpanded: {
+      const int64_t groups = heads / kv_heads;
+      out = at::scaled_dot_product_attention(q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1),
+                                             /*attn_mask=*/{}, 0.0, q.size(2) == k.size(2), scale_, false);
+      break;
+    }
     case AttentionPath::SdpaMasked:
       TORCH_CHECK(mask.defined(), "attention path ", attention_path_name(attn.path), " without its mask");
       out = at::scaled_dot_product_attention(q, k, v, additive(), 0.0, false, scale_, gqa);
@@ -1028,11 +1047,7 @@ torch::Tensor DecoderModelImpl::forward(const Batch& batch, KVCache* cache) {
   // SDPA turns a boolean mask into an additive one of the query's dtype on
   // every call, and each layer's backward keeps its own copy; one additive
   // mask for all layers gives the same numbers with one conversion and one copy.
-  auto additive = [&](const torch::Tensor& m) {
-    if (!m.defined()) return m;
-    return torch::zeros(m.sizes(), x.options().dtype(mask_dtype))
-        .masked_fill_(m.logical_not(), -std::numeric_limits<double>::infinity());
-  };
+  auto additive = [&](const torch::Tensor& m) { return additive_mask(m, mask_dtype); };
   full_mask = additive(full_mask);
   sliding_mask = additive(sliding_mask);
 

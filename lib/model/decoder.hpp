@@ -154,6 +154,13 @@ class Rotary {
 torch::Tensor build_attention_mask(const torch::Tensor& key_mask, int64_t num_queries,
                                    std::optional<int64_t> sliding_window);
 
+// A boolean mask (true: attend) as the additive one SDPA takes, in `dtype`
+// (0 where true, -inf elsewhere), undefined for undefined. Its rows are laid
+// out 16 columns apart at the least: a GPU's memory-efficient kernel takes a
+// mask whose strides are multiples of 8 as it is, and copies any other (in
+// every layer, each copy kept for backward).
+torch::Tensor additive_mask(const torch::Tensor& mask, torch::Dtype dtype);
+
 // Position ids that skip padding: each row counts its real tokens, so a
 // left-padded prompt starts at position 0 like an unpadded one.
 torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask);

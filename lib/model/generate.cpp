@@ -303,7 +303,7 @@ Generation generate(LanguageModelImpl& model, const std::vector<std::vector<int6
   // Fixed shapes (and, on a GPU when asked, a captured decode step).
   const auto& rope = model.config().rope.type;
   const bool graphs = cuda_graphs_requested() && device.is_cuda() && !lockstep && !model.model->sharding_hooks() &&
-                      rope != "dynamic" && rope != "longrope";
+                      rope != "dynamic" && rope != "longrope" && model.config().num_experts == 0;
 #if !defined(USE_C10D_NCCL)
   if (graphs) log::warn("TRLX_CUDA_GRAPHS=1: this build has no CUDA graph support; decode steps run one by one");
 #endif

@@ -174,7 +174,14 @@ class GroupedLinear : public torch::autograd::Function<GroupedLinear> {
     const auto g = grads.at(0).contiguous();
     torch::Tensor gx, gw;
     if (ctx->needs_input_grad(0)) gx = grouped_mm(g, weight, offsets);
-    if (ctx->needs_input_grad(1)) gw = grouped_mm(g.t(), x, offsets);
+    if (ctx->needs_input_grad(1)) {
+      gw = grouped_mm(g.t(), x, offsets);
+      // An expert no row reached gets a zero gradient, whatever the kernel
+      // left in its slab (a GPU's native kernel need not write empty groups).
+      const auto ends = offsets.to(torch::kInt64);
+      const auto empty = ends == torch::cat({torch::zeros({1}, ends.options()), ends.narrow(0, 0, ends.size(0) - 1)});
+      gw = gw.masked_fill(empty.view({-1, 1, 1}), 0);
+    }
     return {gx, gw, torch::Tensor()};
   }
 };
@@ -230,11 +237,16 @@ torch::Tensor ExpertAdapter::delta(int64_t experts) const {
 torch::Tensor ExpertsImpl::forward(const torch::Tensor& x, const torch::Tensor& index, const torch::Tensor& weight) {
   const int64_t k = index.size(1);
   // Each (token, choice) pair sorted by expert, stably: an expert's rows keep
-  // token order, and each token's outputs add up in expert order.
+  // token order, and each token's outputs add up in expert order (on the
+  // CPU; a GPU's index_add adds them in whatever order its atomics land).
   const auto flat = index.reshape(-1);
   const auto [sorted, order] = flat.sort(/*stable=*/true, 0, false);
   const auto token = order.div(k, "floor");
-  const auto offsets = at::bincount(flat, {}, experts_).cumsum(0).to(torch::kInt32);
+  // Where each expert's rows end: the count of sorted pairs below e + 1, found
+  // on the device (bincount would read the indices' range back to the host,
+  // twice a layer, and no decode step could be captured).
+  const auto offsets = torch::searchsorted(sorted, torch::arange(1, experts_ + 1, sorted.options()),
+                                           /*out_int32=*/true, /*right=*/false);
   const auto rows = x.index_select(0, token);
   // Both weights as [E, out, in] (gpt-oss stores them [E, in, out]), with
   // their adapters' deltas where LoRA is on.

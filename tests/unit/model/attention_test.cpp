@@ -133,7 +133,17 @@ TEST_CASE("each attention case takes its fused form on a GPU and the masked form
   CHECK(path(S::Documents, g, false, true, /*half=*/false) == P::SdpaMaskedExpanded);
   CHECK(path(S::Decode, g, false, true, true, /*head_dim=*/512) == P::SdpaMaskedExpanded);
   CHECK(path(S::Tail, g, false, true, true, /*head_dim=*/100) == P::SdpaMaskedExpanded);
-  CHECK(path(S::Causal, g, false, true, /*half=*/false) == P::SdpaCausal);
+  // fp32 causal rows: no flash, and the memory-efficient kernel refuses
+  // grouped heads, so K/V are repeated for it rather than left to the math
+  // kernel; where it takes them, or flash runs, they stay as they are.
+  CHECK(path(S::Causal, g, false, true, /*half=*/false) == P::SdpaCausalExpanded);
+  CHECK(path(S::Causal, gpu(true), false, true, /*half=*/false) == P::SdpaCausal);
+  CHECK(path(S::Causal, g, false, /*grouped=*/false, /*half=*/false) == P::SdpaCausal);
+  CHECK(path(S::Causal, old_gpu()) == P::SdpaCausalExpanded);
+  CHECK(model::attention_kernel_name({P::SdpaCausal, false}, {S::Causal, false, true, false, 128, false}, gpu(true)) ==
+        "memory-efficient");
+  CHECK(model::attention_kernel_name({P::SdpaCausal, false}, {S::Causal, false, true, true, 128, false}, g) ==
+        "flash or cuDNN (SDPA's choice)");
   // A GPU without flash: the memory-efficient kernel with a mask (K/V
   // repeated for grouped heads), never the math kernel while a fused one runs.
   CHECK(path(S::Decode, old_gpu()) == P::SdpaMaskedExpanded);
@@ -222,6 +232,47 @@ TEST_CASE("the flash paths' inputs give the masked path's values and gradients (
       }
     }
   }
+}
+
+TEST_CASE("causal rows with K/V repeated for the memory-efficient kernel give SDPA's grouped values and gradients",
+          "[model][attention]") {
+  auto m = model::load_language_model(models() / "qwen2", model::HeadKind::CausalLM);
+  REQUIRE(m->config().num_key_value_heads < m->config().num_attention_heads);
+  torch::manual_seed(4);
+  auto ids = torch::randint(1, m->config().vocab_size, {2, 9});
+  model::Batch rows{ids, torch::ones_like(ids), {}};
+  rows.padding_trails = true;
+  m->zero_grad();
+  auto want = m->hidden_states(rows);
+  CHECK(m->model->attention_paths().front() == AttentionPath::SdpaCausal);
+  want.pow(2).sum().backward();
+  const auto want_g = grads(*m);
+  m->zero_grad();
+  model::set_attention_device(old_gpu());
+  auto got = m->hidden_states(rows);
+  const auto taken = m->model->attention_paths();
+  got.pow(2).sum().backward();
+  model::set_attention_device(std::nullopt);
+  CHECK(taken.front() == AttentionPath::SdpaCausalExpanded);
+  CHECK(max_rel(got, want) < 1e-6);
+  const auto got_g = grads(*m);
+  for (size_t i = 0; i < want_g.size(); ++i)
+    if (want_g[i].defined()) CHECK(max_rel(got_g[i], want_g[i]) < 1e-5);
+}
+
+TEST_CASE("the additive mask: 0 where a key is seen, -inf elsewhere, rows 16 columns apart", "[model][attention]") {
+  for (int64_t cols : {1, 7, 16, 17, 33}) {
+    INFO(cols);
+    auto keep = torch::rand({2, 1, 5, cols}).gt(0.4);
+    const auto m = model::additive_mask(keep, torch::kBFloat16);
+    CHECK(m.sizes() == keep.sizes());
+    CHECK(m.scalar_type() == torch::kBFloat16);
+    CHECK(m.stride(-1) == 1);
+    for (int64_t d = 0; d + 1 < m.dim(); ++d) CHECK(m.stride(d) % 16 == 0);
+    CHECK(torch::equal(m.eq(0), keep));
+    CHECK(torch::equal(m.isneginf(), keep.logical_not()));
+  }
+  CHECK_FALSE(model::additive_mask(torch::Tensor(), torch::kFloat32).defined());
 }
 
 TEST_CASE("generation through the flash decode path equals the masked path token for token (reference kernel)",
