@@ -148,8 +148,10 @@ struct ChunkedLogProbs : public torch::autograd::Function<ChunkedLogProbs> {
     torch::Tensor grad_hidden, grad_weight;
     if (need_hidden) grad_hidden = torch::zeros_like(hidden);
     // Reduced-precision weights accumulate their gradient over chunks in
-    // fp32 and round once, as one full-size matmul would; so do the hidden
-    // states' over vocabulary tiles.
+    // fp32 and round to their dtype once at the end; so do the hidden
+    // states' over vocabulary tiles. (Each tile's product comes out of its
+    // matmul rounded to the compute dtype before it is added: one full-size
+    // matmul would round only its sum.)
     if (need_weight) grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
     const int64_t n_rows = rows.size(0);
     for (int64_t s = 0; s < n_rows; s += chunk_size) {

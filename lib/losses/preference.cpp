@@ -271,7 +271,7 @@ torch::Tensor preference_metric_sums(const Tensor& chosen_rewards, const Tensor&
   const auto d = [](const Tensor& t) { return t.detach().to(torch::kFloat64); };
   const Tensor c = d(chosen_rewards), r = d(rejected_rewards);
   return torch::stack({c.sum(), r.sum(), (c > r).to(torch::kFloat64).sum(), (c - r).sum(), d(chosen_logps).sum(),
-                       d(rejected_logps).sum(), torch::tensor(static_cast<double>(c.numel()), torch::kFloat64).to(c.device())});
+                       d(rejected_logps).sum(), torch::full({}, static_cast<double>(c.numel()), c.options())});
 }
 
 std::vector<std::pair<std::string, double>> preference_metrics(const Tensor& sums) {
@@ -301,8 +301,10 @@ KtoLossOutput kto_loss(const KtoInputs& in, const KtoLossOptions& o) {
   const bool kto = o.loss_type == "kto";
   const double beta = o.beta;
   const Tensor labels = in.labels.to(in.logps.device(), torch::kBool);
-  const Tensor chosen_idx = torch::nonzero(labels).view(-1);
-  const Tensor rejected_idx = torch::nonzero(~labels).view(-1);
+  const Tensor chosen_idx = in.desirable_rows.defined() ? in.desirable_rows.to(labels.device())
+                                                        : torch::nonzero(labels).view(-1);
+  const Tensor rejected_idx = in.undesirable_rows.defined() ? in.undesirable_rows.to(labels.device())
+                                                            : torch::nonzero(~labels).view(-1);
 
   Tensor kl;
   if (kto) {
@@ -340,8 +342,8 @@ KtoLossOutput kto_loss(const KtoInputs& in, const KtoLossOptions& o) {
 torch::Tensor kto_metric_sums(const KtoLossOutput& out) {
   torch::NoGradGuard no_grad;
   const auto s = [](const Tensor& t) { return t.detach().to(torch::kFloat64).nansum(); };
-  const auto n = [&](const Tensor& t) {
-    return torch::tensor(static_cast<double>(t.numel()), torch::kFloat64).to(t.device());
+  const auto n = [&](const Tensor& t) {  // made where t is: no copy from the host
+    return torch::full({}, static_cast<double>(t.numel()), t.options().dtype(torch::kFloat64));
   };
   return torch::stack({s(out.chosen_rewards), s(out.chosen_logps), n(out.chosen_rewards), s(out.rejected_rewards),
                        s(out.rejected_logps), n(out.rejected_rewards)});

@@ -131,6 +131,9 @@ struct KtoInputs {
   at::Tensor logps, ref_logps;  // [B] completion log-prob sums, policy (with graph) and reference
   at::Tensor labels;            // [B] bool: true = desirable
   at::Tensor kl;                // scalar, the cross-rank mean of kto_local_kl (kto only; clamped at 0 here)
+  // Optional [n] int64 row indices of each kind, where labels lives, found
+  // on the host (undefined: found here from labels, a read of the device).
+  at::Tensor desirable_rows, undesirable_rows;
 };
 
 struct KtoLossOutput {

@@ -154,6 +154,15 @@ engine::TensorMap ReferenceFreeTrainer::collate(const std::string& split, const 
   for (auto& [k, v] : engine::share_prefixes(out.at("input_ids"), out.at("attention_mask"),
                                              engine::pair_groups(static_cast<int64_t>(indices.size())), pad_id_, share))
     out[k] = v;
+  if (!out.count("shared_input_ids")) {
+    // Rows as they are, each one document with its padding (see loss()):
+    // their positions, and that no row branches, known here on the host,
+    // so that the forward reads nothing back from the device.
+    const auto& ids = out.at("input_ids");
+    out["row_positions"] = torch::arange(ids.size(1), torch::kInt64).unsqueeze(0).expand(ids.sizes()).contiguous();
+    out["row_branch_reach"] = model::branch_reach(out.at("row_positions"), torch::zeros_like(ids),
+                                                  out.at("attention_mask"));
+  }
   return out;
 }
 
@@ -176,11 +185,20 @@ engine::LossOutput ReferenceFreeTrainer::loss(engine::Engine& engine, const engi
   // one document per row masks padding as keys (padding queries then see just
   // their row's tokens, as transformers' padding mask gives them). The packed
   // rows lay padding out the same way.
-  auto hidden = batch.count("shared_input_ids")
-                    ? engine::forward_rows(engine, engine::Role::Policy, batch)
-                    : engine.forward(engine::Role::Policy,
-                                     {ids, attn, torch::arange(t, ids.options()).unsqueeze(0).expand({ids.size(0), t}),
-                                      torch::zeros_like(ids)});
+  torch::Tensor hidden;
+  if (batch.count("shared_input_ids")) {
+    hidden = engine::forward_rows(engine, engine::Role::Policy, batch);
+  } else {
+    // (Without the host's facts, a batch made elsewhere: positions here, and
+    // the model finds that no row branches.)
+    const bool known = batch.count("row_positions");
+    model::Batch rows{ids, attn,
+                      known ? batch.at("row_positions")
+                            : torch::arange(t, ids.options()).unsqueeze(0).expand({ids.size(0), t}),
+                      torch::zeros_like(ids)};
+    if (known) rows.branch_reach = batch.at("row_branch_reach");
+    hidden = engine.forward(engine::Role::Policy, rows);
+  }
   auto lp = engine.logprobs(engine::Role::Policy, hidden.slice(1, 0, t - 1), targets, lp_mask);
   auto per_token = lp.logps * comp;
   auto sums = per_token.sum(1);

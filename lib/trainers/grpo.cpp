@@ -60,7 +60,10 @@ torch::Tensor GRPOTrainer::entropy_threshold(engine::Engine& engine, const torch
   const auto all = engine.concat_across_ranks(std::vector<double>(p, p + local.numel()));
   if (all.empty()) return torch::Tensor();
   const auto gathered = torch::tensor(all, torch::kFloat64).to(torch::kFloat32);
-  return torch::quantile(gathered, 1.0 - grpo_.top_entropy_quantile).to(entropy.device());
+  // Read on the host (a CPU tensor: no wait) and made where the entropies
+  // are, without a copy that would wait for the device.
+  const double q = torch::quantile(gathered, 1.0 - grpo_.top_entropy_quantile).item<double>();
+  return torch::full({}, q, entropy.options().dtype(torch::kFloat32));
 }
 
 engine::LossOutput GRPOTrainer::loss(engine::Engine& engine, const engine::TensorMap& batch) {

@@ -202,6 +202,12 @@ engine::TensorMap KTOTrainer::collate(const std::string& split, const std::vecto
   std::vector<uint8_t> labels;
   for (size_t i : indices) labels.push_back(ex[i].label ? 1 : 0);
   out["label"] = torch::tensor(std::vector<int64_t>(labels.begin(), labels.end()), torch::kInt64).to(torch::kBool);
+  // The rows of each kind, known here: the loss splits by them without a
+  // read of the device.
+  std::vector<int64_t> desirable, undesirable;
+  for (size_t i = 0; i < labels.size(); ++i) (labels[i] ? desirable : undesirable).push_back(static_cast<int64_t>(i));
+  out["desirable_rows"] = torch::tensor(desirable, torch::kInt64);
+  out["undesirable_rows"] = torch::tensor(undesirable, torch::kInt64);
   return out;
 }
 
@@ -284,6 +290,10 @@ engine::LossOutput KTOTrainer::loss(engine::Engine& engine, const engine::Tensor
   in.logps = policy.sums;
   in.ref_logps = ref.sums;
   in.labels = labels;
+  if (batch.count("desirable_rows")) {
+    in.desirable_rows = batch.at("desirable_rows");
+    in.undesirable_rows = batch.at("undesirable_rows");
+  }
   in.kl = kl;
   losses::KtoLossOptions o;
   o.beta = config_.beta;
