@@ -111,8 +111,10 @@ endif()
 message(STATUS "NCCL communicator (multi-GPU): ${TRLX_NCCL}")
 
 # The oldest LibTorch trlx is built and tested against (c10d's Store::clone,
-# ProcessGroupNCCL's options, the header-only dtype headers).
-set(TRLX_MIN_LIBTORCH 2.15)
+# ProcessGroupNCCL's options, the header-only dtype headers; what 2.15
+# renamed, c10d's flat collectives and autograd's node handles, is taken as
+# each version names it).
+set(TRLX_MIN_LIBTORCH 2.11 CACHE STRING "The oldest LibTorch version accepted")
 set(_trlx_torch_version_lines)
 foreach(_f torch/headeronly/version.h torch/csrc/api/include/torch/version.h)
   if(NOT _trlx_torch_version_lines AND EXISTS "${TORCH_INSTALL_PREFIX}/include/${_f}")

@@ -18,12 +18,15 @@
 #     (DDP, ZeRO-3) against the single process, DPO and GRPO (sampled
 #     generation, ZeRO-3 with ds3_gather_for_generation false);
 # and prints a table. Exits non-zero when any check fails. Every run has a time
-# limit (RUN_TIMEOUT, default 300 s) and 2-rank runs a short ddp_timeout
-# (DDP_TIMEOUT, 120 s), so the script cannot hang. About 6-8 minutes
-# on one H100/H200 with 16 cores, most of it the build.
+# limit (RUN_TIMEOUT, default 120 s, and never past DEADLINE, default 540 s
+# after the start, so that a runner that stops commands at 600 s still gets
+# the table), the build too, and 2-rank runs a short ddp_timeout (DDP_TIMEOUT,
+# 60 s), so the script cannot hang. About 6-8 minutes on one H100/H200 with
+# 16 cores, most of it the build.
 #
 #   scripts/gpu_check.sh                 # BUILD_DIR=build-gpu JOBS=$(nproc)
-#   RESULTS=dir scripts/gpu_check.sh     # also keep logs and the table in dir
+#   RESULTS=dir scripts/gpu_check.sh     # the table (written as it grows) and logs in dir;
+#                                        # default: $OUT where the runner sets it
 #   GPU_CHECK_ON_CPU=1 TRLX=build/apps/trlx/trlx scripts/gpu_check.sh
 #                                        # the script's own logic on a CPU machine:
 #                                        # no build, no NCCL, no GPU figures
@@ -37,10 +40,17 @@ ON_CPU=${GPU_CHECK_ON_CPU:-0}
 ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
-RESULTS=${RESULTS:-}
+RESULTS=${RESULTS:-${OUT:-}}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-TABLE="$WORK/table.txt"
+# The table grows in RESULTS as checks finish, so that what ran survives a
+# runner that stops the script.
+if [ -n "$RESULTS" ]; then
+  mkdir -p "$RESULTS"
+  TABLE="$RESULTS/gpu_check_table.txt"
+else
+  TABLE="$WORK/table.txt"
+fi
 : >"$TABLE"
 failures=0
 PY=${PYTHON:-python3}
@@ -48,9 +58,21 @@ PY=${PYTHON:-python3}
 # Every run has a time limit, so that no check can hang the script: RUN_TIMEOUT
 # seconds (killed 10 s later if it ignores SIGTERM). Distributed runs also get
 # a short ddp_timeout, so that a stuck collective fails in seconds, not minutes.
-RUN_TIMEOUT=${RUN_TIMEOUT:-300}
-DDP_TIMEOUT=${DDP_TIMEOUT:-120}
-trlx() { timeout --kill-after=10 "$RUN_TIMEOUT" "$TRLX" "$@"; }
+RUN_TIMEOUT=${RUN_TIMEOUT:-120}
+DDP_TIMEOUT=${DDP_TIMEOUT:-60}
+DEADLINE=${DEADLINE:-540}
+# limited SECONDS COMMAND...: COMMAND with at most SECONDS, and never past the
+# deadline (125 without running it when the deadline has come).
+limited() {
+  local most=$1 left=$((DEADLINE - SECONDS))
+  shift
+  if [ "$left" -lt 15 ]; then
+    echo "gpu_check: out of time (DEADLINE ${DEADLINE}s), not run: $*" >&2
+    return 125
+  fi
+  timeout --kill-after=10 $((left < most ? left : most)) "$@"
+}
+trlx() { limited "$RUN_TIMEOUT" "$TRLX" "$@"; }
 
 # record NAME STATUS DETAIL
 record() {
@@ -64,9 +86,8 @@ finish() {
   printf '%-38s %-5s %s\n' "check" "" "result"
   cat "$TABLE"
   if [ -n "$RESULTS" ]; then
-    mkdir -p "$RESULTS"
-    cp "$TABLE" "$RESULTS/gpu_check_table.txt"
-    (cd "$WORK" && tar czf "$RESULTS/gpu_check_logs.tgz" --exclude='*.safetensors' --exclude='*.pt' . 2>/dev/null)
+    (cd "$WORK" && tar czf "$RESULTS/gpu_check_logs.tgz" --exclude='*.safetensors' --exclude='*.pt' \
+       --exclude=./sysroot --exclude=./m05b . 2>/dev/null)
   fi
   echo "$(grep -c ' PASS ' "$TABLE") passed, $failures failed, $(grep -c ' SKIP ' "$TABLE") skipped"
   exit $((failures == 0 ? 0 : 1))
@@ -84,22 +105,39 @@ else
   fi
   GPUS=$(grep -c '^GPU ' "$WORK/gpus.txt")
   record "gpus" PASS "$GPUS x $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)"
-  # A CUDA toolkit is optional: without nvcc, NCCL comes from the wheel's own headers.
+  record "torch" PASS "$(limited 60 "$PY" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1)"
+  # A CUDA toolkit is optional: without nvcc, NCCL comes from the wheel's own
+  # headers. A toolkit without NCCL's header (NVIDIA ships it apart) would
+  # build LibTorch's NCCL headers against nothing: the wheel's headers then.
+  CMAKE_EXTRA=()
   NVCC=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
   if [ -x "$NVCC" ]; then
     PATH="$(dirname "$NVCC"):$PATH"
     export PATH
-    record "cuda toolkit" PASS "$NVCC"
+    if ls "$(dirname "$NVCC")/../include/nccl.h" /usr/include/nccl.h >/dev/null 2>&1; then
+      record "cuda toolkit" PASS "$NVCC"
+    else
+      CMAKE_EXTRA+=(-DTRLX_FORCE_NO_CUDA_TOOLKIT=ON)
+      record "cuda toolkit" PASS "$NVCC, without nccl.h: the build uses the wheel's NCCL and CUDA runtime headers"
+    fi
   else
     record "cuda toolkit" PASS "none: the build uses the wheel's NCCL and CUDA runtime headers"
   fi
 
   # ---- system packages from .gpu-deps when the machine lacks them
-  CMAKE_EXTRA=()
   if [ -d .gpu-deps ] && ls .gpu-deps/*.deb >/dev/null 2>&1; then
     SYSROOT="$WORK/sysroot"
     mkdir -p "$SYSROOT"
     for f in .gpu-deps/*.deb; do dpkg-deb -x "$f" "$SYSROOT" 2>/dev/null || dpkg -x "$f" "$SYSROOT"; done
+    # A -dev package's lib*.so names its own runtime's file, which may not be
+    # unpacked here (or names it by an absolute path): point it at the
+    # machine's copy of that library, or drop it (CMake then says what is missing).
+    for l in "$SYSROOT"/usr/lib/x86_64-linux-gnu/lib*.so; do
+      [ -L "$l" ] && [ ! -e "$l" ] || continue
+      so=$(basename "$l")
+      sys=$(ls /usr/lib/x86_64-linux-gnu/"$so".[0-9]* /lib/x86_64-linux-gnu/"$so".[0-9]* 2>/dev/null | head -1)
+      if [ -n "$sys" ]; then ln -sf "$sys" "$l"; else rm -f "$l"; fi
+    done
     export PKG_CONFIG_PATH="$SYSROOT/usr/lib/x86_64-linux-gnu/pkgconfig:$SYSROOT/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
     export PKG_CONFIG_SYSROOT_DIR="$SYSROOT"
     export LD_LIBRARY_PATH="$SYSROOT/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -121,10 +159,11 @@ else
     finish
   fi
   t0=$(date +%s)
-  if cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+  if limited 120 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
        -DPython3_EXECUTABLE="$(command -v "$PY")" -DTRLX_WITH_MPI=OFF "${CMAKE_EXTRA[@]}" \
        >"$WORK/configure.log" 2>&1 &&
-     cmake --build "$BUILD_DIR" -j "$JOBS" --target trlx test_dist_nccl test_model >"$WORK/build.log" 2>&1; then
+     limited 360 cmake --build "$BUILD_DIR" -j "$JOBS" --target trlx test_dist_nccl test_model \
+       >"$WORK/build.log" 2>&1; then
     record "build" PASS "$(( $(date +%s) - t0 )) s, torch $("$PY" -c 'import torch; print(torch.__version__)')"
   else
     tail -30 "$WORK/configure.log" "$WORK/build.log"
@@ -138,12 +177,14 @@ else
   record "nccl in libtorch" PASS "$(grep -o 'NCCL communicator (multi-GPU): .*' "$WORK/configure.log" | cut -d: -f2-)"
   TRLX="$ROOT/$BUILD_DIR/apps/trlx/trlx"
   trlx env >"$WORK/env.txt" 2>&1
+  cp "$WORK/configure.log" "$WORK/env.txt" "${RESULTS:-$WORK}/" 2>/dev/null
 
   # ---- attention: the path and kernel of each case, and the fused paths
   # against the masked one on this GPU (bf16)
   grep -A7 '^attention' "$WORK/env.txt" | sed 's/^/   /'
   record "attention kernels" PASS "$(grep '^attention' "$WORK/env.txt" | cut -c19-)"
-  if timeout --kill-after=10 "$RUN_TIMEOUT" "$BUILD_DIR/tests/unit/model/test_model" "[attention]" >"$WORK/attention.log" 2>&1; then
+  if limited "$RUN_TIMEOUT" "$BUILD_DIR/tests/unit/model/test_model" "[attention]" >"$WORK/attention.log" 2>&1 &&
+     ! grep -q SKIPPED "$WORK/attention.log"; then
     record "fused attention = masked (bf16)" PASS "$(grep -Eo 'All tests passed.*' "$WORK/attention.log" | head -1)"
   else
     tail -30 "$WORK/attention.log"
@@ -151,7 +192,7 @@ else
   fi
 
   # ---- NCCL communicator, world 1
-  if "$BUILD_DIR/tests/unit/dist/test_dist_nccl" >"$WORK/nccl.log" 2>&1; then
+  if limited "$RUN_TIMEOUT" "$BUILD_DIR/tests/unit/dist/test_dist_nccl" >"$WORK/nccl.log" 2>&1; then
     record "nccl communicator (world 1)" PASS "$(grep -Eo 'All tests passed.*' "$WORK/nccl.log" | head -1)"
   else
     rc=$?
@@ -285,17 +326,18 @@ fi
 GEN_ARGS=(--model "$WORK/single" --prompt "12+30=" --prompt "7+5=" --prompt "100+1=" --max_new_tokens 16 --batch_size 2)
 if trlx generate "${GEN_ARGS[@]}" >"$WORK/gen_eager.txt" 2>"$WORK/gen_eager.log" &&
    TRLX_CUDA_GRAPHS=1 trlx generate "${GEN_ARGS[@]}" >"$WORK/gen_graph.txt" 2>"$WORK/gen_graph.log" &&
-   cmp -s "$WORK/gen_eager.txt" "$WORK/gen_graph.txt"; then
-  record "generate, TRLX_CUDA_GRAPHS=1" PASS "same tokens as without"
+   cmp -s "$WORK/gen_eager.txt" "$WORK/gen_graph.txt" &&
+   { [ "$ON_CPU" = 1 ] || grep -q "decode steps captured as a CUDA graph" "$WORK/gen_graph.log"; }; then
+  record "generate, TRLX_CUDA_GRAPHS=1" PASS "same tokens as without, decode steps captured"
 else
   tail -5 "$WORK/gen_graph.log"; diff "$WORK/gen_eager.txt" "$WORK/gen_graph.txt" | head -6
-  record "generate, TRLX_CUDA_GRAPHS=1" FAIL "exit code or other tokens"
+  record "generate, TRLX_CUDA_GRAPHS=1" FAIL "exit code, other tokens, or no capture logged"
 fi
 
 if [ "$ON_CPU" = 1 ]; then finish; fi
 
 # ---- throughput and MFU against the measured matmul peak
-PEAK=$("$PY" - <<'EOF'
+PEAK=$(limited 60 "$PY" - <<'EOF'
 import torch, time
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = torch.randn_like(a)
 for _ in range(3): a @ b
@@ -304,11 +346,20 @@ for _ in range(10): a @ b
 torch.cuda.synchronize(); print(10 * 2 * 8192**3 / (time.perf_counter() - t))
 EOF
 )
-record "bf16 matmul peak" PASS "$("$PY" -c "print('%.0f TFLOP/s' % ($PEAK / 1e12))")"
+if [ -z "$PEAK" ]; then
+  record "bf16 matmul peak" FAIL "not measured (torch on the GPU failed or timed out)"
+  PEAK=nan
+else
+  record "bf16 matmul peak" PASS "$("$PY" -c "print('%.0f TFLOP/s' % ($PEAK / 1e12))")"
+fi
 # mfu RUN PARAMS: tokens/s x 6 x parameters / peak (attention's own FLOPs not counted).
-mfu() { "$PY" -c "import sys; print('%.1f%%' % (100 * $(metric "$1" train_tokens_per_second) * 6 * $2 / $PEAK))"; }
+mfu() { "$PY" -c "print('%.1f%%' % (100 * float('$(metric "$1" train_tokens_per_second)') * 6 * $2 / float('$PEAK')))"; }
+# measured NAME RUN DETAIL: a measurement's row, FAIL where the run logged no tokens/s
+measured() {
+  if below "$(metric "$2" train_tokens_per_second)" 1e300; then record "$1" PASS "$3"; else record "$1" FAIL "no train_tokens_per_second logged; $3"; fi
+}
 params_of() { "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1]+"/config.json")); h,l,v,i=c["hidden_size"],c["num_hidden_layers"],c["vocab_size"],c["intermediate_size"]; kv=c.get("num_key_value_heads",c["num_attention_heads"]); hd=c.get("head_dim",h//c["num_attention_heads"]); print(l*(h*hd*c["num_attention_heads"]*2+2*h*hd*kv+3*h*i)+v*h*(1 if c.get("tie_word_embeddings") else 2))' "$1"; }
-record "quickstart model tokens/s" PASS "$(printf '%.0f' "$(metric "$WORK/single" train_tokens_per_second)") tokens/s, MFU $(mfu "$WORK/single" "$(params_of examples/tiny-model)")"
+measured "quickstart model tokens/s" "$WORK/single" "$(printf '%.0f' "$(metric "$WORK/single" train_tokens_per_second)") tokens/s, MFU $(mfu "$WORK/single" "$(params_of examples/tiny-model)")"
 # A Qwen2-0.5B-shaped model with random weights, 1024-token rows.
 if trlx init-model --arch qwen2 --hidden_size 896 --intermediate_size 4864 --num_layers 24 --num_heads 14 \
      --num_kv_heads 2 --tokenizer examples/tiny-model --vocab_size 151936 --tie_word_embeddings \
@@ -328,7 +379,7 @@ then
          --per_device_train_batch_size 8 --max_steps 12 --logging_steps 4 --eval_strategy no --save_strategy no \
          --gradient_checkpointing $ck --learning_rate 1e-4 --output_dir "$WORK/m05b_run_$ck" \
          >"$WORK/m05b_$ck.log" 2>&1; then
-      record "0.5B sft (checkpointing $ck)" PASS "$(printf '%.0f' "$(metric "$WORK/m05b_run_$ck" train_tokens_per_second)") tokens/s, MFU $(mfu "$WORK/m05b_run_$ck" "$(params_of "$WORK/m05b")"), peak $(mib "$WORK/m05b_run_$ck") MiB"
+      measured "0.5B sft (checkpointing $ck)" "$WORK/m05b_run_$ck" "$(printf '%.0f' "$(metric "$WORK/m05b_run_$ck" train_tokens_per_second)") tokens/s, MFU $(mfu "$WORK/m05b_run_$ck" "$(params_of "$WORK/m05b")"), peak $(mib "$WORK/m05b_run_$ck") MiB"
     else
       tail -8 "$WORK/m05b_$ck.log"
       record "0.5B sft (checkpointing $ck)" FAIL "exit code"

@@ -22,6 +22,8 @@
 #include "core/error.hpp"
 #include "dist/comm/rendezvous_check.hpp"
 #include "dist/env/launcher_env.hpp"
+#include "io/hub.hpp"
+#include "io/trackio.hpp"
 #include "model/decoder.hpp"
 
 namespace trlx::cli {
@@ -166,6 +168,8 @@ int run_env(const std::vector<std::string>& args) {
     for (const auto& r : model::attention_table(caps)) row("", fmt::format("{:<31}{:<27}{}", r.name, r.path, r.kernel));
   }
   row("MPI", mpi_version());
+  row("optional parts", fmt::format("hub downloads (libcurl) {}, report_to trackio (SQLite) {}",
+                                    io::hub::downloads_built() ? "yes" : "no", io::trackio_built() ? "yes" : "no"));
   row("threads", fmt::format("{} intra-op, {} inter-op", at::get_num_threads(), at::get_num_interop_threads()));
   const auto env = dist::detect_launcher();
   row("launcher", dist::launcher_name(env.launcher));

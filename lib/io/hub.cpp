@@ -1,7 +1,9 @@
 // The Hugging Face hub cache, laid out as huggingface_hub lays it out, and downloads into it over libcurl.
 #include "io/hub.hpp"
 
+#if TRLX_HAVE_CURL
 #include <curl/curl.h>
+#endif
 #include <fcntl.h>
 #include <fmt/ranges.h>
 #include <sys/file.h>
@@ -148,11 +150,6 @@ std::string kind_word(RepoType t) { return t == RepoType::Model ? "model" : "dat
 
 // ---- HTTP (libcurl) -------------------------------------------------------------
 
-void curl_global() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
 struct Response {
   long status = 0;
   std::map<std::string, std::string> headers;  // of the last response, names lower-cased
@@ -163,6 +160,12 @@ struct Response {
     return it == headers.end() ? "" : it->second;
   }
 };
+
+#if TRLX_HAVE_CURL
+void curl_global() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
 
 size_t on_header(char* data, size_t size, size_t n, void* user) {
   auto* r = static_cast<Response*>(user);
@@ -246,6 +249,18 @@ Response http_head(const std::string& url, const HubOptions& o) {
   c.perform(r);
   return r;
 }
+#else
+// Built without libcurl (a machine without its headers): everything but
+// downloading works, models and datasets already in the cache included.
+[[noreturn]] void no_downloads(const std::string& url) {
+  fail_input("cannot fetch {}: this trlx was built without libcurl, so it does not download from the Hugging Face "
+             "hub; download there with `huggingface-cli download` (into HF_HOME's cache, which trlx reads) or give "
+             "a local directory, or rebuild trlx with libcurl's headers (Debian: libcurl4-openssl-dev)",
+             url);
+}
+Response http_get_text(const std::string& url, const HubOptions&) { no_downloads(url); }
+Response http_head(const std::string& url, const HubOptions&) { no_downloads(url); }
+#endif
 
 std::string url_escape(const std::string& s, bool keep_slash) {
   std::string out;
@@ -371,6 +386,7 @@ void write_atomically(const fs::path& file, const std::string& text) {
 
 // ---- one file -----------------------------------------------------------------
 
+#if TRLX_HAVE_CURL
 struct Progress {
   std::string name;
   bool enabled = false;
@@ -444,6 +460,11 @@ bool transfer(const std::string& url, const fs::path& incomplete, const HubOptio
   if (sink.failed || !closed) fail("cannot write {}: disk full?", incomplete.string());
   return r.error.empty();
 }
+#else
+bool transfer(const std::string& url, const fs::path&, const HubOptions&, const std::string&, Response&) {
+  no_downloads(url);
+}
+#endif
 
 struct FileMeta {
   std::string commit, etag, location;
@@ -580,6 +601,14 @@ RepoInfo repo_info(const RepoRef& ref, const HubOptions& o, const std::string& c
 }
 
 }  // namespace
+
+bool downloads_built() {
+#if TRLX_HAVE_CURL
+  return true;
+#else
+  return false;
+#endif
+}
 
 fs::path hf_home() {
   if (auto h = env("HF_HOME"); !h.empty()) return h;

@@ -25,6 +25,10 @@ namespace trlx::io::hub {
 // HF_HOME, else XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface.
 std::filesystem::path hf_home();
 
+// Whether this trlx downloads (built with libcurl); without, only the cache
+// and local directories serve.
+bool downloads_built();
+
 enum class RepoType { Model, Dataset };
 
 struct RepoRef {

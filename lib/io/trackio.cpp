@@ -2,7 +2,9 @@
 #include "io/trackio.hpp"
 
 #include <fcntl.h>
+#if TRLX_HAVE_SQLITE
 #include <sqlite3.h>
+#endif
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -27,6 +29,36 @@ namespace trlx::io {
 
 namespace fs = std::filesystem;
 
+bool trackio_built() {
+#if TRLX_HAVE_SQLITE
+  return true;
+#else
+  return false;
+#endif
+}
+
+fs::path trackio_dir() {
+  if (const char* d = std::getenv("TRACKIO_DIR"); d && *d) return d;
+  return hub::hf_home() / "trackio";
+}
+
+std::string trackio_project_file_name(const std::string& project) {
+  std::string safe;
+  for (unsigned char c : project)
+    if (std::isalnum(c) || c == '-' || c == '_' || c >= 0x80) safe += static_cast<char>(c);
+  if (safe.empty()) safe = "default";
+  if (safe.rfind("registry-", 0) == 0)
+    fail_input("project `{}`: trackio keeps names starting with `registry-` for its model registry", project);
+  for (const char* suffix : {"_system", "_configs", "_traces", "_artifacts", "_artifact_versions", "_artifact_aliases"}) {
+    const std::string s(suffix);
+    if (safe.size() > s.size() && safe.compare(safe.size() - s.size(), s.size(), s) == 0)
+      fail_input("project `{}`: trackio refuses names ending in `{}` (its sidecar files use them); choose another",
+                 project, s);
+  }
+  return safe;
+}
+
+#if TRLX_HAVE_SQLITE
 struct TrackioRun::Db {
   sqlite3* handle = nullptr;
   ~Db() {
@@ -172,27 +204,6 @@ nlohmann::ordered_json value_of(double v) {
 
 }  // namespace
 
-fs::path trackio_dir() {
-  if (const char* d = std::getenv("TRACKIO_DIR"); d && *d) return d;
-  return hub::hf_home() / "trackio";
-}
-
-std::string trackio_project_file_name(const std::string& project) {
-  std::string safe;
-  for (unsigned char c : project)
-    if (std::isalnum(c) || c == '-' || c == '_' || c >= 0x80) safe += static_cast<char>(c);
-  if (safe.empty()) safe = "default";
-  if (safe.rfind("registry-", 0) == 0)
-    fail_input("project `{}`: trackio keeps names starting with `registry-` for its model registry", project);
-  for (const char* suffix : {"_system", "_configs", "_traces", "_artifacts", "_artifact_versions", "_artifact_aliases"}) {
-    const std::string s(suffix);
-    if (safe.size() > s.size() && safe.compare(safe.size() - s.size(), s.size(), s) == 0)
-      fail_input("project `{}`: trackio refuses names ending in `{}` (its sidecar files use them); choose another",
-                 project, s);
-  }
-  return safe;
-}
-
 TrackioRun::TrackioRun(const std::string& project, const std::string& run_name, const std::string& config_json)
     : db_(std::make_unique<Db>()), run_name_(run_name) {
   const fs::path dir = trackio_dir();
@@ -281,5 +292,17 @@ void TrackioRun::log(const std::map<std::string, double>& metrics, int64_t globa
   s.step();
   ++next_step_;
 }
+
+#else
+// Built without SQLite's headers (a machine without them): no trackio store.
+struct TrackioRun::Db {};
+
+TrackioRun::TrackioRun(const std::string&, const std::string&, const std::string&) {
+  fail_input("report_to trackio: this trlx was built without SQLite, which trackio's store is; use report_to "
+             "jsonl, tensorboard or a logger program, or rebuild trlx with SQLite's headers (Debian: libsqlite3-dev)");
+}
+TrackioRun::~TrackioRun() = default;
+void TrackioRun::log(const std::map<std::string, double>&, int64_t) {}
+#endif
 
 }  // namespace trlx::io

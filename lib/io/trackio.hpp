@@ -23,6 +23,9 @@
 
 namespace trlx::io {
 
+// Whether this trlx writes trackio's store (built with SQLite).
+bool trackio_built();
+
 // TRACKIO_DIR, else HF_HOME/trackio.
 std::filesystem::path trackio_dir();
 

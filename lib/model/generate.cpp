@@ -232,6 +232,9 @@ class DecodeGraph {
       }
       after.record(side);
       after.block(current);
+      // Once per process: what gpu_check looks for, and a user can see.
+      static std::once_flag said;
+      std::call_once(said, [] { log::info("TRLX_CUDA_GRAPHS: decode steps captured as a CUDA graph and replayed"); });
     }
     graph_.replay();
     return out_;

@@ -69,6 +69,25 @@ c10d::ReduceOp nccl_op(ReduceOp op, bool floating) {
   return c10d::ReduceOp::SUM;
 }
 
+// One tensor gathered into / reduce-scattered from one flat tensor, by the
+// names this LibTorch gives them (all_gather_single and reduce_scatter_single
+// from 2.15, _allgather_base and _reduce_scatter_base before).
+template <class PG>
+c10::intrusive_ptr<c10d::Work> gather_flat(PG& pg, at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& o) {
+  if constexpr (requires { pg.all_gather_single(out, in, o); })
+    return pg.all_gather_single(out, in, o);
+  else
+    return pg._allgather_base(out, in, o);
+}
+template <class PG>
+c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(PG& pg, at::Tensor& out, at::Tensor& in,
+                                                   const c10d::ReduceScatterOptions& o) {
+  if constexpr (requires { pg.reduce_scatter_single(out, in, o); })
+    return pg.reduce_scatter_single(out, in, o);
+  else
+    return pg._reduce_scatter_base(out, in, o);
+}
+
 class NcclWork : public Work {
  public:
   NcclWork(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank)
@@ -182,7 +201,7 @@ class NcclCommunicator : public Communicator {
     const int64_t most = shard_of(total, world_, 0).numel;
     if (most * world_ == total) {
       torch::Tensor src = in.reshape({-1}), dst = out.view({-1});
-      auto w = wrap(guarded(what, [&] { return pg_->all_gather_single(dst, src, o); }), what);
+      auto w = wrap(guarded(what, [&] { return gather_flat(*pg_, dst, src, o); }), what);
       w->keep_alive = {src, dst};
       return w;
     }
@@ -191,7 +210,7 @@ class NcclCommunicator : public Communicator {
     torch::Tensor src = torch::zeros({most}, in.options());
     src.narrow(0, 0, in.numel()).copy_(in.reshape({-1}));
     torch::Tensor gathered = torch::empty({most * world_}, in.options());
-    auto w = wrap(guarded(what, [&] { return pg_->all_gather_single(gathered, src, o); }), what);
+    auto w = wrap(guarded(what, [&] { return gather_flat(*pg_, gathered, src, o); }), what);
     w->keep_alive = {src, gathered, out};
     w->finish = [gathered, out, total, world = world_, most]() mutable {
       torch::Tensor flat = out.view({-1});
@@ -218,7 +237,7 @@ class NcclCommunicator : public Communicator {
     torch::Tensor result = out.view({-1});
     if (most * world_ == total) {
       torch::Tensor src = in.reshape({-1});
-      w = wrap(guarded(what, [&] { return pg_->reduce_scatter_single(result, src, o); }), what);
+      w = wrap(guarded(what, [&] { return reduce_scatter_flat(*pg_, result, src, o); }), what);
       w->keep_alive = {src, result};
     } else {
       torch::Tensor src = torch::zeros({most * world_}, in.options());
@@ -228,7 +247,7 @@ class NcclCommunicator : public Communicator {
         src.narrow(0, r * most, s.numel).copy_(flat.narrow(0, s.offset, s.numel));
       }
       torch::Tensor piece = torch::empty({most}, in.options());
-      w = wrap(guarded(what, [&] { return pg_->reduce_scatter_single(piece, src, o); }), what);
+      w = wrap(guarded(what, [&] { return reduce_scatter_flat(*pg_, piece, src, o); }), what);
       w->keep_alive = {src, piece, result};
       w->finish = [piece, result]() mutable { result.copy_(piece.narrow(0, 0, result.numel())); };
     }

@@ -84,7 +84,9 @@ class GradBuckets {
   std::vector<GradBucket> buckets_;
   std::vector<size_t> bucket_of_;
   std::vector<bool> ready_;
-  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;
+  // (A node handle as this LibTorch gives it: intrusive from 2.15, shared before.)
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::autograd::Variable&>()))>
+      accumulators_;
   size_t next_ = 0;
   bool active_ = false;
 };
